@@ -1,0 +1,17 @@
+"""mshadow for Python: lazy expression-template tensors over aligned pitched memory.
+
+A port of mshadow (cxxnet, MXNet) and dmlc-core's Parameter system; see README.md.
+"""
+__version__ = "0.1.0"
+
+from .errors import (MShadowError, ShapeError, DTypeError, DeviceError, FreedTensorError,
+                     FormatError, CudaError, ParamError)
+from .dtypes import (float32, float64, float16, uint8, int8, int32, int64, default_real_t,
+                     kFloat32, kFloat64, kFloat16, kUint8, kInt32, kInt8, kInt64,
+                     default_type_flag, type_flag, dtype_from_flag)
+from .device import cpu, gpu, Stream, new_stream, delete_stream
+from .shape import (Shape, Shape1, Shape2, Shape3, Shape4, Shape5, convert_layout,
+                    kNCHW, kNHWC, kCHWN, kNCW, kNWC, kCWN, kNCDHW, kNDHWC, kCDHWN)
+from ._core import (Tensor, TensorContainer, new_tensor, alloc_space, free_space, copy,
+                    from_numpy, from_dlpack, ALIGN_BYTES)
+from .aliases import *  # noqa: F401,F403  the C++ spellings (NewTensor, FreeSpace, ...)

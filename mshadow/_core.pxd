@@ -1,0 +1,41 @@
+# Declarations of the compiled core: the memory owner and the Tensor handle.
+# Other Cython modules cimport these to reach a tensor's pointer without Python calls.
+
+cdef extern from "mshadow/alloc.h":
+    int MS_ALIGN_BYTES
+    void *ms_aligned_malloc(size_t nbytes) nogil
+    void ms_aligned_free(void *p) nogil
+    size_t ms_upper_align(size_t row_bytes) nogil
+
+
+cdef class Allocation:
+    cdef char *ptr
+    cdef Py_ssize_t nbytes
+    cdef bint alive
+    cdef bint owned          # malloc'ed by us (new_tensor / alloc_space / TensorContainer)
+    cdef object base         # what keeps foreign memory alive (a numpy array)
+    cdef Py_ssize_t n_exports
+    cdef void release(self) except *
+
+
+cdef class Tensor:
+    cdef Allocation mem
+    cdef Py_ssize_t offset         # bytes from mem.ptr
+    cdef readonly object shape     # a Shape
+    cdef readonly Py_ssize_t stride
+    cdef readonly object dtype
+    cdef readonly object device
+    cdef public object stream
+    cdef readonly int type_flag
+    cdef readonly int itemsize
+    cdef readonly bint readonly
+    cdef Py_ssize_t rows, cols     # the 2-D flattened view
+    cdef char *data(self) except NULL
+    cdef Tensor _view(self, object shape, Py_ssize_t offset, Py_ssize_t stride)
+    cdef Py_ssize_t _index(self, object i) except -1
+
+
+cdef class TensorContainer(Tensor):
+    cdef readonly bint pad
+    cdef Py_ssize_t cap_rows, cap_pitch   # the allocation, in rows x bytes
+    cdef _reserve(self)

@@ -1,0 +1,9 @@
+# cython: language_level=3, cdivision=True
+"""The compiled core: tensors over aligned pitched memory and the Plan evaluation loops.
+
+Design: a Tensor is a thin handle (allocation, byte offset, shape, row stride); an
+Allocation owns the bytes and is the single place that knows whether they are still valid,
+so a freed tensor or any view of it raises instead of touching freed memory.
+"""
+include "_tensor.pxi"
+include "_copy.pxi"

@@ -1,0 +1,590 @@
+# Tensor, Allocation, allocation functions and numpy / DLPack interop (included by _core.pyx).
+
+import operator
+import numpy as np
+cimport numpy as cnp
+from libc.string cimport memset
+
+from .shape import Shape, as_shape
+from .dtypes import as_dtype, type_flag as _type_flag
+from .device import cpu, gpu, as_device
+from .errors import ShapeError, DTypeError, DeviceError, FreedTensorError, MShadowError
+
+cnp.import_array()
+
+ALIGN_BYTES = MS_ALIGN_BYTES
+
+cdef object _EMPTY_SHAPE = Shape()
+
+
+cdef class Allocation:
+    """Owns (or borrows) the bytes of one or more tensors and knows whether they are valid."""
+
+    def __dealloc__(self):
+        if self.owned and self.ptr != NULL:
+            ms_aligned_free(self.ptr)
+            self.ptr = NULL
+
+    cdef void release(self) except *:
+        if not self.alive:
+            raise FreedTensorError("free_space: the tensor's memory was already released (double free)")
+        if self.n_exports:
+            raise BufferError(f"cannot release memory while {self.n_exports} numpy/DLPack "
+                              f"view(s) of it are alive; delete them first")
+        if not self.owned:
+            raise MShadowError("free_space: this tensor views memory it does not own "
+                               "(from_numpy / from_dlpack); release the source object instead")
+        ms_aligned_free(self.ptr)
+        self.ptr = NULL
+        self.alive = False
+
+
+cdef Allocation _allocate(Py_ssize_t nbytes):
+    cdef Allocation mem = Allocation.__new__(Allocation)
+    mem.ptr = <char *> ms_aligned_malloc(<size_t> nbytes)
+    if mem.ptr == NULL:
+        raise MemoryError(f"could not allocate {nbytes} bytes")
+    mem.nbytes = nbytes
+    mem.alive = True
+    mem.owned = True
+    return mem
+
+
+cdef class _Export:
+    """The object numpy views keep alive: it pins the Allocation and counts as an export."""
+    cdef Allocation mem
+    cdef readonly dict __array_interface__
+
+    def __dealloc__(self):
+        if self.mem is not None:
+            self.mem.n_exports -= 1
+
+
+cdef Py_ssize_t _prod(object dims):
+    cdef Py_ssize_t n = 1
+    for d in dims:
+        n *= <Py_ssize_t> d
+    return n
+
+
+cdef class Tensor:
+    """``Tensor(shape, dtype=float32, device=cpu, stream=None)``: a handle with no memory yet.
+
+    Give it memory with ``alloc_space``; ``new_tensor``, ``from_numpy`` and views
+    (``t[i]``, ``slice``, ``flat_to_2d``) return tensors that already have it.
+    """
+
+    def __init__(self, shape, dtype=np.float32, device=cpu, stream=None):
+        shape = as_shape(shape)
+        if len(shape) == 0:
+            raise ShapeError("a Tensor needs at least one dimension, got shape ()")
+        dt = as_dtype(dtype)
+        self.shape = shape
+        self.dtype = dt
+        self.type_flag = _type_flag(dt)
+        self.itemsize = dt.itemsize
+        self.device = as_device(device)
+        self.stream = stream
+        self.stride = shape[-1]
+        self.cols = shape[-1]
+        self.rows = _prod(shape[:-1])
+        self.mem = None
+
+    cdef char *data(self) except NULL:
+        """The first element's address; raises if the memory is gone."""
+        if self.mem is None:
+            raise FreedTensorError("tensor has no memory: allocate it with alloc_space() "
+                                   "or create it with new_tensor()")
+        if not self.mem.alive:
+            raise FreedTensorError("tensor memory was released by free_space(); this tensor "
+                                   "and every view of it are no longer valid")
+        return self.mem.ptr + self.offset
+
+    cdef Tensor _view(self, object shape, Py_ssize_t offset, Py_ssize_t stride):
+        cdef Tensor v = Tensor.__new__(Tensor)
+        v.mem = self.mem
+        v.offset = offset
+        v.shape = shape
+        v.stride = stride
+        v.dtype = self.dtype
+        v.type_flag = self.type_flag
+        v.itemsize = self.itemsize
+        v.device = self.device
+        v.stream = self.stream
+        v.readonly = self.readonly
+        v.cols = shape[-1]
+        v.rows = _prod(shape[:-1])
+        return v
+
+    # ---- properties -------------------------------------------------------------
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def dptr(self):
+        """The address of the first element, as an int."""
+        return <size_t> self.data()
+
+    @property
+    def is_allocated(self):
+        return self.mem is not None and self.mem.alive
+
+    @property
+    def exp_type(self):
+        return 0   # type.kRValue
+
+    def size(self, i=None):
+        """``size(i)`` is ``shape[i]``; ``size()`` the number of elements."""
+        if i is None:
+            return self.shape.size()
+        return self.shape[i]
+
+    def mem_size(self, int startdim=0):
+        """Elements spanned by dims ``[startdim, ndim-1)`` with the row stride (``MemSize``)."""
+        cdef int nd = len(self.shape)
+        if not 0 <= startdim < nd:
+            raise IndexError(f"mem_size({startdim}) out of range for a {nd}-D tensor")
+        if nd == 1:
+            return self.shape[0]
+        return self.stride * _prod(self.shape[startdim:nd - 1])
+
+    def msize(self):
+        return self.mem_size(0)
+
+    def check_contiguous(self):
+        return len(self.shape) == 1 or self.stride == self.shape[-1]
+
+    def set_stream(self, stream):
+        self.stream = stream
+
+    # ---- views ------------------------------------------------------------------
+    def flat_to_2d(self):
+        self.data()
+        return self._view(Shape(self.rows, self.cols), self.offset,
+                          self.cols if len(self.shape) == 1 else self.stride)
+
+    def flat_to_1d(self):
+        self.data()
+        if not self.check_contiguous():
+            raise ShapeError(f"flat_to_1d needs a contiguous tensor; this one has shape "
+                             f"{self.shape} and row stride {self.stride}")
+        n = self.shape.size()
+        return self._view(Shape(n), self.offset, n)
+
+    def slice(self, begin, end):
+        """``Slice(begin, end)``: rows ``[begin, end)`` of the first dimension, sharing memory."""
+        self.data()
+        cdef Py_ssize_t n = self.shape[0]
+        b = operator.index(begin)
+        e = operator.index(end)
+        if not 0 <= b <= e <= n:
+            raise IndexError(f"slice({b}, {e}) out of range for first dimension {n} "
+                             f"(expected 0 <= begin <= end <= {n})")
+        shape = Shape((e - b,) + tuple(self.shape[1:]))
+        if len(self.shape) == 1:
+            return self._view(shape, self.offset + b * self.itemsize, e - b)
+        return self._view(shape, self.offset + b * self.mem_size(1) * self.itemsize, self.stride)
+
+    cdef Py_ssize_t _index(self, object i) except -1:
+        cdef Py_ssize_t n = self.shape[0]
+        try:
+            k = operator.index(i)
+        except TypeError:
+            raise TypeError(f"tensor index must be an int, a slice or ..., got {i!r}") from None
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError(f"index {i} out of range for dimension 0 of size {n}")
+        return k
+
+    def _sub(self, Py_ssize_t k):
+        """The (n-1)-D sub-tensor ``k`` of an n-D tensor (n >= 2)."""
+        shape = self.shape.sub_shape()
+        stride = self.stride if len(shape) > 1 else shape[0]
+        return self._view(shape, self.offset + k * self.mem_size(1) * self.itemsize, stride)
+
+    def _target(self, key):
+        """Resolve an index key to (tensor view, element index or -1)."""
+        if isinstance(key, tuple):
+            if len(key) == 0:
+                return self, -1
+            t = self
+            for j, sub in enumerate(key):
+                if sub is Ellipsis and j == len(key) - 1:
+                    break
+                if not isinstance(t, Tensor):
+                    raise IndexError(f"too many indices for a {len(self.shape)}-D tensor")
+                t, el = (<Tensor> t)._target(sub)
+                if el >= 0:
+                    if j != len(key) - 1:
+                        raise IndexError(f"too many indices for a {len(self.shape)}-D tensor")
+                    return t, el
+            return t, -1
+        if key is Ellipsis:
+            return self, -1
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.shape[0])
+            if step != 1:
+                raise IndexError("tensor slices must have step 1 (mshadow views keep a row stride)")
+            if key == slice(None):
+                return self, -1
+            return self.slice(start, max(start, stop)), -1
+        k = self._index(key)
+        if len(self.shape) == 1:
+            return self, k
+        return self._sub(k), -1
+
+    def __getitem__(self, key):
+        self.data()
+        t, el = self._target(key)
+        if el >= 0:
+            return (<Tensor> t)._export()[el]
+        return t
+
+    def __setitem__(self, key, value):
+        self.data()
+        t, el = self._target(key)
+        if el >= 0:
+            if self.readonly:
+                raise ValueError("tensor is read-only")
+            (<Tensor> t)._export()[el] = value
+            return
+        _assign(t, value, "saveto")
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __iter__(self):
+        for k in range(self.shape[0]):
+            yield self[k]
+
+    # ---- numpy / DLPack ---------------------------------------------------------
+    def _export(self):
+        """A numpy view honouring the pitch; it pins the memory until it is deleted."""
+        cdef char *p = self.data()
+        cdef _Export ex = _Export.__new__(_Export)
+        nd = len(self.shape)
+        strides = [self.itemsize] * nd
+        if nd >= 2:
+            strides[nd - 2] = self.stride * self.itemsize
+            for k in range(nd - 3, -1, -1):
+                strides[k] = strides[k + 1] * self.shape[k + 1]
+        ex.__array_interface__ = {
+            "version": 3, "shape": tuple(self.shape), "typestr": self.dtype.str,
+            "data": (<size_t> p, bool(self.readonly)), "strides": tuple(strides),
+        }
+        ex.mem = self.mem
+        self.mem.n_exports += 1
+        return np.asarray(ex)
+
+    def numpy(self):
+        """Zero-copy numpy view (row pitch honoured); the memory cannot be freed while it lives."""
+        return self._export()
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._export()
+        if copy:
+            a = a.copy()
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            if copy is False:
+                raise ValueError("a dtype conversion needs a copy")
+            a = a.astype(dtype)
+        return a
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if stream is not None and stream != -1:
+            raise BufferError("CPU tensors take no DLPack stream")
+        kwargs = {}
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        if copy is not None:
+            kwargs["copy"] = copy
+        return self._export().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)   # kDLCPU, device 0
+
+    def tolist(self):
+        return self._export().tolist()
+
+    def __repr__(self):
+        state = "" if self.is_allocated else (", unallocated" if self.mem is None else ", freed")
+        return (f"Tensor({self.device.name}, {self.dtype.name}, shape={self.shape}, "
+                f"stride={self.stride}{state})")
+
+    def __str__(self):
+        if not self.is_allocated:
+            return repr(self)
+        return str(self._export())
+
+    # ---- expressions ------------------------------------------------------------
+    # Arithmetic builds lazy expressions (mshadow/expr.py); assignment evaluates them.
+    def __add__(self, other):
+        return _expr().binary("plus", self, other)
+
+    def __radd__(self, other):
+        return _expr().binary("plus", other, self)
+
+    def __sub__(self, other):
+        return _expr().binary("minus", self, other)
+
+    def __rsub__(self, other):
+        return _expr().binary("minus", other, self)
+
+    def __mul__(self, other):
+        return _expr().binary("mul", self, other)
+
+    def __rmul__(self, other):
+        return _expr().binary("mul", other, self)
+
+    def __truediv__(self, other):
+        return _expr().binary("div", self, other)
+
+    def __rtruediv__(self, other):
+        return _expr().binary("div", other, self)
+
+    def __neg__(self):
+        return _expr().unary("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __iadd__(self, other):
+        _assign(self, other, "plusto")
+        return self
+
+    def __isub__(self, other):
+        _assign(self, other, "minusto")
+        return self
+
+    def __imul__(self, other):
+        _assign(self, other, "multo")
+        return self
+
+    def __itruediv__(self, other):
+        _assign(self, other, "divto")
+        return self
+
+    @property
+    def T(self):
+        return _expr().transpose(self)
+
+    # C++ spellings
+    Size = size
+    MSize = msize
+    MemSize = mem_size
+    CheckContiguous = check_contiguous
+    FlatTo1D = flat_to_1d
+    FlatTo2D = flat_to_2d
+    Slice = slice
+
+
+cdef object _expr_module = None
+
+cdef object _expr():
+    global _expr_module
+    if _expr_module is None:
+        from . import expr
+        _expr_module = expr
+    return _expr_module
+
+
+cdef object _engine_assign = None
+
+cdef _assign(Tensor dst, object value, str saver):
+    """Route ``dst <saver> value`` to the expression engine."""
+    global _engine_assign
+    if _engine_assign is None:
+        from .engine import assign
+        _engine_assign = assign
+    _engine_assign(dst, value, saver)
+
+
+# ---- allocation ---------------------------------------------------------------------
+
+def alloc_space(Tensor t, bint pad=True):
+    """Give ``t`` fresh memory; with ``pad`` every row starts on an ALIGN_BYTES boundary."""
+    if t.device is not cpu:
+        raise DeviceError("GPU tensors need the CUDA backend, which is not available")
+    cdef size_t row_bytes = <size_t> t.cols * t.itemsize
+    cdef size_t pitch = ms_upper_align(row_bytes) if (pad and len(t.shape) > 1) else row_bytes
+    t.mem = _allocate(<Py_ssize_t> (pitch * <size_t> t.rows))
+    t.offset = 0
+    t.stride = pitch // t.itemsize
+    t.readonly = False
+
+
+def free_space(Tensor t):
+    """Release the memory of ``t``; ``t`` and all its views raise on any later use."""
+    if t.mem is None:
+        raise FreedTensorError("free_space: tensor has no memory (it was never allocated)")
+    t.mem.release()
+
+
+def new_tensor(shape, init=0, bint pad=False, dtype=np.float32, device=cpu, stream=None):
+    """Allocate a tensor of ``shape`` filled with ``init`` (``NewTensor``)."""
+    cdef Tensor t = Tensor(shape, dtype=dtype, device=device, stream=stream)
+    alloc_space(t, pad)
+    if init is not None:
+        a = t._export()
+        a[...] = init
+        del a
+    return t
+
+
+def from_numpy(a):
+    """A Tensor viewing a numpy array's memory (no copy); the array stays alive with it.
+
+    The array's last axis must be contiguous and its leading axes must collapse into rows
+    with one row stride, the layouts a pitched tensor can describe.
+    """
+    if isinstance(a, Tensor):
+        return a
+    if not isinstance(a, np.ndarray):
+        a = np.asarray(a)
+    if a.ndim == 0:
+        raise ShapeError("from_numpy: a 0-d array has no tensor view (expected ndim >= 1)")
+    dt = as_dtype(a.dtype)
+    cdef Py_ssize_t item = dt.itemsize
+    shape = a.shape
+    strides = a.strides
+    nd = a.ndim
+    size = a.size
+    if size > 0:
+        if shape[-1] > 1 and strides[-1] != item:
+            raise ValueError(f"from_numpy: the last axis must be contiguous (stride {item} bytes), "
+                             f"got strides {strides}; pass np.ascontiguousarray(a)")
+        row = strides[-2] if nd >= 2 else shape[-1] * item
+        if nd >= 2 and shape[-2] == 1:
+            row = shape[-1] * item   # a single row: its stride is meaningless
+        for k in range(nd - 3, -1, -1):
+            if shape[k] > 1 and strides[k] != strides[k + 1] * shape[k + 1]:
+                raise ValueError(f"from_numpy: axes 0..{nd - 2} do not collapse into rows with "
+                                 f"one stride (shape {shape}, strides {strides}); "
+                                 f"pass np.ascontiguousarray(a)")
+        if row % item or row < shape[-1] * item:
+            raise ValueError(f"from_numpy: row stride {row} bytes cannot hold a row of "
+                             f"{shape[-1]} x {item} bytes (strides {strides})")
+        if a.ctypes.data % item:
+            raise ValueError("from_numpy: the data pointer is not aligned to the item size")
+        stride = row // item
+    else:
+        stride = shape[-1]
+    cdef Allocation mem = Allocation.__new__(Allocation)
+    mem.ptr = <char *> <size_t> a.ctypes.data
+    mem.nbytes = a.nbytes
+    mem.alive = True
+    mem.owned = False
+    mem.base = a
+    cdef Tensor t = Tensor(Shape(shape), dtype=dt)
+    t.mem = mem
+    t.offset = 0
+    t.stride = stride if nd > 1 else shape[0]
+    t.readonly = not a.flags.writeable
+    return t
+
+
+def from_dlpack(x):
+    """A Tensor over any DLPack producer (torch, cupy on host memory, jax, numpy)."""
+    return from_numpy(np.from_dlpack(x))
+
+
+cdef class TensorContainer(Tensor):
+    """A Tensor that owns its memory: ``resize`` reuses it when it is large enough.
+
+    Assigning an expression to the whole container (``c[:] = exp``) first resizes it
+    to the expression's shape, as mshadow's ``TensorContainer::operator=`` does.
+    """
+    def __init__(self, shape=None, init=0, pad=True, dtype=np.float32, device=cpu, stream=None):
+        Tensor.__init__(self, (0,) if shape is None else shape, dtype=dtype, device=device,
+                        stream=stream)
+        self.pad = pad
+        self.cap_rows = 0
+        self.cap_pitch = 0
+        self.mem = None
+        self._reserve()
+        if init is not None and self.shape.size():
+            a = self._export()
+            a[...] = init
+            del a
+
+    cdef _reserve(self):
+        cdef Py_ssize_t row_bytes = self.cols * self.itemsize
+        cdef Py_ssize_t pitch = ms_upper_align(row_bytes) if (self.pad and len(self.shape) > 1) \
+            else row_bytes
+        if self.mem is None or not self.mem.alive or self.cap_rows < self.rows \
+                or self.cap_pitch < pitch:
+            if self.mem is not None and self.mem.alive:
+                self.mem.release()
+            self.mem = _allocate(pitch * self.rows)
+            self.cap_rows = self.rows
+            self.cap_pitch = pitch
+        self.offset = 0
+        self.stride = self.cols if len(self.shape) == 1 else self.cap_pitch // self.itemsize
+
+    def resize(self, shape, init=None):
+        """Reshape to ``shape``; memory is reused if large enough. Contents are not kept."""
+        shape = as_shape(shape)
+        if len(shape) != len(self.shape):
+            raise ShapeError(f"TensorContainer.resize: expected a {len(self.shape)}-D shape, got {shape}")
+        self.shape = shape
+        self.cols = shape[-1]
+        self.rows = _prod(shape[:-1])
+        self._reserve()
+        if init is not None:
+            a = self._export()
+            a[...] = init
+            del a
+
+    def release(self):
+        """Free the memory; the container stays usable (shape[0] becomes 0)."""
+        if self.mem is not None and self.mem.alive:
+            self.mem.release()
+        self.mem = None
+        self.shape = Shape((0,) + tuple(self.shape[1:]))
+        self.rows = _prod(self.shape[:-1])
+        self.cap_rows = self.cap_pitch = 0
+        self._reserve()
+
+    def set_pad(self, bint pad):
+        self.pad = pad
+
+    def copy(self):
+        """A deep copy (mshadow's TensorContainer copy constructor)."""
+        c = TensorContainer(self.shape, init=None, pad=self.pad, dtype=self.dtype,
+                            device=self.device, stream=self.stream)
+        copy(c, self)
+        return c
+
+    def __copy__(self):
+        return self.copy()
+
+    def __setitem__(self, key, value):
+        if (key is Ellipsis or key == slice(None)) and not _is_scalar(value):
+            shape = _expr().shape_of(value)
+            if shape != self.shape:
+                if len(shape) != len(self.shape):
+                    raise ShapeError(f"TensorContainer of {len(self.shape)} dims cannot take an "
+                                     f"expression of shape {shape}")
+                self.resize(shape)
+        Tensor.__setitem__(self, key, value)
+
+    def save_binary(self, fo):
+        """Write in C++ mshadow's binary layout (``SaveBinary``); see mshadow.io."""
+        from .io import save_binary
+        save_binary(fo, self)
+
+    def load_binary(self, fi):
+        """Read a tensor of this container's rank and dtype, resizing to its shape (``LoadBinary``)."""
+        from .io import load_into_container
+        load_into_container(fi, self)
+
+    Resize = resize
+    Release = release
+    SaveBinary = save_binary
+    LoadBinary = load_binary
+
+
+cdef bint _is_scalar(object v):
+    return isinstance(v, (int, float, np.number, bool))

@@ -1,0 +1,68 @@
+"""Device tags (``cpu``, ``gpu``) and the CPU Stream.
+
+A device tag is the Python form of mshadow's ``struct cpu { kDevCPU, kDevMask }``.
+"""
+from .errors import DeviceError
+
+
+class Device:
+    """A device tag; compare with ``is`` or ``==``."""
+
+    __slots__ = ("name", "kDevCPU", "kDevMask")
+
+    def __init__(self, name, dev_cpu, dev_mask):
+        self.name = name
+        self.kDevCPU = dev_cpu
+        self.kDevMask = dev_mask
+
+    def __repr__(self):
+        return f"mshadow.{self.name}"
+
+    def __reduce__(self):
+        return (as_device, (self.name,))
+
+
+cpu = Device("cpu", True, 1)
+gpu = Device("gpu", False, 2)
+
+
+def as_device(device):
+    if device is cpu or device is gpu:
+        return device
+    if device in ("cpu", 1):
+        return cpu
+    if device in ("gpu", "cuda", 2):
+        return gpu
+    raise DeviceError(f"unknown device {device!r} (expected mshadow.cpu or mshadow.gpu)")
+
+
+class Stream:
+    """``Stream<cpu>``: work on the CPU is synchronous, so wait() returns at once."""
+
+    def __init__(self, device=cpu):
+        device = as_device(device)
+        if device is not cpu:
+            raise DeviceError("GPU streams need the CUDA backend (mshadow.cuda), "
+                              "which is not available in this build")
+        self.device = device
+        self.deleted = False
+
+    def wait(self):
+        """Block until all work on the stream is done (a no-op on the CPU)."""
+
+    def check_idle(self):
+        return True
+
+    def __repr__(self):
+        return f"Stream({self.device!r})"
+
+    Wait = wait
+    CheckIdle = check_idle
+
+
+def new_stream(device=cpu, create_blas_handle=True, create_dnn_handle=False, dev_id=-1):
+    return Stream(device)
+
+
+def delete_stream(stream):
+    stream.deleted = True

@@ -1,0 +1,62 @@
+"""The supported element types: numpy dtypes paired with mshadow's TypeFlag (base.h).
+
+One table; everything else (type switches, names, C type codes) is derived from it.
+"""
+import numpy as np
+
+from .errors import DTypeError
+
+# TypeFlag values of dmlc/mshadow.
+kFloat32, kFloat64, kFloat16, kUint8, kInt32, kInt8, kInt64 = 0, 1, 2, 3, 4, 5, 6
+
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+float16 = np.dtype(np.float16)
+uint8 = np.dtype(np.uint8)
+int8 = np.dtype(np.int8)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+default_real_t = float32
+default_type_flag = kFloat32
+
+# flag -> dtype, in flag order
+_FLAG_TO_DTYPE = {
+    kFloat32: float32, kFloat64: float64, kFloat16: float16, kUint8: uint8,
+    kInt32: int32, kInt8: int8, kInt64: int64,
+}
+_DTYPE_TO_FLAG = {dt: fl for fl, dt in _FLAG_TO_DTYPE.items()}
+
+ALL_DTYPES = tuple(_FLAG_TO_DTYPE.values())
+FLOAT_DTYPES = (float32, float64, float16)
+INT_DTYPES = (uint8, int8, int32, int64)
+
+
+def as_dtype(dtype):
+    """Normalise anything numpy understands to one of the supported dtypes, or raise DTypeError."""
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        if int(dtype) in _FLAG_TO_DTYPE:
+            return _FLAG_TO_DTYPE[int(dtype)]
+        raise DTypeError(f"Unknown type enum {int(dtype)} (expected a TypeFlag 0..6)")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise DTypeError(f"{dtype!r} is not a dtype (expected one of {dtype_names()})") from None
+    if dt.byteorder == ">" or (dt.byteorder == "=" and not dt.isnative):
+        raise DTypeError(f"dtype {dt!r} is not in native byte order")
+    dt = dt.newbyteorder("=")
+    if dt not in _DTYPE_TO_FLAG:
+        raise DTypeError(f"dtype {dt} is not supported (expected one of {dtype_names()})")
+    return dt
+
+
+def type_flag(dtype):
+    """mshadow's TypeFlag of a dtype (``DataType<T>::kFlag``)."""
+    return _DTYPE_TO_FLAG[as_dtype(dtype)]
+
+
+def dtype_from_flag(flag):
+    return as_dtype(int(flag))
+
+
+def dtype_names():
+    return ", ".join(dt.name for dt in ALL_DTYPES)

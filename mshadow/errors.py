@@ -1,0 +1,46 @@
+"""The one exception hierarchy of mshadow.
+
+Every error the library raises is an MShadowError; each subclass is also the built-in
+exception a Python user would expect (pyarrow's pattern), so ``except ValueError`` works.
+"""
+
+
+class MShadowError(Exception):
+    """Base class of every error raised by mshadow."""
+
+
+class ShapeError(MShadowError, ValueError):
+    """Shapes do not agree (operands of an expression, destination of an assignment)."""
+
+
+class DTypeError(MShadowError, TypeError):
+    """A dtype that is not supported, or dtypes mixed without tcast."""
+
+
+class DeviceError(MShadowError, ValueError):
+    """Tensors of different devices meet, or a device is not available."""
+
+
+class FreedTensorError(MShadowError, RuntimeError):
+    """A tensor (or a view of one) is used after its memory was released."""
+
+
+class FormatError(MShadowError, ValueError):
+    """A file or byte stream is truncated or corrupt."""
+
+
+class CudaError(MShadowError, RuntimeError):
+    """A CUDA driver, NVRTC or cuBLAS call failed; ``status`` holds the raw code."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+class ParamError(MShadowError, ValueError):
+    """A Parameter value failed to parse or validate; ``key`` and ``value`` say which."""
+
+    def __init__(self, message, key=None, value=None):
+        super().__init__(message)
+        self.key = key
+        self.value = value
