@@ -1,10 +1,15 @@
 # ms.copy: the one data-moving primitive between tensors (included by _core.pyx).
 
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memmove
+from libc.stdlib cimport malloc, free
 
 
 def copy(Tensor dst, Tensor src, stream=None):
-    """Copy ``src`` into ``dst`` (``Copy``): shapes must match, pitches may differ."""
+    """Copy ``src`` into ``dst`` (``Copy``): shapes must match, pitches may differ.
+
+    Overlapping source and destination (two views of one buffer) give the result of
+    copying from a snapshot of ``src``, as numpy's assignment does.
+    """
     if dst.shape != src.shape:
         raise ShapeError(f"Copy:shape mismatch:{dst.shape} vs {src.shape}")
     if dst.dtype != src.dtype:
@@ -19,11 +24,29 @@ def copy(Tensor dst, Tensor src, stream=None):
     cdef Py_ssize_t dpitch = dst.stride * dst.itemsize
     cdef Py_ssize_t spitch = src.stride * src.itemsize
     cdef Py_ssize_t r, rows = dst.rows
-    if d == s and dpitch == spitch:
+    cdef char *tmp = NULL
+    cdef bint failed = False
+    if rows == 0 or row_bytes == 0 or (d == s and dpitch == spitch):
         return
+    # byte ranges touched: [first row start, last row end)
+    cdef bint overlap = (d < s + (rows - 1) * spitch + row_bytes and
+                         s < d + (rows - 1) * dpitch + row_bytes)
     with nogil:
         if dpitch == row_bytes and spitch == row_bytes:
-            memcpy(d, s, row_bytes * rows)
-        else:
+            memmove(d, s, row_bytes * rows)
+        elif not overlap:
             for r in range(rows):
                 memcpy(d + r * dpitch, s + r * spitch, row_bytes)
+        else:
+            tmp = <char *> malloc(row_bytes * rows)
+            if tmp != NULL:
+                for r in range(rows):
+                    memcpy(tmp + r * row_bytes, s + r * spitch, row_bytes)
+                for r in range(rows):
+                    memcpy(d + r * dpitch, tmp + r * row_bytes, row_bytes)
+                free(tmp)
+            else:
+                failed = True
+    if failed:
+        raise MemoryError(f"Copy: could not allocate {row_bytes * rows} bytes of scratch "
+                          f"for overlapping tensors")

@@ -30,6 +30,7 @@ cdef class Tensor:
     cdef readonly int itemsize
     cdef readonly bint readonly
     cdef Py_ssize_t rows, cols     # the 2-D flattened view
+    cdef object __weakref__
     cdef char *data(self) except NULL
     cdef Tensor _view(self, object shape, Py_ssize_t offset, Py_ssize_t stride)
     cdef Py_ssize_t _index(self, object i) except -1
@@ -38,4 +39,4 @@ cdef class Tensor:
 cdef class TensorContainer(Tensor):
     cdef readonly bint pad
     cdef Py_ssize_t cap_rows, cap_pitch   # the allocation, in rows x bytes
-    cdef _reserve(self)
+    cdef _reserve(self, object shape)

@@ -2,12 +2,13 @@
 
 import operator
 import numpy as np
+cimport cython
 cimport numpy as cnp
 from libc.string cimport memset
 
 from .shape import Shape, as_shape
 from .dtypes import as_dtype, type_flag as _type_flag
-from .device import cpu, gpu, as_device
+from .device import cpu, gpu, as_device, Stream
 from .errors import ShapeError, DTypeError, DeviceError, FreedTensorError, MShadowError
 
 cnp.import_array()
@@ -17,6 +18,9 @@ ALIGN_BYTES = MS_ALIGN_BYTES
 cdef object _EMPTY_SHAPE = Shape()
 
 
+# Raw pointers must never be pickled (Cython's auto-pickle would turn ``ptr`` into bytes
+# and free() a pointer it never allocated on unpickling); a Tensor pickles its data instead.
+@cython.auto_pickle(False)
 cdef class Allocation:
     """Owns (or borrows) the bytes of one or more tensors and knows whether they are valid."""
 
@@ -50,6 +54,7 @@ cdef Allocation _allocate(Py_ssize_t nbytes):
     return mem
 
 
+@cython.auto_pickle(False)
 cdef class _Export:
     """The object numpy views keep alive: it pins the Allocation and counts as an export."""
     cdef Allocation mem
@@ -58,6 +63,19 @@ cdef class _Export:
     def __dealloc__(self):
         if self.mem is not None:
             self.mem.n_exports -= 1
+
+
+cdef object _as_index(object v, str what):
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {v!r}") from None
+
+
+cdef object _check_stream(object stream):
+    if stream is not None and not isinstance(stream, Stream):
+        raise TypeError(f"stream must be a mshadow Stream or None, got {stream!r}")
+    return stream
 
 
 cdef Py_ssize_t _prod(object dims):
@@ -84,7 +102,7 @@ cdef class Tensor:
         self.type_flag = _type_flag(dt)
         self.itemsize = dt.itemsize
         self.device = as_device(device)
-        self.stream = stream
+        self.stream = _check_stream(stream)
         self.stride = shape[-1]
         self.cols = shape[-1]
         self.rows = _prod(shape[:-1])
@@ -138,7 +156,10 @@ cdef class Tensor:
         """``size(i)`` is ``shape[i]``; ``size()`` the number of elements."""
         if i is None:
             return self.shape.size()
-        return self.shape[i]
+        k = _as_index(i, "size(i): i")
+        if not -len(self.shape) <= k < len(self.shape):
+            raise IndexError(f"size({k}) out of range for a {len(self.shape)}-D tensor")
+        return self.shape[k]
 
     def mem_size(self, int startdim=0):
         """Elements spanned by dims ``[startdim, ndim-1)`` with the row stride (``MemSize``)."""
@@ -156,7 +177,7 @@ cdef class Tensor:
         return len(self.shape) == 1 or self.stride == self.shape[-1]
 
     def set_stream(self, stream):
-        self.stream = stream
+        self.stream = _check_stream(stream)
 
     # ---- views ------------------------------------------------------------------
     def flat_to_2d(self):
@@ -176,8 +197,8 @@ cdef class Tensor:
         """``Slice(begin, end)``: rows ``[begin, end)`` of the first dimension, sharing memory."""
         self.data()
         cdef Py_ssize_t n = self.shape[0]
-        b = operator.index(begin)
-        e = operator.index(end)
+        b = _as_index(begin, "slice begin")
+        e = _as_index(end, "slice end")
         if not 0 <= b <= e <= n:
             raise IndexError(f"slice({b}, {e}) out of range for first dimension {n} "
                              f"(expected 0 <= begin <= end <= {n})")
@@ -200,6 +221,8 @@ cdef class Tensor:
 
     def _sub(self, Py_ssize_t k):
         """The (n-1)-D sub-tensor ``k`` of an n-D tensor (n >= 2)."""
+        if len(self.shape) < 2 or not 0 <= k < self.shape[0]:
+            raise IndexError(f"sub-tensor {k} out of range for shape {self.shape}")
         shape = self.shape.sub_shape()
         stride = self.stride if len(shape) > 1 else shape[0]
         return self._view(shape, self.offset + k * self.mem_size(1) * self.itemsize, stride)
@@ -209,16 +232,29 @@ cdef class Tensor:
         if isinstance(key, tuple):
             if len(key) == 0:
                 return self, -1
+            # Integers walk down the leading dims; a slice cuts the current first dim. After
+            # a slice or an Ellipsis, another index would select along a later axis, which a
+            # row-pitched view cannot express (t[:, 0] is a column): only ':' may follow.
+            if sum(1 for r in key if r is not Ellipsis) > len(self.shape):
+                raise IndexError(f"too many indices {key!r} for a {len(self.shape)}-D tensor")
             t = self
             for j, sub in enumerate(key):
-                if sub is Ellipsis and j == len(key) - 1:
-                    break
-                if not isinstance(t, Tensor):
-                    raise IndexError(f"too many indices for a {len(self.shape)}-D tensor")
+                if sub is Ellipsis or isinstance(sub, slice):
+                    rest = key[j + 1:]
+                    for r in rest:
+                        if not (r is Ellipsis or (isinstance(r, slice) and r == slice(None))):
+                            raise IndexError(
+                                f"index {key!r}: only leading integers and one leading slice "
+                                f"can be views of a pitched tensor (got {r!r} after {sub!r}); "
+                                f"use t.numpy()[...] for general indexing")
+                    if sub is Ellipsis:
+                        return t, -1
+                    return (<Tensor> t)._target(sub)
                 t, el = (<Tensor> t)._target(sub)
                 if el >= 0:
                     if j != len(key) - 1:
-                        raise IndexError(f"too many indices for a {len(self.shape)}-D tensor")
+                        raise IndexError(f"too many indices {key!r} for a "
+                                         f"{len(self.shape)}-D tensor")
                     return t, el
             return t, -1
         if key is Ellipsis:
@@ -307,6 +343,20 @@ cdef class Tensor:
 
     def tolist(self):
         return self._export().tolist()
+
+    # ---- copying and pickling ---------------------------------------------------
+    def __copy__(self):
+        """A new handle on the same memory (mshadow's Tensor copy: the data is shared)."""
+        self.data()
+        return self._view(self.shape, self.offset, self.stride)
+
+    def __deepcopy__(self, memo):
+        return _tensor_from_array(self._export(), self.stride != self.cols and len(self.shape) > 1)
+
+    def __reduce__(self):
+        # By value, like numpy: a pointer means nothing in another process.
+        return (_tensor_from_array,
+                (np.array(self._export()), self.stride != self.cols and len(self.shape) > 1))
 
     def __repr__(self):
         state = "" if self.is_allocated else (", unallocated" if self.mem is None else ", freed")
@@ -455,14 +505,23 @@ def from_numpy(a):
         if shape[-1] > 1 and strides[-1] != item:
             raise ValueError(f"from_numpy: the last axis must be contiguous (stride {item} bytes), "
                              f"got strides {strides}; pass np.ascontiguousarray(a)")
-        row = strides[-2] if nd >= 2 else shape[-1] * item
-        if nd >= 2 and shape[-2] == 1:
-            row = shape[-1] * item   # a single row: its stride is meaningless
-        for k in range(nd - 3, -1, -1):
-            if shape[k] > 1 and strides[k] != strides[k + 1] * shape[k + 1]:
+        # Collapse the leading axes into rows with one pitch. Size-1 axes carry no layout
+        # (numpy may give them any stride); every other leading axis must step by exactly
+        # the rows inside it times the pitch.
+        row = None
+        span = 1
+        for k in range(nd - 2, -1, -1):
+            if shape[k] == 1:
+                continue
+            if row is None:
+                row = strides[k]
+            elif strides[k] != row * span:
                 raise ValueError(f"from_numpy: axes 0..{nd - 2} do not collapse into rows with "
                                  f"one stride (shape {shape}, strides {strides}); "
                                  f"pass np.ascontiguousarray(a)")
+            span *= shape[k]
+        if row is None:
+            row = shape[-1] * item
         if row % item or row < shape[-1] * item:
             raise ValueError(f"from_numpy: row stride {row} bytes cannot hold a row of "
                              f"{shape[-1]} x {item} bytes (strides {strides})")
@@ -485,6 +544,13 @@ def from_numpy(a):
     return t
 
 
+def _tensor_from_array(a, pad=False):
+    """A new tensor owning a copy of ``a`` (used by pickling and deepcopy)."""
+    t = new_tensor(a.shape, init=None, pad=pad, dtype=a.dtype)
+    t._export()[...] = a
+    return t
+
+
 def from_dlpack(x):
     """A Tensor over any DLPack producer (torch, cupy on host memory, jax, numpy)."""
     return from_numpy(np.from_dlpack(x))
@@ -503,35 +569,50 @@ cdef class TensorContainer(Tensor):
         self.cap_rows = 0
         self.cap_pitch = 0
         self.mem = None
-        self._reserve()
+        self._reserve(self.shape)
         if init is not None and self.shape.size():
             a = self._export()
             a[...] = init
             del a
 
-    cdef _reserve(self):
-        cdef Py_ssize_t row_bytes = self.cols * self.itemsize
-        cdef Py_ssize_t pitch = ms_upper_align(row_bytes) if (self.pad and len(self.shape) > 1) \
+    cdef _reserve(self, object shape):
+        """Take ``shape``, reallocating only when its 2-D view does not fit (mshadow's Resize).
+
+        All checks and the new allocation happen before the container changes, so a failure
+        (numpy views pinning the old memory, MemoryError) leaves it exactly as it was.
+        """
+        cdef Py_ssize_t cols = shape[-1]
+        cdef Py_ssize_t rows = _prod(shape[:-1])
+        cdef Py_ssize_t row_bytes = cols * self.itemsize
+        cdef Py_ssize_t pitch = ms_upper_align(row_bytes) if (self.pad and len(shape) > 1) \
             else row_bytes
-        if self.mem is None or not self.mem.alive or self.cap_rows < self.rows \
-                or self.cap_pitch < pitch:
+        cdef Allocation fresh
+        if self.mem is None or not self.mem.alive or self.cap_rows < rows \
+                or self.cap_pitch < row_bytes:
+            if self.mem is not None and self.mem.alive and self.mem.n_exports:
+                raise BufferError(f"TensorContainer: cannot reallocate for shape {shape} while "
+                                  f"{self.mem.n_exports} numpy/DLPack view(s) of its memory "
+                                  f"are alive; delete them first")
+            fresh = _allocate(pitch * rows)
             if self.mem is not None and self.mem.alive:
-                self.mem.release()
-            self.mem = _allocate(pitch * self.rows)
-            self.cap_rows = self.rows
+                self.mem.release()   # views of the old memory now raise FreedTensorError
+            self.mem = fresh
+            self.cap_rows = rows
             self.cap_pitch = pitch
+        self.shape = shape
+        self.rows = rows
+        self.cols = cols
         self.offset = 0
-        self.stride = self.cols if len(self.shape) == 1 else self.cap_pitch // self.itemsize
+        # pad: the rows keep the allocation's pitch; no pad: the tensor stays contiguous
+        self.stride = self.cap_pitch // self.itemsize if (self.pad and len(shape) > 1) else cols
 
     def resize(self, shape, init=None):
         """Reshape to ``shape``; memory is reused if large enough. Contents are not kept."""
         shape = as_shape(shape)
         if len(shape) != len(self.shape):
-            raise ShapeError(f"TensorContainer.resize: expected a {len(self.shape)}-D shape, got {shape}")
-        self.shape = shape
-        self.cols = shape[-1]
-        self.rows = _prod(shape[:-1])
-        self._reserve()
+            raise ShapeError(f"TensorContainer.resize: expected a {len(self.shape)}-D shape, "
+                             f"got {shape}")
+        self._reserve(shape)
         if init is not None:
             a = self._export()
             a[...] = init
@@ -542,10 +623,8 @@ cdef class TensorContainer(Tensor):
         if self.mem is not None and self.mem.alive:
             self.mem.release()
         self.mem = None
-        self.shape = Shape((0,) + tuple(self.shape[1:]))
-        self.rows = _prod(self.shape[:-1])
         self.cap_rows = self.cap_pitch = 0
-        self._reserve()
+        self._reserve(Shape((0,) + tuple(self.shape[1:])))
 
     def set_pad(self, bint pad):
         self.pad = pad
@@ -560,9 +639,20 @@ cdef class TensorContainer(Tensor):
     def __copy__(self):
         return self.copy()
 
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __reduce__(self):
+        return (_container_from_array, (np.array(self._export()), self.pad))
+
     def __setitem__(self, key, value):
-        if (key is Ellipsis or key == slice(None)) and not _is_scalar(value):
-            shape = _expr().shape_of(value)
+        whole = key is Ellipsis or (isinstance(key, slice) and key == slice(None))
+        if whole and not _is_scalar(value) and not (isinstance(value, np.ndarray)
+                                                     and value.ndim == 0):
+            if isinstance(value, (Tensor, np.ndarray)):
+                shape = Shape(value.shape)
+            else:
+                shape = _expr().shape_of(value)
             if shape != self.shape:
                 if len(shape) != len(self.shape):
                     raise ShapeError(f"TensorContainer of {len(self.shape)} dims cannot take an "
@@ -584,6 +674,13 @@ cdef class TensorContainer(Tensor):
     Release = release
     SaveBinary = save_binary
     LoadBinary = load_binary
+
+
+def _container_from_array(a, pad=True):
+    """A new container owning a copy of ``a`` (used by pickling)."""
+    c = TensorContainer(a.shape, init=None, pad=pad, dtype=a.dtype)
+    c._export()[...] = a
+    return c
 
 
 cdef bint _is_scalar(object v):

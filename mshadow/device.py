@@ -65,4 +65,7 @@ def new_stream(device=cpu, create_blas_handle=True, create_dnn_handle=False, dev
 
 
 def delete_stream(stream):
+    """``DeleteStream``: the stream must not be used afterwards (CPU streams hold nothing)."""
+    if not isinstance(stream, Stream):
+        raise TypeError(f"delete_stream expects a Stream, got {stream!r}")
     stream.deleted = True

@@ -33,6 +33,8 @@ INT_DTYPES = (uint8, int8, int32, int64)
 
 def as_dtype(dtype):
     """Normalise anything numpy understands to one of the supported dtypes, or raise DTypeError."""
+    if dtype is None:   # numpy would read None as float64; mshadow's default is float32
+        return default_real_t
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         if int(dtype) in _FLAG_TO_DTYPE:
             return _FLAG_TO_DTYPE[int(dtype)]
