@@ -15,3 +15,6 @@ from .shape import (Shape, Shape1, Shape2, Shape3, Shape4, Shape5, convert_layou
 from ._core import (Tensor, TensorContainer, new_tensor, alloc_space, free_space, copy,
                     from_numpy, from_dlpack, ALIGN_BYTES)
 from .aliases import *  # noqa: F401,F403  the C++ spellings (NewTensor, FreeSpace, ...)
+from .blob import TShape, TBlob
+from .io import save_binary, load_binary, save, load
+from .random import Random

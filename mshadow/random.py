@@ -1,0 +1,159 @@
+"""Random: mshadow's random number generator (random.h) on numpy's MT19937 Generator.
+
+Seeded like ``std::mt19937(seed)``, so get_rand_int() repeats C++'s raw draws; the samplers use numpy's algorithms.
+"""
+import numpy as np
+
+from .device import as_device, cpu
+from .dtypes import as_dtype, float32, FLOAT_DTYPES
+from .errors import DeviceError, DTypeError
+from .shape import as_shape
+
+
+def _mt19937_key(seed):
+    """``std::mt19937::seed(s)`` (init_genrand): the 624-word state it starts from."""
+    key = [seed & 0xFFFFFFFF]
+    for i in range(1, 624):
+        prev = key[-1]
+        key.append((1812433253 * (prev ^ (prev >> 30)) + i) & 0xFFFFFFFF)
+    return np.array(key, dtype=np.uint32)
+
+
+class Random:
+    """``Random(device=cpu, seed=0, dtype=float32)``: fills tensors of ``dtype`` in place.
+
+    Every sampler writes the tensor row by row (row-major order of its shape, whatever its
+    pitch), so a seed gives the same values for padded and contiguous tensors alike.
+    Exact sequences follow numpy's sampling algorithms, not libstdc++'s.
+    """
+
+    def __init__(self, device=cpu, seed=0, dtype=float32):
+        self.device = as_device(device)
+        if not self.device.kDevCPU:
+            raise DeviceError("Random(device=gpu) needs the CUDA backend (cuRAND), "
+                              "which is not available")
+        self.dtype = as_dtype(dtype)
+        self._bitgen = np.random.MT19937()
+        self._gen = np.random.Generator(self._bitgen)
+        self._buffer = None
+        self.seed(seed)
+
+    def seed(self, seed):
+        """Restart the sequence from ``seed`` (``Seed``)."""
+        self._seed = int(seed) & 0xFFFFFFFF
+        self._bitgen.state = {"bit_generator": "MT19937",
+                              "state": {"key": _mt19937_key(self._seed), "pos": 624}}
+
+    def get_seed(self):
+        return self._seed
+
+    def get_rand_int(self):
+        """One raw 32-bit draw of the engine, as ``std::mt19937::operator()``."""
+        return int(self._bitgen.random_raw())
+
+    def get_rnd_engine(self):
+        """The numpy Generator behind this Random (``GetRndEngine``)."""
+        return self._gen
+
+    def set_stream(self, stream):
+        """CPU sampling is synchronous; kept for code ported from C++."""
+
+    # ---- samplers -----------------------------------------------------------------
+    def _fill(self, t, draw, real_only=False):
+        """Write ``draw(shape)`` into ``t`` through a numpy view, so the pitch is honoured."""
+        from ._core import from_numpy
+        t = from_numpy(t)   # a Tensor passes through; a numpy array becomes a view
+        if t.dtype != self.dtype:
+            raise DTypeError(f"Random(dtype={self.dtype}) cannot fill a {t.dtype} tensor")
+        if real_only and self.dtype not in FLOAT_DTYPES:
+            raise DTypeError("This operation only support floating point types")
+        if not t.device.kDevCPU:
+            raise DeviceError("Random(device=cpu) cannot fill a gpu tensor")
+        if t.readonly:
+            raise ValueError("Random: the tensor to fill is read-only")
+        a = t.numpy()
+        a[...] = draw(a.shape)
+        return t
+
+    def sample_uniform(self, t, a=0, b=1):
+        """Uniform on [a, b) for floating types, on the integers [a, b] for integer types."""
+        if a > b:
+            raise ValueError(f"sample_uniform: expected a <= b, got a={a}, b={b}")
+        if self.dtype.kind in "iu":
+            return self._fill(t, lambda s: self._gen.integers(a, b, s, self.dtype, endpoint=True))
+
+        def draw(shape):
+            x = self._gen.uniform(a, b, shape).astype(self.dtype)
+            # rounding to a narrower dtype can reach b; keep the interval half-open
+            if a < b:
+                top = np.nextafter(self.dtype.type(b), self.dtype.type(a))
+                np.minimum(x, top, out=x)
+            return x
+        return self._fill(t, draw)
+
+    def sample_gaussian(self, t, mu=0, sigma=1):
+        """Normal(mu, sigma); ``sigma <= 0`` fills with ``mu``, as mshadow does."""
+        if sigma <= 0:
+            return self._fill(t, lambda s: mu, real_only=True)
+        return self._fill(t, lambda s: self._gen.normal(mu, sigma, s), real_only=True)
+
+    def sample_gamma(self, t, alpha=1, beta=1):
+        """Gamma with shape ``alpha`` and scale ``beta``."""
+        return self._fill(t, lambda s: self._gen.gamma(alpha, beta, s), real_only=True)
+
+    def sample_exponential(self, t, lambda_=1):
+        """Exponential with rate ``lambda_`` (> 0)."""
+        if not lambda_ > 0:
+            raise ValueError(f"sample_exponential: expected lambda_ > 0, got {lambda_}")
+        return self._fill(t, lambda s: self._gen.exponential(1.0 / lambda_, s), real_only=True)
+
+    def sample_poisson(self, t, lambda_=1):
+        return self._fill(t, lambda s: self._gen.poisson(lambda_, s))
+
+    def sample_negative_binomial(self, t, k=1, p=1):
+        """Failures before the ``k``-th success, each trial succeeding with probability ``p``."""
+        return self._fill(t, lambda s: self._gen.negative_binomial(k, p, s))
+
+    def sample_generalized_negative_binomial(self, t, mu=1, alpha=1):
+        """Mean ``mu``, dispersion ``alpha``: Poisson(mu) if alpha == 0, else
+        Poisson(Gamma(1/alpha, mu*alpha))."""
+        if alpha == 0:
+            return self.sample_poisson(t, mu)
+        return self._fill(t, lambda s: self._gen.poisson(self._gen.gamma(1.0 / alpha, mu * alpha, s)))
+
+    # ---- expressions over the internal buffer ---------------------------------------
+    def _buffer_view(self, shape):
+        """A tensor of ``shape`` over the internal buffer, grown when too small."""
+        from ._core import from_numpy
+        shape = as_shape(shape)
+        n = shape.size()
+        if self._buffer is None or self._buffer.size < n:
+            # a new array, not a resize: views handed out earlier keep the old one alive
+            self._buffer = np.empty(n, self.dtype)
+        return from_numpy(self._buffer[:n].reshape(shape))
+
+    def gaussian(self, shape, mu=0, sigma=1):
+        """Normal samples of ``shape`` as a tensor over the internal buffer.
+
+        Valid only until the next ``gaussian``/``uniform`` call, which overwrites it, as in
+        mshadow: ``rnd.gaussian(s) * rnd.gaussian(s)`` multiplies a buffer by itself.
+        Copy it (or assign it to a tensor) to keep it.
+        """
+        return self.sample_gaussian(self._buffer_view(shape), mu, sigma)
+
+    def uniform(self, shape, a=0, b=1):
+        """Uniform samples of ``shape`` over the internal buffer; valid until the next call."""
+        return self.sample_uniform(self._buffer_view(shape), a, b)
+
+    # C++ spellings
+    Seed = seed
+    GetSeed = get_seed
+    GetRandInt = get_rand_int
+    GetRndEngine = get_rnd_engine
+    SampleUniform = sample_uniform
+    SampleGaussian = sample_gaussian
+    SampleGamma = sample_gamma
+    SampleExponential = sample_exponential
+    SamplePoisson = sample_poisson
+    SampleNegativeBinomial = sample_negative_binomial
+    SampleGeneralizedNegativeBinomial = sample_generalized_negative_binomial
