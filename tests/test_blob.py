@@ -175,7 +175,7 @@ def test_get_views_share_memory():
     b = TBlob(t)
     g = b.get(3, dtype=ms.float32, device=ms.cpu)
     assert g.shape == (2, 3, 4) and g.stride == t.stride and g.dptr == t.dptr
-    g[0] = 100                                       # writes through to t
+    g.numpy()[0] = 100                               # writes through to t
     assert (t.numpy()[0] == 100).all()
     assert b.get().shape == (2, 3, 4)
 
