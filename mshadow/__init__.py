@@ -18,3 +18,4 @@ from .aliases import *  # noqa: F401,F403  the C++ spellings (NewTensor, FreeSpa
 from .blob import TShape, TBlob
 from .io import save_binary, load_binary, save, load
 from .random import Random
+from .config import show_config

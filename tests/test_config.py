@@ -1,0 +1,96 @@
+"""``python -m mshadow`` and ``ms.show_config()``: the build's facts, one per line."""
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mshadow as ms
+from mshadow import config
+
+LABELS = ["mshadow", "python", "platform", "compiler", "numpy", "SIMD compiled", "SIMD detected",
+          "OpenMP threads", "BLAS", "CUDA"]
+
+
+def _run(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "mshadow", *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+@pytest.fixture(scope="module")
+def printed():
+    env = dict(os.environ, OMP_NUM_THREADS="3")
+    r = _run(env=env)
+    assert r.returncode == 0, r.stderr
+    return {line.split(":", 1)[0]: line.split(":", 1)[1].strip()
+            for line in r.stdout.splitlines()}
+
+
+def test_python_m_mshadow_prints_every_fact(printed):
+    for label in LABELS:
+        assert label in printed and printed[label], label
+    assert printed["mshadow"] == ms.__version__
+    assert printed["numpy"] == np.__version__
+
+
+def test_simd_lines(printed):
+    if not hasattr(ms._core, "simd_info"):
+        assert printed["SIMD compiled"] == "SSE2 baseline"
+    table = getattr(np._core._multiarray_umath, "__cpu_features__", {})
+    if table.get("SSE2"):
+        assert printed["SIMD detected"].split()[0] == "SSE2"
+    if table.get("AVX2"):
+        assert "AVX2" in printed["SIMD detected"].split()
+
+
+def test_openmp_threads_line(printed):
+    if hasattr(ms._core, "get_num_threads"):
+        assert printed["OpenMP threads"].split()[0].isdigit()
+    else:
+        assert printed["OpenMP threads"] == "3 (OMP_NUM_THREADS)"
+
+
+def test_blas_line_names_scipys_blas(printed):
+    scipy = pytest.importorskip("scipy")
+    blas = scipy.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    assert printed["BLAS"].startswith(blas["name"])
+    assert f"scipy {scipy.__version__}" in printed["BLAS"]
+
+
+def test_cuda_line(printed):
+    try:
+        import mshadow.cuda as cuda     # noqa: F401
+    except ModuleNotFoundError:
+        assert printed["CUDA"] == "not built (GPU backend not installed)"
+    else:
+        assert printed["CUDA"].startswith(("available", "not available", "unavailable"))
+
+
+def test_json_and_usage():
+    r = _run("--json")
+    assert r.returncode == 0 and list(json.loads(r.stdout)) == [
+        k for k in config.get_config()]
+    bad = _run("--nonsense")
+    assert bad.returncode == 2 and "usage: python -m mshadow" in bad.stderr
+
+
+def test_show_config_in_process_matches_get_config():
+    buf = io.StringIO()
+    ms.show_config(file=buf)
+    lines = buf.getvalue().splitlines()
+    cfg = config.get_config()
+    assert len(lines) == len(cfg)
+    for line, (k, v) in zip(lines, cfg.items()):
+        assert line.startswith(k + ":") and line.endswith(str(v))
+
+
+def test_threads_fallback_ignores_bad_env(monkeypatch):
+    if hasattr(ms._core, "get_num_threads"):
+        pytest.skip("the compiled core reports the thread count itself")
+    monkeypatch.setenv("OMP_NUM_THREADS", "lots")
+    assert config._threads() == f"{os.cpu_count() or 1} (os.cpu_count)"
+    monkeypatch.setenv("OMP_NUM_THREADS", "4,2")
+    assert config._threads() == "4 (OMP_NUM_THREADS)"
