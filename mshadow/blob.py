@@ -1,4 +1,4 @@
-"""TShape (a shape of any rank, known only at run time) and TBlob (a tensor of any rank, dtype and device).
+"""TShape (a shape whose rank is known only at run time) and TBlob (a tensor of any rank and dtype).
 
 The type-erased layer of mshadow's tensor_blob.h (now mxnet/tensor_blob.h); TShape is pure Python.
 """

@@ -199,9 +199,9 @@ def load(file, device=None):
                 raise ValueError("a single .npy array, not an .npz archive")
             with npz:
                 arrays = {name: npz[name] for name in npz.files}
+            devices = json.loads(str(arrays.pop(_META))) if _META in arrays else {}
         except (zipfile.BadZipFile, ValueError, EOFError, KeyError, OSError) as e:
             raise FormatError(f"load: not a readable .npz file ({e})") from e
-    devices = json.loads(str(arrays.pop(_META))) if _META in arrays else {}
     out = {}
     for name, a in arrays.items():
         if a.ndim == 0:

@@ -1,6 +1,6 @@
 """Random: mshadow's random number generator (random.h) on numpy's MT19937 Generator.
 
-Seeded like ``std::mt19937(seed)``, so get_rand_int() repeats C++'s raw draws; the samplers use numpy's algorithms.
+Seeded as ``std::mt19937(seed)``: get_rand_int() gives C++'s raw draws; the samplers are numpy's.
 """
 import numpy as np
 

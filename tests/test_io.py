@@ -224,4 +224,9 @@ def test_npz_errors(tmp_path):
     scalar.seek(0)
     with pytest.raises(ms.FormatError, match="0-d"):
         ms.load(scalar)
+    bad_meta = io.BytesIO()
+    np.savez(bad_meta, w=np.zeros(2, np.float32), __mshadow__=np.array("{not json"))
+    bad_meta.seek(0)
+    with pytest.raises(ms.FormatError):
+        ms.load(bad_meta)
     assert os.path.exists(tmp_path)
