@@ -277,14 +277,15 @@ class Field:
 
     # ---- binding to a Parameter class ---------------------------------------------------
     def __set_name__(self, owner, name):
-        if self.name is not None:
-            raise TypeError(f"one field() object is declared twice, as {self.name} and {name}; "
-                            f"create one field() per parameter")
-        self.name = name
+        if self.name is None:   # a second name is reported by Parameter, where errors are not wrapped
+            self.name = name
 
-    def _bind(self, owner_name, annotation):
+    def _bind(self, owner_name, name, annotation):
         """Resolve the type (from the annotation if field() named none) and check the builders."""
         where = f"{owner_name}.{self.name}"
+        if self._bound or self.name != name:
+            raise TypeError(f"one field() object is declared twice, as {self.name} and {name}; "
+                            f"create one field() per parameter")
         if self.kind is None:
             if annotation is None:
                 raise TypeError(f"{where}: give the type, field(int), or annotate: "

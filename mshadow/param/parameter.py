@@ -76,7 +76,7 @@ class Parameter:
                     raise ParamError(f"key {name} has already been registered in {cls.__name__}", key=name)
                 if hasattr(Parameter, name):
                     raise TypeError(f"{cls.__name__}.{name}: a field may not hide Parameter.{name}")
-                attr._bind(cls.__name__, _annotation(cls, name))
+                attr._bind(cls.__name__, name, _annotation(cls, name))
                 fields[name] = keys[name] = attr
         # aliases after every field, so one may be written before its field
         for name, attr in own.items():
