@@ -250,6 +250,8 @@ def test_duplicate_enum_messages():
     with pytest.raises(ParamError) as e:
         field(int).add_enum("b", 1).add_enum("a", 2).add_enum("c", 2)
     assert str(e.value) == "Enum (c: 2 exisit!)\nEnums: (a: 2), (b: 1), "
+    with pytest.raises(TypeError, match="takes a str key and an int value"):
+        field(int).add_enum(1, "relu")
 
 
 def test_none_is_reserved_in_optional_enums():

@@ -261,6 +261,8 @@ class Field:
         return self
 
     def add_enum(self, key, value):
+        if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"add_enum(key, value) takes a str key and an int value, got {key!r}, {value!r}")
         if key in self.enum or value in self.enum.values():
             listed = "".join(f"({k}: {v}), " for k, v in sorted(self.enum.items()))
             raise ParamError(f"Enum ({key}: {value} exisit!)\nEnums: {listed}", key=key, value=value)
