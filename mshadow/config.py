@@ -4,9 +4,7 @@ Like ``np.show_config()``: version, compiler, SIMD compiled/detected, OpenMP thr
 and CUDA. Every probe is lazy and guarded, so a missing piece is reported, never raised.
 """
 import os
-import platform
 import sys
-import sysconfig
 
 # numpy's names for the x86 / ARM features worth reporting, lowest first
 _SIMD_ORDER = ("SSE2", "SSE3", "SSSE3", "SSE41", "SSE42", "AVX", "F16C", "FMA3", "AVX2",
@@ -24,6 +22,8 @@ def _core():
 
 
 def _compiler():
+    import platform
+    import sysconfig
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     return f"{os.path.basename(cc)} (sysconfig CC); Python built with {platform.python_compiler()}"
 
@@ -67,6 +67,15 @@ def _simd_compiled():
         return (" ".join(compiled) if isinstance(compiled, (list, tuple)) else str(compiled),
                 None if chosen is None else str(chosen))
     return str(r), None
+
+
+def _core_detected():
+    info = getattr(_core(), "simd_info", None)
+    try:
+        r = info() if info is not None else None
+    except Exception:   # already reported on the "SIMD compiled" line
+        return None
+    return r.get("detected") if isinstance(r, dict) else None
 
 
 def _threads():
@@ -140,8 +149,9 @@ def _cuda():
 
 def get_config():
     """The facts ``show_config`` prints, as an ordered dict of label -> text."""
-    from . import __version__
+    import platform
     import numpy as np
+    from . import __version__
     compiled, dispatched = _simd_compiled()
     cfg = {
         "mshadow": __version__,
@@ -154,6 +164,9 @@ def get_config():
     if dispatched is not None:
         cfg["SIMD dispatched"] = dispatched
     cfg["SIMD detected"] = _simd_detected()
+    core_seen = _core_detected()
+    if core_seen:
+        cfg["SIMD detected"] += f" (mshadow: {core_seen})"
     cfg["OpenMP threads"] = _threads()
     cfg["BLAS"] = _blas()
     cfg["CUDA"] = _cuda()

@@ -40,10 +40,15 @@ def test_simd_lines(printed):
     if not hasattr(ms._core, "simd_info"):
         assert printed["SIMD compiled"] == "SSE2 baseline"
     table = getattr(np._core._multiarray_umath, "__cpu_features__", {})
+    words = printed["SIMD detected"].split()
     if table.get("SSE2"):
-        assert printed["SIMD detected"].split()[0] == "SSE2"
-    if table.get("AVX2"):
-        assert "AVX2" in printed["SIMD detected"].split()
+        assert words[0] == "SSE2"
+    for feature in ("AVX2", "AVX512F"):
+        assert (feature in words) == bool(table.get(feature))
+    info = getattr(ms._core, "simd_info", None)
+    if info is not None and isinstance(info(), dict):
+        assert printed["SIMD compiled"] == " ".join(info()["compiled"])
+        assert f"(mshadow: {info()['detected']})" in printed["SIMD detected"]
 
 
 def test_openmp_threads_line(printed):
@@ -87,9 +92,11 @@ def test_show_config_in_process_matches_get_config():
         assert line.startswith(k + ":") and line.endswith(str(v))
 
 
-def test_threads_fallback_ignores_bad_env(monkeypatch):
-    if hasattr(ms._core, "get_num_threads"):
-        pytest.skip("the compiled core reports the thread count itself")
+def test_fallbacks_without_core_probes(monkeypatch):
+    """Before the core has simd_info/get_num_threads: SSE2 baseline and the environment."""
+    monkeypatch.setattr(config, "_core", lambda: object())
+    assert config._simd_compiled() == ("SSE2 baseline", None)
+    assert config._core_detected() is None
     monkeypatch.setenv("OMP_NUM_THREADS", "lots")
     assert config._threads() == f"{os.cpu_count() or 1} (os.cpu_count)"
     monkeypatch.setenv("OMP_NUM_THREADS", "4,2")
