@@ -10,6 +10,7 @@ import typing
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import mshadow as ms
 from mshadow.param import (ParamError, ParamFieldInfo, ParamInitOption, Parameter, alias, field,
@@ -229,6 +230,22 @@ def test_bound_messages():
         Bounds(lr=0, n=0)
     assert Bounds(lr="1", n="1000").lr == 1.0            # both ends inclusive
     assert math.isnan(Bounds(lr="nan").lr)               # NaN compares false: dmlc lets it pass
+
+
+@given(st.floats(width=32, allow_nan=False, allow_infinity=False).filter(
+    lambda x: not 0 <= x <= 1 and abs(x) >= 2.0 ** -126))
+def test_any_value_outside_a_float_range_gets_the_exact_message(x):
+    with pytest.raises(ParamError) as e:
+        Bounds(lr=x)
+    # the value prints with plain ostream <<, i.e. printf's %g
+    assert str(e.value) == "value %g for Parameter lr exceed bound [0,1]\nlr: Learning rate." % x
+
+
+@given(st.integers(-2**31, 2**31 - 1).filter(lambda n: not 0 <= n <= 1000))
+def test_any_int_outside_the_range_gets_the_exact_message(n):
+    with pytest.raises(ParamError) as e:
+        MyParam(num_hidden=str(n), activation="relu")
+    assert str(e.value) == EXCEED.replace("2000", str(n), 1)
 
 
 def test_enum_messages_and_values():
