@@ -5,6 +5,7 @@ import numpy as np
 cimport cython
 cimport numpy as cnp
 from libc.string cimport memset
+from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from .shape import Shape, as_shape
 from .dtypes import as_dtype, type_flag as _type_flag
@@ -78,6 +79,18 @@ cdef object _check_stream(object stream):
     return stream
 
 
+cdef _check_extent(object shape, Py_ssize_t itemsize):
+    """Refuse shapes whose padded bytes overflow Py_ssize_t (they would wrap to a tiny malloc)."""
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    cols = shape[-1] if len(shape) else 0
+    padded = (cols * itemsize + MS_ALIGN_BYTES - 1) // MS_ALIGN_BYTES * MS_ALIGN_BYTES
+    if rows > PY_SSIZE_T_MAX or max(rows, 1) * padded > PY_SSIZE_T_MAX:
+        raise ShapeError(f"shape {shape} with {itemsize}-byte items needs more than "
+                         f"{PY_SSIZE_T_MAX} bytes, the most this platform can address")
+
+
 cdef Py_ssize_t _prod(object dims):
     cdef Py_ssize_t n = 1
     for d in dims:
@@ -97,6 +110,7 @@ cdef class Tensor:
         if len(shape) == 0:
             raise ShapeError("a Tensor needs at least one dimension, got shape ()")
         dt = as_dtype(dtype)
+        _check_extent(shape, dt.itemsize)
         self.shape = shape
         self.dtype = dt
         self.type_flag = _type_flag(dt)
@@ -581,6 +595,7 @@ cdef class TensorContainer(Tensor):
         All checks and the new allocation happen before the container changes, so a failure
         (numpy views pinning the old memory, MemoryError) leaves it exactly as it was.
         """
+        _check_extent(shape, self.itemsize)
         cdef Py_ssize_t cols = shape[-1]
         cdef Py_ssize_t rows = _prod(shape[:-1])
         cdef Py_ssize_t row_bytes = cols * self.itemsize
@@ -609,7 +624,8 @@ cdef class TensorContainer(Tensor):
     def resize(self, shape, init=None):
         """Reshape to ``shape``; memory is reused if large enough. Contents are not kept."""
         shape = as_shape(shape)
-        if len(shape) != len(self.shape):
+        if len(shape) != len(self.shape) and self.shape.size() != 0:
+            # an empty container (TensorContainer()) takes its rank from its first shape
             raise ShapeError(f"TensorContainer.resize: expected a {len(self.shape)}-D shape, "
                              f"got {shape}")
         self._reserve(shape)
@@ -654,7 +670,7 @@ cdef class TensorContainer(Tensor):
             else:
                 shape = _expr().shape_of(value)
             if shape != self.shape:
-                if len(shape) != len(self.shape):
+                if len(shape) != len(self.shape) and self.shape.size() != 0:
                     raise ShapeError(f"TensorContainer of {len(self.shape)} dims cannot take an "
                                      f"expression of shape {shape}")
                 self.resize(shape)

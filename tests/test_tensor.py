@@ -123,6 +123,20 @@ def test_new_tensor_bad_arguments(kwargs, exc, msg):
         ms.new_tensor(**kwargs)
 
 
+@pytest.mark.parametrize("shape", [(2**40, 2**40), (2**62, 3), (0, 2**62), (2**70, 0)])
+def test_shapes_beyond_the_address_space_are_refused(shape):
+    # The byte count would wrap around to a tiny malloc behind a huge shape.
+    msg = r"needs more than \d+ bytes, the most this platform can address"
+    with pytest.raises(ms.ShapeError, match=msg):
+        ms.new_tensor(shape, init=None)
+    with pytest.raises(ms.ShapeError, match=msg):
+        ms.Tensor(shape)
+    c = ms.TensorContainer((2, 3), init=1)
+    with pytest.raises(ms.ShapeError, match=msg):
+        c.resize(shape)
+    assert c.shape == (2, 3) and (c.numpy() == 1).all()
+
+
 def test_dtype_error_is_a_type_error():
     assert issubclass(ms.DTypeError, TypeError) and issubclass(ms.DTypeError, ms.MShadowError)
 
