@@ -46,7 +46,10 @@ class BuildExt(build_ext):
                 continue
             if os.environ.get("MSHADOW_DEBUG") != "1":
                 ext.extra_compile_args += ["-O3"]
-            ext.extra_compile_args += ["-fno-strict-aliasing", "-Wno-unused-function"]
+            # -fwrapv: integer overflow wraps as in mshadow's C++ on every compiler we use;
+            # -ffp-contract=off: no FMA contraction, so packet and plain paths agree bit for bit.
+            ext.extra_compile_args += ["-fno-strict-aliasing", "-fwrapv", "-ffp-contract=off",
+                                       "-Wno-unused-function", "-Wno-unused-variable"]
             if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386"):
                 ext.extra_compile_args += ["-msse2"]
             if os.environ.get("MSHADOW_NO_OPENMP") != "1" and cc and _compiler_accepts(cc, ["-fopenmp"]):
@@ -56,6 +59,23 @@ class BuildExt(build_ext):
                 print("mshadow: building without OpenMP (single-threaded)", file=sys.stderr)
         super().build_extensions()
 
+
+def _generate_kernels():
+    """Write mshadow/include/mshadow/kernels_gen.h from the operator table."""
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    pkg = os.path.join(here, "mshadow")
+    sys.path.insert(0, pkg)
+    try:
+        spec = importlib.util.spec_from_file_location("codegen_cpu", os.path.join(pkg, "codegen_cpu.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.write(os.path.join(pkg, "include", "mshadow", "kernels_gen.h"))
+    finally:
+        sys.path.remove(pkg)
+
+
+_generate_kernels()
 
 extensions = [
     Extension(

@@ -14,8 +14,14 @@ from .shape import (Shape, Shape1, Shape2, Shape3, Shape4, Shape5, convert_layou
                     kNCHW, kNHWC, kCHWN, kNCW, kNWC, kCWN, kNCDHW, kNDHWC, kCDHWN)
 from ._core import (Tensor, TensorContainer, new_tensor, alloc_space, free_space, copy,
                     from_numpy, from_dlpack, ALIGN_BYTES)
+from ._core import set_num_threads, get_num_threads, set_simd_level, simd_info
+from .expr import Exp, ScalarExp, scalar, F, tcast, transpose, where
+from . import op
+from .op import sv, red, types as type  # noqa: A001  ms.type is mshadow's namespace name
+from .engine import plan_for
 from .aliases import *  # noqa: F401,F403  the C++ spellings (NewTensor, FreeSpace, ...)
 from .blob import TShape, TBlob
 from .io import save_binary, load_binary, save, load
 from .random import Random
 from .config import show_config
+from . import param

@@ -7,3 +7,4 @@ so a freed tensor or any view of it raises instead of touching freed memory.
 """
 include "_tensor.pxi"
 include "_copy.pxi"
+include "_engine.pxi"

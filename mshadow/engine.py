@@ -1,17 +1,88 @@
-"""ExpEngine placeholder: replaced by the compiled Plan engine."""
+"""ExpEngine: routes ``dst <saver> exp`` to the plan that evaluates it.
+
+Element-wise expressions (kRValue, kMapper, kChainer) go to a cached MapPlan; kComplex
+ones (dot) go to their own engine. Every check runs before the first store.
+"""
 import numpy as np
+
+from . import _core
+from .errors import DTypeError, ShapeError
+from .expr import Exp, ScalarExp, _is_scalar, _scalar_value, _CODE_BY_FLAG, _LEAF_KEY, kComplex, describe
+from . import fallback
+from .plan import compile_plan, UntracedOp
+
+Tensor = _core.Tensor
+_run_plan = _core.run_plan
+_Plan = _core.Plan
+
+# (key, dst code, saver) -> Plan
+_plans = {}
+_complex_engines = {}
+
+
+def register_complex(tag, fn):
+    """Let a kComplex expression kind (dot, reductions) evaluate itself: fn(dst, exp, saver)."""
+    _complex_engines[tag] = fn
+
+
+_FALLBACK = object()   # marks keys that hold an untraceable operator
+
+
+def get_plan(key, dst_code, saver):
+    plan = _plans.get((key, dst_code, saver))
+    if plan is None:
+        try:
+            plan = _Plan(compile_plan(key, dst_code, saver))
+        except UntracedOp:
+            plan = _FALLBACK
+        _plans[(key, dst_code, saver)] = plan
+    return plan
 
 
 def assign(dst, value, saver):
-    a = dst.numpy()
-    v = np.asarray(value)
-    if saver == "saveto":
-        a[...] = v
-    elif saver == "plusto":
-        a += v
-    elif saver == "minusto":
-        a -= v
-    elif saver == "multo":
-        a *= v
+    """Evaluate ``dst <saver> value``; ``value`` is an expression, a tensor, an array or a scalar."""
+    code = _CODE_BY_FLAG[dst.type_flag]
+    if isinstance(value, Exp):
+        if value.exp_type == kComplex:
+            return _complex_engines[value.key[0]](dst, value, saver)
+        key, leaves, scalars = value.key, value.leaves, value.scalars
+        ecode, eshape = value.code, value.shape
+    elif isinstance(value, Tensor):
+        key, leaves, scalars = _LEAF_KEY[value.type_flag], (value,), ()
+        ecode, eshape = _CODE_BY_FLAG[value.type_flag], value.shape
+    elif _is_scalar(value):
+        if isinstance(value, ScalarExp):
+            if value.dtype is not None and value.dtype != dst.dtype:
+                raise DTypeError(f"Assignment: scalar of dtype {value.dtype} to a tensor of dtype "
+                                 f"{dst.dtype}; use ms.tcast")
+            value = value.value
+        key, leaves, scalars = ("S",), (), (_scalar_value(value, code, "Assignment"),)
+        ecode, eshape = code, dst.shape
+    elif isinstance(value, np.ndarray):
+        return assign(dst, _core.from_numpy(value), saver)
     else:
-        a /= v
+        raise TypeError(f"cannot assign {type(value).__name__} to a tensor (expected an "
+                        f"expression, a Tensor, a numpy array or a real scalar)")
+    if eshape != dst.shape:
+        raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
+                         f"eshape: {eshape} dshape:{dst.shape} (expression {describe(key)})")
+    if ecode != code:
+        raise DTypeError(f"Assignment: expression of dtype {np.dtype(value.dtype) if hasattr(value, 'dtype') else ecode} "
+                         f"to a tensor of dtype {dst.dtype}; use ms.tcast")
+    plan = get_plan(key, code, saver)
+    if plan is _FALLBACK:
+        if dst.readonly:
+            raise ValueError("assignment destination is read-only")
+        return fallback.evaluate(key, leaves, scalars, dst, saver)
+    _run_plan(plan, dst, leaves, scalars)
+
+
+def plan_for(dst, exp, saver="saveto"):
+    """The compiled plan ``dst <saver> exp`` would run (for ``disassemble``)."""
+    if isinstance(exp, Tensor):
+        key = _LEAF_KEY[exp.type_flag]
+    elif isinstance(exp, Exp):
+        key = exp.key
+    else:
+        key = ("S",)
+    return get_plan(key, _CODE_BY_FLAG[dst.type_flag], saver)

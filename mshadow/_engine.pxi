@@ -1,0 +1,372 @@
+# The CPU MapPlan: binds a compiled Program to pointers and scalars and runs it with no GIL
+# (included by _core.pyx). Knows nothing about expression classes: it gets a Program, the
+# destination, the leaf tensors and the scalar values, in the order the program expects.
+
+import os
+import warnings
+from libc.stdlib cimport malloc, free
+from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t, uint16_t
+from cpython.ref cimport PyObject
+
+from .plan import compile_plan, disassemble as _disassemble
+
+cdef extern from "numpy/ndarraytypes.h":
+    ctypedef Py_ssize_t npy_intp
+
+cdef extern from "mshadow/kernels_gen.h":
+    ctypedef void (*ms_loop_fn)(char **, const npy_intp *, const npy_intp *, void *) noexcept nogil
+    ctypedef struct ms_kernel_entry:
+        const char *name
+        ms_loop_fn fn
+    const ms_kernel_entry ms_kernel_table[]
+    int ms_isa_level
+    int ms_fpe_flags
+    int ms_detect_isa() nogil
+    int MS_X86
+
+cdef extern from "mshadow/plan_exec.h":
+    enum:
+        MS_OPD_REG, MS_OPD_LEAF, MS_OPD_SCALAR
+    ctypedef struct ms_inst:
+        ms_loop_fn fn
+        void *data
+        int nin
+        int kind[4]
+        int idx[4]
+        npy_intp step[4]
+    ctypedef struct ms_leaf:
+        char *ptr
+        npy_intp rowstep, colstep
+    ctypedef struct ms_program:
+        int ninst
+        const ms_inst *inst
+        const ms_leaf *leaf
+        char *scalars
+        int nreg
+        npy_intp reg_bytes
+        npy_intp rows, cols, block
+        int nthreads
+    int ms_run_program(const ms_program *p) nogil
+    int ms_max_threads() nogil
+    int ms_have_openmp() nogil
+
+
+DEF BLOCK = 512            # elements per block: 8 registers of doubles stay in a 32 KiB L1
+DEF MIN_PER_THREAD = 32768 # below this many elements a thread costs more than it saves
+
+cdef dict _KERNELS = {}
+cdef int _k = 0
+while ms_kernel_table[_k].name != NULL:
+    _KERNELS[ms_kernel_table[_k].name.decode()] = <size_t> ms_kernel_table[_k].fn
+    _k += 1
+
+_ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
+cdef int _detected_isa = ms_detect_isa()
+
+
+def _initial_isa():
+    """The detected level, lowered by MSHADOW_DISABLE_CPU_FEATURES=AVX512F,AVX2,SSE2."""
+    level = _detected_isa
+    off = {f.strip().upper() for f in os.environ.get("MSHADOW_DISABLE_CPU_FEATURES", "").split(",")}
+    for name, lvl in (("AVX512F", 3), ("AVX2", 2), ("SSE2", 1)):
+        if name in off and level >= lvl:
+            level = lvl - 1
+    return level
+
+
+ms_isa_level = _initial_isa()
+
+
+def simd_info():
+    """(compiled levels, detected level, level in use) by name."""
+    compiled = _ISA_NAMES if MS_X86 else _ISA_NAMES[:1]
+    return {"compiled": compiled, "detected": _ISA_NAMES[_detected_isa],
+            "active": _ISA_NAMES[ms_isa_level]}
+
+
+def set_simd_level(level):
+    """Use packets up to ``level`` ('plain', 'sse2', 'avx2', 'avx512'); never above the CPU's."""
+    global ms_isa_level
+    if level not in _ISA_NAMES:
+        raise ValueError(f"unknown SIMD level {level!r} (expected one of {', '.join(_ISA_NAMES)})")
+    lvl = _ISA_NAMES.index(level)
+    if lvl > _detected_isa:
+        raise ValueError(f"this CPU supports SIMD up to {_ISA_NAMES[_detected_isa]}, not {level}")
+    ms_isa_level = lvl
+
+
+cdef int _num_threads = ms_max_threads()
+
+
+def set_num_threads(int n):
+    """Threads used by one assignment (default: the cores OpenMP sees)."""
+    global _num_threads
+    if n < 1:
+        raise ValueError(f"set_num_threads: expected n >= 1, got {n}")
+    _num_threads = n
+
+
+def get_num_threads():
+    return _num_threads if ms_have_openmp() else 1
+
+
+def have_openmp():
+    return bool(ms_have_openmp())
+
+
+cdef dict _CODE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "u8": 1, "i8": 1, "i32": 4, "i64": 8}
+cdef dict _CODE_NUM = {"f32": 0, "f64": 1, "f16": 2, "u8": 3, "i32": 4, "i8": 5, "i64": 6}
+
+
+cdef object _ufunc_loop(str name, str code):
+    """numpy's own inner loop of ufunc ``name`` for one float type, and its data pointer."""
+    cdef cnp.ufunc uf = getattr(np, name)
+    cdef int tnum = cnp.NPY_FLOAT if code == "f32" else cnp.NPY_DOUBLE
+    cdef int i, j
+    for i in range(uf.ntypes):
+        if all(uf.types[i * uf.nargs + j] == tnum for j in range(uf.nargs)):
+            if uf.functions[i] == NULL:
+                break
+            return <size_t> uf.functions[i], <size_t> uf.data[i]
+    raise RuntimeError(f"numpy's {name} has no inner loop for {code}")
+
+
+cdef class Plan:
+    """A Program bound to kernel pointers: everything of an assignment but the data."""
+    cdef ms_inst *inst
+    cdef int ninst, nreg, nleaf, nscalar
+    cdef readonly object program
+    cdef int *scalar_arg        # slot -> index into the expression's scalars, or -1 (constant)
+    cdef int *scalar_code       # slot -> storage type number
+    cdef int *scalar_ccode      # slot -> compute type number
+    cdef double *const_value
+    cdef bint *leaf_t           # leaf (1-based; 0 is dst) read transposed
+    cdef int dst_code
+
+    def __cinit__(self, program):
+        self.program = program
+        self.ninst = len(program.instrs)
+        self.nreg = program.nreg
+        self.nleaf = len(program.leaf_codes)
+        self.nscalar = len(program.scalar_codes)
+        self.inst = <ms_inst *> malloc(max(1, self.ninst) * sizeof(ms_inst))
+        self.scalar_arg = <int *> malloc(max(1, self.nscalar) * sizeof(int))
+        self.scalar_code = <int *> malloc(max(1, self.nscalar) * sizeof(int))
+        self.scalar_ccode = <int *> malloc(max(1, self.nscalar) * sizeof(int))
+        self.const_value = <double *> malloc(max(1, self.nscalar) * sizeof(double))
+        self.leaf_t = <bint *> malloc((self.nleaf + 1) * sizeof(bint))
+        if not (self.inst and self.scalar_arg and self.scalar_code and self.scalar_ccode
+                and self.const_value and self.leaf_t):
+            raise MemoryError()
+        self.dst_code = _CODE_NUM[program.dst_code]
+        self.leaf_t[0] = False
+        for k, t in enumerate(program.leaf_transposed):
+            self.leaf_t[k + 1] = t
+        consts = program.const_values
+        arg = 0
+        for s, (code, ccode) in enumerate(program.scalar_codes):
+            self.scalar_code[s] = _CODE_NUM[code]
+            self.scalar_ccode[s] = _CODE_NUM[ccode]
+            if s in consts:
+                self.scalar_arg[s] = -1
+                self.const_value[s] = consts[s]
+            else:
+                self.scalar_arg[s] = arg
+                arg += 1
+        cdef ms_inst *ins
+        for k, instr in enumerate(program.instrs):
+            ins = &self.inst[k]
+            if instr.kernel[0] == "k":
+                ins.fn = <ms_loop_fn> <size_t> _KERNELS[instr.kernel[1]]
+                ins.data = NULL
+            else:
+                fn, data = _ufunc_loop(instr.kernel[1], instr.kernel[2])
+                ins.fn = <ms_loop_fn> <size_t> fn
+                ins.data = <void *> <size_t> data
+            ins.nin = len(instr.ins)
+            for j, opd in enumerate(list(instr.ins) + [instr.out]):
+                if opd[0] == "reg":
+                    ins.kind[j] = MS_OPD_REG
+                    ins.idx[j] = opd[1]
+                    ins.step[j] = _CODE_SIZE[opd[2]]
+                elif opd[0] == "leaf":
+                    ins.kind[j] = MS_OPD_LEAF
+                    ins.idx[j] = opd[1] + 1
+                    ins.step[j] = 0
+                elif opd[0] == "dst":
+                    ins.kind[j] = MS_OPD_LEAF
+                    ins.idx[j] = 0
+                    ins.step[j] = 0
+                else:
+                    ins.kind[j] = MS_OPD_SCALAR
+                    ins.idx[j] = opd[1]
+                    ins.step[j] = 0
+
+    def __dealloc__(self):
+        free(self.inst)
+        free(self.scalar_arg)
+        free(self.scalar_code)
+        free(self.scalar_ccode)
+        free(self.const_value)
+        free(self.leaf_t)
+
+    def disassemble(self):
+        return _disassemble(self.program)
+
+
+cdef int _store_scalar(char *slot, int code, int ccode, object value) except -1:
+    """Write ``value`` as the compute type, after rounding it to the storage type."""
+    if code == 2:      # float16: what a half can hold, computed as float
+        (<float *> slot)[0] = <float> np.float16(value)
+    elif ccode == 0:
+        (<float *> slot)[0] = <float> value
+    elif ccode == 1:
+        (<double *> slot)[0] = <double> value
+    elif ccode == 3:
+        (<uint8_t *> slot)[0] = <uint8_t> (<int64_t> value)
+    elif ccode == 5:
+        (<int8_t *> slot)[0] = <int8_t> (<int64_t> value)
+    elif ccode == 4:
+        (<int32_t *> slot)[0] = <int32_t> (<int64_t> value)
+    else:
+        (<int64_t *> slot)[0] = <int64_t> value
+    return 0
+
+
+cdef bint _overlaps(Tensor a, Tensor b):
+    """Whether the byte ranges spanned by two tensors of one allocation intersect."""
+    cdef Py_ssize_t a0 = a.offset, b0 = b.offset
+    cdef Py_ssize_t a1 = a0 + ((a.rows - 1) * a.stride + a.cols) * a.itemsize
+    cdef Py_ssize_t b1 = b0 + ((b.rows - 1) * b.stride + b.cols) * b.itemsize
+    return a.rows > 0 and b.rows > 0 and a0 < b1 and b0 < a1
+
+
+def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
+    """Evaluate ``plan`` into ``dst``: leaf k of the program is ``leaves[k]``."""
+    cdef Py_ssize_t nl = plan.nleaf
+    if len(leaves) != nl:
+        raise ValueError(f"plan expects {nl} leaves, got {len(leaves)}")
+    if dst.readonly:
+        raise ValueError("assignment destination is read-only")
+    dst.data()
+    cdef Tensor lf
+    cdef Py_ssize_t k
+    cdef bint contiguous = True     # every leaf read in place and contiguous
+    cdef bint alias = False
+    for k in range(nl):
+        lf = <Tensor> leaves[k]
+        lf.data()
+        if plan.leaf_t[k + 1]:
+            if lf.rows != dst.cols or lf.cols != dst.rows:
+                raise ShapeError(f"Assignment: transposed operand of shape {lf.shape} does not "
+                                 f"match target {dst.shape}")
+            contiguous = False
+        elif lf.rows != dst.rows or lf.cols != dst.cols:
+            raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
+                             f"eshape: {lf.shape} dshape:{dst.shape}")
+        elif not (lf.rows <= 1 or lf.stride == lf.cols):
+            contiguous = False
+        if lf.mem is dst.mem and _overlaps(lf, dst) and (
+                plan.leaf_t[k + 1] or lf.offset != dst.offset or lf.stride != dst.stride):
+            alias = True
+    if alias:
+        # the expression reads the destination at other positions: evaluate into a
+        # temporary first, so blocks never see half-written results
+        tmp = TensorContainer(dst.shape, init=None, pad=False, dtype=dst.dtype)
+        _run(plan_for_copy(plan), tmp, leaves, scalars, contiguous)
+        _run(copy_plan(dst.dtype, plan.program.saver), dst, (tmp,), (), _dense(dst))
+        return
+    _run(plan, dst, leaves, scalars, contiguous and _dense(dst))
+
+
+cdef inline bint _dense(Tensor t):
+    return t.rows <= 1 or t.stride == t.cols
+
+
+cdef dict _aux_plans = {}
+
+
+cdef Plan plan_for_copy(Plan plan):
+    """The same program with saver saveto (for the temporary of an aliased assignment)."""
+    prog = plan.program
+    key = ("tmp", id(prog))
+    p = _aux_plans.get(key)
+    if p is None:
+        p = Plan(compile_plan(prog.key, prog.dst_code, "saveto"))
+        _aux_plans[key] = p
+    return p
+
+
+cdef Plan copy_plan(dtype, str saver):
+    from .ops_table import TYPE_CODE
+    code = TYPE_CODE[np.dtype(dtype)]
+    key = ("copy", code, saver)
+    p = _aux_plans.get(key)
+    if p is None:
+        p = Plan(compile_plan(("L", code, False), code, saver))
+        _aux_plans[key] = p
+    return p
+
+
+cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
+    global ms_fpe_flags
+    cdef Py_ssize_t nl = plan.nleaf, k
+    cdef ms_leaf stack_leaf[16]
+    cdef ms_leaf *lv = &stack_leaf[0]
+    cdef char stack_scalars[16 * 16]
+    cdef char *sv = &stack_scalars[0]
+    if nl + 1 > 16:
+        lv = <ms_leaf *> malloc((nl + 1) * sizeof(ms_leaf))
+    if plan.nscalar > 16:
+        sv = <char *> malloc(16 * plan.nscalar)
+    cdef Tensor lf
+    cdef ms_program prog
+    cdef int rc
+    cdef Py_ssize_t n
+    if lv == NULL or sv == NULL:
+        raise MemoryError()
+    try:
+        lv[0].ptr = dst.data()
+        lv[0].rowstep = dst.stride * dst.itemsize
+        lv[0].colstep = dst.itemsize
+        for k in range(nl):
+            lf = <Tensor> leaves[k]
+            lv[k + 1].ptr = lf.data()
+            if plan.leaf_t[k + 1]:
+                lv[k + 1].rowstep = lf.itemsize
+                lv[k + 1].colstep = lf.stride * lf.itemsize
+            else:
+                lv[k + 1].rowstep = lf.stride * lf.itemsize
+                lv[k + 1].colstep = lf.itemsize
+        for k in range(plan.nscalar):
+            a = plan.scalar_arg[k]
+            _store_scalar(sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
+                          plan.const_value[k] if a < 0 else scalars[a])
+        prog.ninst = plan.ninst
+        prog.inst = plan.inst
+        prog.leaf = lv
+        prog.scalars = sv
+        prog.nreg = plan.nreg
+        prog.reg_bytes = BLOCK * 8
+        prog.block = BLOCK
+        if contiguous:
+            prog.rows = 1
+            prog.cols = dst.rows * dst.cols
+        else:
+            prog.rows = dst.rows
+            prog.cols = dst.cols
+        n = dst.rows * dst.cols
+        prog.nthreads = max(1, min(get_num_threads(), n // MIN_PER_THREAD))
+        ms_fpe_flags = 0
+        with nogil:
+            rc = ms_run_program(&prog)
+        if rc != 0:
+            raise MemoryError("could not allocate the per-thread registers of a plan")
+        if ms_fpe_flags & 1:
+            warnings.warn("integer division by zero (the result is 0 there)", RuntimeWarning,
+                          stacklevel=3)
+    finally:
+        if lv != &stack_leaf[0]:
+            free(lv)
+        if sv != &stack_scalars[0]:
+            free(sv)

@@ -1,0 +1,116 @@
+"""Block-wise numpy evaluation of an expression key, for operators that could not be traced.
+
+Runs the expression on numpy views of blocks of rows (never a full-size temporary), with
+the operator table's numpy references giving mshadow's semantics; single-threaded.
+"""
+import numpy as np
+
+from .ops_table import OPS_BY_NAME
+from .plan import SAVER_OPS, USER_OPS, compute_code, parse_composite, _COMPOSITES
+from .expr import _NP_BY_CODE
+
+BLOCK_ELEMS = 1 << 16
+
+
+def _view2d(t, transposed):
+    a = t.numpy()
+    a = a.reshape(t.flat_to_2d().shape) if a.ndim != 2 else a
+    return a.T if transposed else a
+
+
+class _Eval:
+    def __init__(self, views, scalars, rows):
+        self.views = views
+        self.scalars = scalars
+        self.rows = rows
+        self.li = 0
+        self.si = 0
+
+    def run(self, key, cc):
+        tag = key[0]
+        if tag == "L":
+            v = self.views[self.li][self.rows]
+            self.li += 1
+            return v.astype(_NP_BY_CODE[compute_code(key[1])], copy=False)
+        if tag == "S":
+            s = self.scalars[self.si]
+            self.si += 1
+            return np.asarray(s).astype(_NP_BY_CODE[cc])
+        if tag == "C":
+            src = self.run(key[2], compute_code(_code(key[2])))
+            out = src.astype(_NP_BY_CODE[key[1]])
+            return out.astype(_NP_BY_CODE[compute_code(key[1])], copy=False)
+        name, code = key[1], key[2]
+        c = compute_code(code)
+        args = [self.run(k, c) for k in key[3:]]
+        return apply(name, args, c)
+
+
+def apply(name, args, cc):
+    dt = _NP_BY_CODE[cc]
+    from .op import PY_OPS, warn_untraced
+    if name in PY_OPS:
+        op = PY_OPS[name]
+        warn_untraced(op)
+        if op.elementwise is None:
+            try:   # numpy-vectorisable body (e.g. it calls numpy functions): one call a block
+                res = op.fn(*args)
+                op.elementwise = False
+            except (ValueError, TypeError):   # it branches on values: one call an element
+                op.elementwise = True
+        if op.elementwise:
+            res = np.vectorize(op.fn, otypes=[dt])(*args)
+        else:
+            res = op.fn(*args)
+        return np.asarray(res).astype(dt, copy=False)
+    tree = USER_OPS[name][1] if name in USER_OPS else _COMPOSITES.get(name)
+    if tree is not None:
+        return _expand(tree, args, cc)
+    with np.errstate(all="ignore"):
+        return np.asarray(OPS_BY_NAME[name].ref(*args)).astype(dt, copy=False)
+
+
+def _expand(tree, args, cc):
+    if isinstance(tree, str):
+        return args["abc".index(tree)]
+    if isinstance(tree, float):
+        return np.asarray(tree).astype(_NP_BY_CODE[cc])
+    return apply(tree[0], [_expand(t, args, cc) for t in tree[1:]], cc)
+
+
+def _code(key):
+    return key[1] if key[0] in ("L", "C") else key[2]
+
+
+def evaluate(key, leaves, scalars, dst, saver):
+    """``dst <saver> key`` with numpy, a block of rows at a time."""
+    out = _view2d(dst, False)
+    views = []
+    lk = []
+    _leaf_keys(key, lk)
+    for t, tr in zip(leaves, lk):
+        v = _view2d(t, tr)
+        if np.shares_memory(v, out) and not (v.__array_interface__ == out.__array_interface__):
+            v = v.copy()   # read elsewhere than written: never see half-written rows
+        views.append(v)
+    dcode = {np.dtype(v): k for k, v in _NP_BY_CODE.items()}[dst.dtype]
+    cc = compute_code(dcode)
+    rows, cols = out.shape
+    step = max(1, BLOCK_ELEMS // max(cols, 1))
+    for r0 in range(0, rows, step):
+        sl = slice(r0, min(rows, r0 + step))
+        val = _Eval(views, scalars, sl).run(key, cc)
+        sop = SAVER_OPS[saver]
+        if sop is not None:
+            val = apply(sop, [out[sl].astype(_NP_BY_CODE[cc]), val], cc)
+        out[sl] = np.broadcast_to(val, out[sl].shape)
+
+
+def _leaf_keys(key, acc):
+    if key[0] == "L":
+        acc.append(key[2])
+    elif key[0] == "C":
+        _leaf_keys(key[2], acc)
+    elif key[0] == "M":
+        for k in key[3:]:
+            _leaf_keys(k, acc)

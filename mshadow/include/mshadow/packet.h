@@ -1,0 +1,52 @@
+/* Packets: the SIMD vocabulary of the CPU kernels (mshadow's packet-inl.h, widened).
+ *
+ * Design: one header per ISA (packet/sse2.h, avx2.h, avx512.h) defines the SAME set of
+ * functions, named ms_<isa>_<op>_<t> (load, loadu, store, storeu, set1, zero, add, sub,
+ * mul, div, max, min, sqrt, neg, abs, sum); kernels are written once against P(op) and
+ * compiled per ISA under a target pragma, then chosen at import (ms_select_isa).
+ * The ISA headers cannot be included alone.  Results are bit-identical to the plain path:
+ * only IEEE add/sub/mul/div/sqrt/min/max are used and FMA contraction is disabled.
+ */
+#ifndef MSHADOW_PACKET_H_
+#define MSHADOW_PACKET_H_
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
+#define MS_X86 1
+#else
+#define MS_X86 0
+#endif
+
+/* ISA levels, in order. */
+#define MS_ISA_PLAIN 0
+#define MS_ISA_SSE2 1
+#define MS_ISA_AVX2 2
+#define MS_ISA_AVX512 3
+
+#define MS_PACKET_INSIDE 1
+#if MS_X86
+#include "packet/sse2.h"
+#if defined(__GNUC__) || defined(__clang__)
+#define MS_HAVE_AVX 1
+#include "packet/avx2.h"
+#include "packet/avx512.h"
+#else
+#define MS_HAVE_AVX 0
+#endif
+#endif
+#undef MS_PACKET_INSIDE
+
+/* The best ISA this CPU runs (PacketArch detection). */
+static inline int ms_detect_isa(void) {
+#if MS_X86 && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return MS_ISA_AVX512;
+  if (__builtin_cpu_supports("avx2")) return MS_ISA_AVX2;
+  return MS_ISA_SSE2;
+#elif MS_X86
+  return MS_ISA_SSE2;
+#else
+  return MS_ISA_PLAIN;
+#endif
+}
+
+#endif  /* MSHADOW_PACKET_H_ */

@@ -1,0 +1,32 @@
+/* AVX2 packets: 8 floats / 4 doubles; compiled under a target attribute, used only when
+ * the CPU reports avx2 (ms_detect_isa). */
+#ifndef MS_PACKET_INSIDE
+#error "include mshadow/packet.h, not packet/avx2.h"
+#endif
+#include <immintrin.h>
+
+#define MS_AVX2_FN static inline __attribute__((target("avx2")))
+typedef __m256 ms_avx2_v_f32;
+typedef __m256d ms_avx2_v_f64;
+#define ms_avx2_W_f32 8
+#define ms_avx2_W_f64 4
+
+#define MS_AVX2_DEF(T, t, V, s)                                                                \
+  MS_AVX2_FN V ms_avx2_load_##t(const T *p) { return _mm256_load_##s(p); }                     \
+  MS_AVX2_FN V ms_avx2_loadu_##t(const T *p) { return _mm256_loadu_##s(p); }                   \
+  MS_AVX2_FN void ms_avx2_store_##t(T *p, V v) { _mm256_store_##s(p, v); }                     \
+  MS_AVX2_FN void ms_avx2_storeu_##t(T *p, V v) { _mm256_storeu_##s(p, v); }                   \
+  MS_AVX2_FN V ms_avx2_set1_##t(T x) { return _mm256_set1_##s(x); }                            \
+  MS_AVX2_FN V ms_avx2_zero_##t(void) { return _mm256_setzero_##s(); }                         \
+  MS_AVX2_FN V ms_avx2_add_##t(V a, V b) { return _mm256_add_##s(a, b); }                      \
+  MS_AVX2_FN V ms_avx2_sub_##t(V a, V b) { return _mm256_sub_##s(a, b); }                      \
+  MS_AVX2_FN V ms_avx2_mul_##t(V a, V b) { return _mm256_mul_##s(a, b); }                      \
+  MS_AVX2_FN V ms_avx2_div_##t(V a, V b) { return _mm256_div_##s(a, b); }                      \
+  MS_AVX2_FN V ms_avx2_max_##t(V a, V b) { return _mm256_max_##s(a, b); }                      \
+  MS_AVX2_FN V ms_avx2_min_##t(V a, V b) { return _mm256_min_##s(a, b); }                      \
+  MS_AVX2_FN V ms_avx2_sqrt_##t(V a) { return _mm256_sqrt_##s(a); }                            \
+  MS_AVX2_FN V ms_avx2_neg_##t(V a) { return _mm256_xor_##s(a, _mm256_set1_##s((T)-0.0)); }    \
+  MS_AVX2_FN V ms_avx2_abs_##t(V a) { return _mm256_andnot_##s(_mm256_set1_##s((T)-0.0), a); }
+
+MS_AVX2_DEF(float, f32, __m256, ps)
+MS_AVX2_DEF(double, f64, __m256d, pd)

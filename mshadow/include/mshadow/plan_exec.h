@@ -1,0 +1,113 @@
+/* The CPU MapPlan executor: runs a flat program over the 2-D view of the destination.
+ *
+ * Design: the destination (rows x cols, pitched) is cut into blocks of at most `block`
+ * elements of one row; OpenMP threads take blocks; for each block every instruction calls
+ * a kernel with numpy's inner-loop signature on (pointer, step) operands: a register (the
+ * thread's small scratch, stays in L1), a leaf tensor read in place at (y, x0) with its own
+ * row and column steps (a transposed leaf simply has swapped steps), or a scalar (step 0).
+ * The last instruction writes straight into the destination. No Python, no GIL, no
+ * allocation proportional to the tensor: registers are nreg x block elements per thread.
+ */
+#ifndef MSHADOW_PLAN_EXEC_H_
+#define MSHADOW_PLAN_EXEC_H_
+#include <stdlib.h>
+#include "mshadow/alloc.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { MS_OPD_REG = 0, MS_OPD_LEAF = 1, MS_OPD_SCALAR = 2 };
+
+typedef struct {
+  ms_loop_fn fn;
+  void *data;
+  int nin;
+  int kind[4];        /* operands 0..nin-1, then the output at index nin */
+  int idx[4];
+  npy_intp step[4];   /* bytes between elements for registers and scalars (0) */
+} ms_inst;
+
+typedef struct {
+  char *ptr;
+  npy_intp rowstep, colstep;   /* bytes; leaf 0 is the destination */
+} ms_leaf;
+
+typedef struct {
+  int ninst;
+  const ms_inst *inst;
+  const ms_leaf *leaf;
+  char *scalars;        /* slot k at scalars + 16 * k */
+  int nreg;
+  npy_intp reg_bytes;
+  npy_intp rows, cols, block;
+  int nthreads;
+} ms_program;
+
+/* Returns 0, or -1 when a thread could not get its registers. */
+static int ms_run_program(const ms_program *p) {
+  const npy_intp nbx = (p->cols + p->block - 1) / p->block;
+  const npy_intp total = p->rows * nbx;
+  int failed = 0;
+  if (total <= 0) return 0;
+#ifdef _OPENMP
+  int nt = p->nthreads;
+  if (nt > total) nt = (int)total;
+  #pragma omp parallel num_threads(nt) if (nt > 1) reduction(|: failed)
+#endif
+  {
+    char *regs = p->nreg ? (char *)ms_aligned_malloc((size_t)(p->nreg * p->reg_bytes)) : NULL;
+    if (p->nreg && regs == NULL) failed = 1;
+    npy_intp b;
+#ifdef _OPENMP
+    #pragma omp for schedule(static)
+#endif
+    for (b = 0; b < total; ++b) {
+      if (p->nreg && regs == NULL) continue;
+      const npy_intp y = b / nbx, x0 = (b % nbx) * p->block;
+      npy_intp n = p->cols - x0;
+      if (n > p->block) n = p->block;
+      int k, j;
+      for (k = 0; k < p->ninst; ++k) {
+        const ms_inst *in = &p->inst[k];
+        char *args[4];
+        npy_intp steps[4];
+        for (j = 0; j <= in->nin; ++j) {
+          const int id = in->idx[j];
+          switch (in->kind[j]) {
+            case MS_OPD_REG:
+              args[j] = regs + id * p->reg_bytes;
+              steps[j] = in->step[j];
+              break;
+            case MS_OPD_LEAF:
+              args[j] = p->leaf[id].ptr + y * p->leaf[id].rowstep + x0 * p->leaf[id].colstep;
+              steps[j] = p->leaf[id].colstep;
+              break;
+            default:
+              args[j] = p->scalars + 16 * id;
+              steps[j] = 0;
+          }
+        }
+        in->fn(args, &n, steps, in->data);
+      }
+    }
+    if (regs) ms_aligned_free(regs);
+  }
+  return failed ? -1 : 0;
+}
+
+static int ms_max_threads(void) {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+static int ms_have_openmp(void) {
+#ifdef _OPENMP
+  return 1;
+#else
+  return 0;
+#endif
+}
+#endif  /* MSHADOW_PLAN_EXEC_H_ */

@@ -1,0 +1,181 @@
+"""``ms.op``: the operator library, user-defined operators, and the sv / red / type names.
+
+Every built-in operator comes from ops_table.OPS. ``@ms.op.define`` traces a Python
+function once with symbolic scalars into a composite the plan inlines like a built-in;
+a body that cannot be traced (Python control flow on its inputs) runs on numpy views of
+each block instead (mshadow/fallback.py), with a one-time warning.
+"""
+import inspect
+import warnings
+
+from . import expr as _expr
+from . import plan as _plan
+from .ops_table import OPS
+
+__all__ = ["Op", "define", "where", "TraceError"]
+
+
+class TraceError(TypeError):
+    """The body of a defined operator used its inputs in a way a trace cannot follow."""
+
+
+class Sym:
+    """A symbolic scalar: records the operations an operator body applies to its inputs."""
+
+    __slots__ = ("tree",)
+
+    def __init__(self, tree):
+        self.tree = tree
+
+    def _bin(self, name, other, swap=False):
+        o = _sym_tree(other)
+        return Sym((name, o, self.tree) if swap else (name, self.tree, o))
+
+    def __add__(self, o): return self._bin("plus", o)
+    def __radd__(self, o): return self._bin("plus", o, True)
+    def __sub__(self, o): return self._bin("minus", o)
+    def __rsub__(self, o): return self._bin("minus", o, True)
+    def __mul__(self, o): return self._bin("mul", o)
+    def __rmul__(self, o): return self._bin("mul", o, True)
+    def __truediv__(self, o): return self._bin("div", o)
+    def __rtruediv__(self, o): return self._bin("div", o, True)
+    def __pow__(self, o): return self._bin("power", o)
+    def __rpow__(self, o): return self._bin("power", o, True)
+    def __gt__(self, o): return self._bin("gt", o)
+    def __lt__(self, o): return self._bin("lt", o)
+    def __ge__(self, o): return self._bin("ge", o)
+    def __le__(self, o): return self._bin("le", o)
+    def __eq__(self, o): return self._bin("eq", o)
+    def __ne__(self, o): return self._bin("ne", o)
+    def __neg__(self): return Sym(("neg", self.tree))
+    def __pos__(self): return self
+    def __abs__(self): return Sym(("abs", self.tree))
+    __hash__ = None
+
+    def __bool__(self):
+        raise TraceError("an operator body branched on its input (if/and/or/min/max on a "
+                         "value); use ms.where(cond, a, b) to trace it")
+
+    def __float__(self):
+        raise TraceError("an operator body converted its input to a Python number")
+
+    __int__ = __index__ = __float__
+
+
+def _sym_tree(x):
+    if isinstance(x, Sym):
+        return x.tree
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    raise TraceError(f"an operator body used {type(x).__name__} {x!r}; only its inputs, "
+                     f"numbers, ms.where and ms.op operators can be traced")
+
+
+class Op:
+    """An operator usable in ``F``; called directly it applies F (or traces, on symbols)."""
+
+    def __init__(self, name, arity, doc=""):
+        self.name = name
+        self.arity = arity
+        self.__doc__ = doc
+
+    def __call__(self, *args):
+        if any(isinstance(a, Sym) for a in args):
+            return Sym((self.name,) + tuple(_sym_tree(a) for a in args))
+        return _expr.F(self, *args)
+
+    def __repr__(self):
+        return f"<mshadow op {self.name}/{self.arity}>"
+
+
+for _row in OPS:
+    globals()[_row.name] = Op(_row.name, _row.arity,
+                              f"mshadow operator {_row.name}: {_row.c or _row.composite}")
+    __all__.append(_row.name)
+
+
+def where(cond, a, b):
+    """``cond != 0 ? a : b``: element-wise on expressions, symbolic inside a defined op."""
+    if any(isinstance(x, Sym) for x in (cond, a, b)):
+        return Sym(("where", _sym_tree(cond), _sym_tree(a), _sym_tree(b)))
+    return _expr.where(cond, a, b)
+
+
+class PyOp(Op):
+    """A defined operator whose body could not be traced: evaluated per block with numpy."""
+
+    def __init__(self, name, arity, fn, reason):
+        super().__init__(name, arity, fn.__doc__ or "")
+        self.fn = fn
+        self.reason = reason
+        self.warned = False
+        self.elementwise = None   # learnt on first use: does the body need scalar calls?
+
+
+# PyOp registry by unique name, read by the fallback evaluator
+PY_OPS = {}
+
+
+def define(fn=None, *, name=None):
+    """Decorator: turn ``def op(a[, b[, c]]): ...`` into an operator usable in ``F``."""
+    if fn is None:
+        return lambda f: define(f, name=name)
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    arity = len(params)
+    if not 1 <= arity <= 3:
+        raise TypeError(f"define: an operator takes 1 to 3 arguments, {fn.__name__} takes {arity}")
+    base = name or fn.__name__
+    uname = f"user.{base}.{id(fn):x}"   # unique: two ops may share a Python name
+    try:
+        out = fn(*[Sym(v) for v in "abc"[:arity]])
+        tree = _sym_tree(out)
+    except TraceError as e:
+        op = PyOp(uname, arity, fn, str(e))
+        PY_OPS[uname] = op
+        return op
+    _plan.USER_OPS[uname] = (arity, tree)
+    op = Op(uname, arity, fn.__doc__ or "")
+    op.fn = fn
+    op.tree = tree
+    return op
+
+
+def warn_untraced(op):
+    if not op.warned:
+        op.warned = True
+        warnings.warn(f"operator {op.name.split('.')[1]} could not be traced ({op.reason}); it runs "
+                      f"on numpy views of each block on the CPU, single-threaded", RuntimeWarning,
+                      stacklevel=4)
+
+
+class _Savers:
+    """``ms.sv``: the savers an assignment can use (saveto is ``=``, plusto ``+=``, ...)."""
+    saveto, plusto, minusto, multo, divto = "saveto", "plusto", "minusto", "multo", "divto"
+
+
+class _Reducer:
+    def __init__(self, name, combine, init):
+        self.name = name
+        self.combine = combine
+        self.init = init
+
+    def __repr__(self):
+        return f"<mshadow reducer {self.name}>"
+
+
+class _Reducers:
+    """``ms.red``: reducers for reductions and pooling (sum, maximum, minimum)."""
+    sum = _Reducer("sum", "plus", 0)
+    maximum = _Reducer("maximum", "maximum", "-inf")
+    minimum = _Reducer("minimum", "minimum", "+inf")
+
+
+class _Types:
+    """``ms.type``: the expression type lattice."""
+    kRValue, kMapper, kChainer, kComplex = _expr.kRValue, _expr.kMapper, _expr.kChainer, _expr.kComplex
+
+
+sv = _Savers()
+red = _Reducers()
+types = _Types()   # exported as ms.type

@@ -1,0 +1,236 @@
+"""The plan compiler: an expression's structure -> a flat register program. Pure Python.
+
+Input is the structural key an expression builds as it is constructed (ops, dtypes, leaf
+kinds; no pointers, no values), the destination dtype and the saver; output is a Program
+that the CPU executor binds to pointers and scalars, and that the GPU emitter can turn into
+CUDA C. Programs are cached by (key, dst dtype, saver), so this runs once per structure.
+
+Keys:  ('L', code, transposed)   a tensor leaf, read at (y, x) or, transposed, at (x, y)
+       ('S',)                    a scalar, typed by the operator it feeds
+       ('M', op, code, *args)    an element-wise operator whose result has storage ``code``
+       ('C', code, arg)          tcast to ``code``
+Operands: ('reg', i, code), ('leaf', k, code), ('scalar', s, code), ('dst', 0, code).
+"""
+from dataclasses import dataclass, field
+from typing import List, Tuple
+
+from .ops_table import OPS_BY_NAME, kernel_kind
+
+SAVER_OPS = {"saveto": None, "plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
+
+# user-defined operators traced to composite form: name -> (arity, composite expression tree)
+USER_OPS = {}
+
+
+class UntracedOp(Exception):
+    """The key holds an operator with no compiled form (an untraceable defined op)."""
+
+
+def compute_code(code):
+    """float16 is stored, never computed: its arithmetic runs in float32 (mshadow's half_t)."""
+    return "f32" if code == "f16" else code
+
+
+@dataclass
+class Instr:
+    kernel: Tuple          # ('k', name) generated kernel, or ('u', ufunc_name, type_code)
+    ins: List[Tuple]
+    out: Tuple
+
+    def __str__(self):
+        kname = self.kernel[1] if self.kernel[0] == "k" else f"np.{self.kernel[1]}.{self.kernel[2]}"
+        return f"{_opd(self.out)} = {kname}({', '.join(_opd(o) for o in self.ins)})"
+
+
+@dataclass
+class Program:
+    instrs: List[Instr] = field(default_factory=list)
+    nreg: int = 0
+    reg_codes: List[str] = field(default_factory=list)
+    leaf_codes: List[str] = field(default_factory=list)       # storage code of each leaf
+    leaf_transposed: List[bool] = field(default_factory=list)
+    scalar_codes: List[Tuple[str, str]] = field(default_factory=list)  # (storage, compute)
+    dst_code: str = "f32"
+    saver: str = "saveto"
+
+
+def _opd(o):
+    if o[0] == "reg":
+        return f"r{o[1]}"
+    if o[0] == "leaf":
+        return f"L{o[1]}"
+    if o[0] == "scalar":
+        return f"s{o[1]}"
+    return "dst"
+
+
+def disassemble(program):
+    """numexpr-style listing of a program, one instruction a line."""
+    head = [f"# dst {program.dst_code} {program.saver}; leaves "
+            + ", ".join(f"L{i}:{c}{'.T' if t else ''}"
+                        for i, (c, t) in enumerate(zip(program.leaf_codes, program.leaf_transposed)))
+            + f"; scalars {', '.join(f's{i}:{c[0]}' for i, c in enumerate(program.scalar_codes))}"
+            + f"; {program.nreg} registers"]
+    return "\n".join(head + [str(i) for i in program.instrs])
+
+
+def parse_composite(text):
+    """'div(1, plus(1, exp(neg(a))))' -> nested tuples ('div', 1.0, ('plus', ...)) / 'a' / 1.0."""
+    import ast
+
+    def conv(node):
+        if isinstance(node, ast.Call):
+            return (node.func.id,) + tuple(conv(a) for a in node.args)
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Constant):
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -conv(node.operand)
+        raise ValueError(f"bad composite operator definition {text!r}")
+    return conv(ast.parse(text, mode="eval").body)
+
+
+_COMPOSITES = {op.name: parse_composite(op.composite) for op in OPS_BY_NAME.values() if op.composite}
+
+
+class _Compiler:
+    def __init__(self, dst_code, saver):
+        self.p = Program(dst_code=dst_code, saver=saver)
+        self.free = []
+        self.consts = {}
+
+    # registers: freed as soon as their single reader has been emitted
+    def reg(self, code):
+        if self.free:
+            i = self.free.pop()
+            self.p.reg_codes[i] = code
+        else:
+            i = self.p.nreg
+            self.p.nreg += 1
+            self.p.reg_codes.append(code)
+        return ("reg", i, code)
+
+    def release(self, opds):
+        for o in opds:
+            if o[0] == "reg" and o[1] not in self.free:
+                self.free.append(o[1])
+
+    def instr(self, kernel, ins, out_code):
+        self.release(ins)
+        out = self.reg(out_code)
+        self.p.instrs.append(Instr(kernel, list(ins), out))
+        return out
+
+    def const(self, value, code):
+        """A constant of a composite definition: a scalar slot with a fixed value."""
+        s = len(self.p.scalar_codes)
+        self.p.scalar_codes.append((code, code))
+        self.consts[s] = value
+        return ("scalar", s, code)
+
+    def cast(self, opd, code):
+        if opd[2] == code:
+            return opd
+        return self.instr(("k", f"cast_{opd[2]}_{code}"), [opd], code)
+
+    # the tree walk
+    def emit(self, key, ctx):
+        tag = key[0]
+        if tag == "L":
+            k = len(self.p.leaf_codes)
+            self.p.leaf_codes.append(key[1])
+            self.p.leaf_transposed.append(key[2])
+            opd = ("leaf", k, key[1])
+            return self.cast(opd, "f32") if key[1] == "f16" else opd
+        if tag == "S":
+            s = len(self.p.scalar_codes)
+            self.p.scalar_codes.append((ctx[0], ctx[1]))
+            return ("scalar", s, ctx[1])
+        if tag == "C":
+            target = key[1]
+            src = self.emit(key[2], (_key_code(key[2]), compute_code(_key_code(key[2]))))
+            if target == "f16":  # round through half so the value is what a half holds
+                return self.cast(self.cast(src, "f16"), "f32")
+            return self.cast(src, target)
+        if tag == "M":
+            name, code = key[1], key[2]
+            cc = compute_code(code)
+            args = [self.emit(a, (code, cc)) for a in key[3:]]
+            return self.apply(name, args, cc)
+        raise ValueError(f"unknown plan node {key!r}")
+
+    def apply(self, name, args, cc):
+        """Emit operator ``name`` on operands of compute type ``cc``."""
+        if name in USER_OPS:
+            return self.expand(USER_OPS[name][1], args, cc)
+        op = OPS_BY_NAME.get(name)
+        if op is None:
+            raise UntracedOp(name)
+        kind = kernel_kind(op, cc)
+        if kind == "composite":
+            return self.expand(_COMPOSITES[name], args, cc)
+        if kind == "via_f64":
+            res = self.apply(name, [self.cast(a, "f64") for a in args], "f64")
+            return self.cast(res, cc)
+        if kind == "ufunc":
+            return self.instr(("u", op.ufunc, cc), args, cc)
+        return self.instr(("k", f"{name}_{cc}"), args, cc)
+
+    def expand(self, tree, args, cc):
+        if isinstance(tree, str):
+            return args["abc".index(tree)]
+        if isinstance(tree, float):
+            return self.const(tree, cc)
+        sub = [self.expand(t, args, cc) for t in tree[1:]]
+        return self.apply(tree[0], sub, cc)
+
+    def finish(self, res):
+        p = self.p
+        dc = p.dst_code
+        cc = compute_code(dc)
+        sop = SAVER_OPS[p.saver]
+        if sop is None:
+            if dc == "f16":
+                self.to_dst(self.cast(res, "f16"))
+            elif res[0] == "reg" and p.instrs and p.instrs[-1].out == res:
+                p.instrs[-1].out = ("dst", 0, dc)
+            else:
+                self.to_dst(self.instr(("k", f"identity_{cc}"), [res], cc))
+        else:
+            cur = ("dst", 0, dc)
+            if dc == "f16":
+                cur = self.cast(("dst", 0, "f16"), "f32")
+            out = self.apply(sop, [cur, res], cc)
+            if dc == "f16":
+                out = self.instr(("k", "cast_f32_f16"), [out], "f16")
+            self.to_dst(out)
+        return p
+
+    def to_dst(self, res):
+        """Redirect the instruction that produced ``res`` to the destination."""
+        if res[0] == "reg" and self.p.instrs and self.p.instrs[-1].out == res:
+            self.p.instrs[-1].out = ("dst", 0, res[2])
+        else:  # a cast of a leaf or scalar that produced no instruction: copy it
+            self.p.instrs.append(Instr(("k", f"identity_{res[2]}"), [res], ("dst", 0, res[2])))
+
+
+def _key_code(key):
+    if key[0] == "L":
+        return key[1]
+    if key[0] in ("M", "C"):
+        return key[2] if key[0] == "M" else key[1]
+    raise ValueError("a bare scalar has no dtype")
+
+
+def compile_plan(key, dst_code, saver):
+    """Compile ``key`` for a destination of storage ``dst_code`` and a saver name."""
+    if saver not in SAVER_OPS:
+        raise ValueError(f"unknown saver {saver!r} (expected one of {', '.join(SAVER_OPS)})")
+    c = _Compiler(dst_code, saver)
+    cc = compute_code(dst_code)
+    res = c.emit(key, (dst_code, cc))
+    prog = c.finish(res)
+    prog.const_values = c.consts
+    prog.key = key
+    return prog
