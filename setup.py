@@ -84,6 +84,12 @@ extensions = [
         include_dirs=[np.get_include(), "mshadow/include"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     ),
+    Extension(
+        "mshadow._blas",
+        sources=["mshadow/_blas.pyx"],
+        include_dirs=[np.get_include(), "mshadow/include"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    ),
 ]
 
 setup(
