@@ -5,6 +5,11 @@ Design: a Tensor is a thin handle (allocation, byte offset, shape, row stride); 
 Allocation owns the bytes and is the single place that knows whether they are still valid,
 so a freed tensor or any view of it raises instead of touching freed memory.
 """
+import numpy as np
+from .errors import ShapeError, DTypeError
+from .dtypes import type_flag as _type_flag
+
+include "_exp.pxi"
 include "_tensor.pxi"
 include "_copy.pxi"
 include "_engine.pxi"

@@ -356,10 +356,13 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
             prog.rows = dst.rows
             prog.cols = dst.cols
         n = dst.rows * dst.cols
-        prog.nthreads = max(1, min(get_num_threads(), n // MIN_PER_THREAD))
+        prog.nthreads = max(1, min(_num_threads, n // MIN_PER_THREAD))
         ms_fpe_flags = 0
-        with nogil:
+        if n < MIN_PER_THREAD:   # too short to be worth releasing the GIL
             rc = ms_run_program(&prog)
+        else:
+            with nogil:
+                rc = ms_run_program(&prog)
         if rc != 0:
             raise MemoryError("could not allocate the per-thread registers of a plan")
         if ms_fpe_flags & 1:

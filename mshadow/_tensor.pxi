@@ -293,6 +293,9 @@ cdef class Tensor:
         return t
 
     def __setitem__(self, key, value):
+        if type(key) is slice and key.start is None and key.stop is None and key.step is None:
+            _assign(self, value, "saveto")   # t[:] = exp, the hot path
+            return
         self.data()
         t, el = self._target(key)
         if el >= 0:
@@ -385,31 +388,31 @@ cdef class Tensor:
     # ---- expressions ------------------------------------------------------------
     # Arithmetic builds lazy expressions (mshadow/expr.py); assignment evaluates them.
     def __add__(self, other):
-        return _expr().binary("plus", self, other)
+        return make_map("plus", (self, other))
 
     def __radd__(self, other):
-        return _expr().binary("plus", other, self)
+        return make_map("plus", (other, self))
 
     def __sub__(self, other):
-        return _expr().binary("minus", self, other)
+        return make_map("minus", (self, other))
 
     def __rsub__(self, other):
-        return _expr().binary("minus", other, self)
+        return make_map("minus", (other, self))
 
     def __mul__(self, other):
-        return _expr().binary("mul", self, other)
+        return make_map("mul", (self, other))
 
     def __rmul__(self, other):
-        return _expr().binary("mul", other, self)
+        return make_map("mul", (other, self))
 
     def __truediv__(self, other):
-        return _expr().binary("div", self, other)
+        return make_map("div", (self, other))
 
     def __rtruediv__(self, other):
-        return _expr().binary("div", other, self)
+        return make_map("div", (other, self))
 
     def __neg__(self):
-        return _expr().unary("neg", self)
+        return make_map("neg", (self,))
 
     def __pos__(self):
         return self
@@ -455,13 +458,29 @@ cdef object _expr():
 
 
 cdef object _engine_assign = None
+cdef dict _plan_cache = None
+
 
 cdef _assign(Tensor dst, object value, str saver):
-    """Route ``dst <saver> value`` to the expression engine."""
-    global _engine_assign
+    """Route ``dst <saver> value`` to the expression engine.
+
+    A compiled plan for an element-wise expression of the right dtype and shape runs from
+    here; everything else (first use of a structure, dot, scalars, errors) goes through
+    mshadow.engine.assign, which checks and compiles.
+    """
+    global _engine_assign, _plan_cache
+    cdef Exp e
     if _engine_assign is None:
-        from .engine import assign
-        _engine_assign = assign
+        from . import engine
+        _engine_assign = engine.assign
+        _plan_cache = engine._plans
+    if type(value) is not Tensor and isinstance(value, Exp):
+        e = <Exp> value
+        if e.exp_type != 7 and e.shape == dst.shape:
+            plan = _plan_cache.get((e.key, _CODE_BY_FLAG[dst.type_flag], saver))
+            if type(plan) is Plan and e.code == _CODE_BY_FLAG[dst.type_flag]:
+                run_plan(<Plan> plan, dst, e.leaves, e.scalars)
+                return
     _engine_assign(dst, value, saver)
 
 

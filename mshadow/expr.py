@@ -3,6 +3,8 @@
 Nothing here evaluates. Each node records, as it is built, what an assignment needs: its
 structural key (for the plan cache), shape and dtype (ShapeCheck and TypeCheck happen
 here, before anything is stored), and its leaf tensors and scalar values in plan order.
+The node classes and ``make_map`` are compiled (mshadow/_exp.pxi): building a node is on
+the per-assignment path.
 """
 import numbers
 
@@ -14,6 +16,12 @@ from .ops_table import OPS_BY_NAME
 from .shape import Shape
 
 Tensor = _core.Tensor
+Exp = _core.Exp
+MapExp, UnaryMapExp, BinaryMapExp, TernaryMapExp = (_core.MapExp, _core.UnaryMapExp,
+                                                    _core.BinaryMapExp, _core.TernaryMapExp)
+TypecastExp, TransposeExp = _core.TypecastExp, _core.TransposeExp
+make_map = _core.make_map
+_scalar_value = _core._scalar_value_py
 
 # expression type lattice (namespace expr::type)
 kRValue, kMapper, kChainer, kComplex = 0, 1, 3, 7
@@ -24,76 +32,6 @@ _LEAF_KEY = tuple(("L", c, False) for c in _CODE_BY_FLAG)
 _NP_BY_CODE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "u8": np.uint8,
                "i32": np.int32, "i8": np.int8, "i64": np.int64}
 _SCALAR_KEY = ("S",)
-
-
-class Exp:
-    """Base of every lazy expression. ``exp_type`` is kMapper, kChainer or kComplex."""
-
-    __slots__ = ("key", "shape", "code", "leaves", "scalars", "exp_type")
-
-    @property
-    def dtype(self):
-        return np.dtype(_NP_BY_CODE[self.code])
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    # arithmetic builds bigger expressions
-    def __add__(self, o):
-        return binary("plus", self, o)
-
-    def __radd__(self, o):
-        return binary("plus", o, self)
-
-    def __sub__(self, o):
-        return binary("minus", self, o)
-
-    def __rsub__(self, o):
-        return binary("minus", o, self)
-
-    def __mul__(self, o):
-        return binary("mul", self, o)
-
-    def __rmul__(self, o):
-        return binary("mul", o, self)
-
-    def __truediv__(self, o):
-        return binary("div", self, o)
-
-    def __rtruediv__(self, o):
-        return binary("div", o, self)
-
-    def __neg__(self):
-        return unary("neg", self)
-
-    def __pos__(self):
-        return self
-
-    def __gt__(self, o):
-        return binary("gt", self, o)
-
-    def __lt__(self, o):
-        return binary("lt", self, o)
-
-    def __ge__(self, o):
-        return binary("ge", self, o)
-
-    def __le__(self, o):
-        return binary("le", self, o)
-
-    __hash__ = object.__hash__
-
-    def __bool__(self):
-        raise TypeError("the truth value of a lazy expression is undefined; "
-                        "assign it to a tensor first")
-
-    @property
-    def T(self):
-        return transpose(self)
-
-    def __repr__(self):
-        return f"{type(self).__name__}({describe(self.key)}, shape={self.shape}, dtype={self.code})"
 
 
 class ScalarExp:
@@ -112,38 +50,15 @@ class ScalarExp:
         return f"scalar({self.value!r}{'' if self.dtype is None else ', ' + self.dtype.name})"
 
     # a scalar meeting an expression builds the same nodes a Python number would
-    __add__, __radd__ = Exp.__add__, Exp.__radd__
-    __sub__, __rsub__ = Exp.__sub__, Exp.__rsub__
-    __mul__, __rmul__ = Exp.__mul__, Exp.__rmul__
-    __truediv__, __rtruediv__ = Exp.__truediv__, Exp.__rtruediv__
-    __neg__ = Exp.__neg__
-
-
-class MapExp(Exp):
-    __slots__ = ("op", "args")
-
-
-class UnaryMapExp(MapExp):
-    __slots__ = ()
-
-
-class BinaryMapExp(MapExp):
-    __slots__ = ()
-
-
-class TernaryMapExp(MapExp):
-    __slots__ = ()
-
-
-class TypecastExp(Exp):
-    __slots__ = ("src",)
-
-
-class TransposeExp(Exp):
-    __slots__ = ("src",)
-
-
-_MAP_CLASS = {1: UnaryMapExp, 2: BinaryMapExp, 3: TernaryMapExp}
+    def __add__(self, o): return make_map("plus", (self, o))
+    def __radd__(self, o): return make_map("plus", (o, self))
+    def __sub__(self, o): return make_map("minus", (self, o))
+    def __rsub__(self, o): return make_map("minus", (o, self))
+    def __mul__(self, o): return make_map("mul", (self, o))
+    def __rmul__(self, o): return make_map("mul", (o, self))
+    def __truediv__(self, o): return make_map("div", (self, o))
+    def __rtruediv__(self, o): return make_map("div", (o, self))
+    def __neg__(self): return make_map("neg", (self,))
 
 
 def scalar(value, dtype=None):
@@ -155,34 +70,9 @@ def _code_of_dtype(dtype):
     return _CODE_BY_FLAG[type_flag(dtype)]
 
 
-def _scalar_value(v, code, where):
-    """A Python scalar as the value a scalar of storage ``code`` holds; refuse lossy ones."""
-    if code in ("f32", "f64", "f16"):
-        return float(v)
-    if isinstance(v, (float, np.floating)):
-        if not float(v).is_integer():
-            raise DTypeError(f"{where}: scalar {v!r} is not representable in {np.dtype(_NP_BY_CODE[code])} "
-                             f"(use ms.tcast to compute in a floating type)")
-        v = int(v)
-    v = int(v)
-    info = np.iinfo(_NP_BY_CODE[code])
-    if not info.min <= v <= info.max:
-        raise OverflowError(f"{where}: scalar {v} out of bounds for {info.dtype} "
-                            f"[{info.min}, {info.max}]")
-    return v
-
-
 def _is_scalar(x):
-    return isinstance(x, (int, float, np.number, ScalarExp)) and not isinstance(x, complex)
-
-
-def _as_operand(x, where):
-    if type(x) is Tensor or isinstance(x, (Tensor, Exp)):
-        return x
-    if isinstance(x, np.ndarray):
-        return _core.from_numpy(x)
-    raise TypeError(f"{where}: cannot use {type(x).__name__} {x!r} in an expression "
-                    f"(expected a Tensor, an expression, a numpy array or a real scalar)")
+    return isinstance(x, (int, float, np.number, ScalarExp)) and not isinstance(
+        x, (complex, np.complexfloating))
 
 
 def _parts(x):
@@ -190,6 +80,15 @@ def _parts(x):
     if isinstance(x, Tensor):
         return _LEAF_KEY[x.type_flag], x.shape, _CODE_BY_FLAG[x.type_flag], (x,), (), kRValue
     return x.key, x.shape, x.code, x.leaves, x.scalars, x.exp_type
+
+
+def _as_operand(x, where):
+    if isinstance(x, (Tensor, Exp)):
+        return x
+    if isinstance(x, np.ndarray):
+        return _core.from_numpy(x)
+    raise TypeError(f"{where}: cannot use {type(x).__name__} {x!r} in an expression "
+                    f"(expected a Tensor, an expression, a numpy array or a real scalar)")
 
 
 def _fold(name, args):
@@ -207,59 +106,7 @@ def _fold(name, args):
     return np.asarray(res).item()
 
 
-def make_map(name, args):
-    """The node for operator ``name`` applied to ``args`` (TypeCheck and ShapeCheck here)."""
-    exprs = [a for a in args if not _is_scalar(a)]
-    if not exprs:
-        return _fold(name, args)
-    code = shape = None
-    keys = []
-    leaves = ()
-    scalars = ()
-    exp_type = kMapper
-    for a in args:
-        if _is_scalar(a):
-            continue
-        a = _as_operand(a, name)
-        k, s, c, lv, sc, et = _parts(a)
-        if et == kComplex:
-            raise TypeError(f"{name}: a {describe(k)} expression (kComplex) cannot be nested "
-                            f"inside another expression; assign it to a tensor first")
-        if code is None:
-            code, shape = c, s
-        elif c != code:
-            raise DTypeError(f"{name}: operands have different dtypes "
-                             f"{np.dtype(_NP_BY_CODE[code])} and {np.dtype(_NP_BY_CODE[c])}; "
-                             f"use ms.tcast to convert one of them")
-        elif s != shape:
-            raise ShapeError(f"{name}: Shapes of operands are not the same, "
-                             f"Shape1={shape}, Shape2={s} (in {describe(k)})")
-        exp_type |= et
-    for a in args:
-        if _is_scalar(a):
-            if isinstance(a, ScalarExp):
-                if a.dtype is not None and _code_of_dtype(a.dtype) != code:
-                    raise DTypeError(f"{name}: scalar of dtype {a.dtype} meets an expression of "
-                                     f"dtype {np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
-                a = a.value
-            keys.append(_SCALAR_KEY)
-            scalars += (_scalar_value(a, code, name),)
-        else:
-            a = _as_operand(a, name)
-            k, s, c, lv, sc, et = _parts(a)
-            keys.append(k)
-            leaves += lv
-            scalars += sc
-    node = _MAP_CLASS[len(args)].__new__(_MAP_CLASS[len(args)])
-    node.key = ("M", name, code) + tuple(keys)
-    node.shape = shape
-    node.code = code
-    node.leaves = leaves
-    node.scalars = scalars
-    node.exp_type = exp_type
-    node.op = name
-    node.args = tuple(args)
-    return node
+_core._bind_expr_module(ScalarExp, _fold)
 
 
 def unary(name, a):
@@ -298,7 +145,7 @@ def tcast(dtype, exp):
     k, s, c, lv, sc, et = _parts(exp)
     if et == kComplex:
         raise TypeError("tcast: a kComplex expression cannot be nested; assign it first")
-    node = TypecastExp.__new__(TypecastExp)
+    node = TypecastExp()
     node.key = ("C", code, k)
     node.shape = s
     node.code = code
@@ -330,7 +177,7 @@ def transpose(exp):
     fk = _flip(k)
     if fk[0] == "L" and not fk[2]:
         return lv[0]   # (t.T).T is t
-    node = TransposeExp.__new__(TransposeExp)
+    node = TransposeExp()
     node.key = fk
     node.shape = Shape(s[1], s[0])
     node.code = c

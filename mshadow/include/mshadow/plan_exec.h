@@ -43,52 +43,71 @@ typedef struct {
   int nthreads;
 } ms_program;
 
+/* Evaluate block b (row b / nbx, columns from (b % nbx) * block) with scratch `regs`. */
+static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy_intp nbx) {
+  const npy_intp y = b / nbx, x0 = (b % nbx) * p->block;
+  npy_intp n = p->cols - x0;
+  int k, j;
+  if (n > p->block) n = p->block;
+  for (k = 0; k < p->ninst; ++k) {
+    const ms_inst *in = &p->inst[k];
+    char *args[4];
+    npy_intp steps[4];
+    for (j = 0; j <= in->nin; ++j) {
+      const int id = in->idx[j];
+      switch (in->kind[j]) {
+        case MS_OPD_REG:
+          args[j] = regs + id * p->reg_bytes;
+          steps[j] = in->step[j];
+          break;
+        case MS_OPD_LEAF:
+          args[j] = p->leaf[id].ptr + y * p->leaf[id].rowstep + x0 * p->leaf[id].colstep;
+          steps[j] = p->leaf[id].colstep;
+          break;
+        default:
+          args[j] = p->scalars + 16 * id;
+          steps[j] = 0;
+      }
+    }
+    in->fn(args, &n, steps, in->data);
+  }
+}
+
+#define MS_STACK_REGS 8   /* registers a single-threaded run keeps on the stack */
+
 /* Returns 0, or -1 when a thread could not get its registers. */
 static int ms_run_program(const ms_program *p) {
   const npy_intp nbx = (p->cols + p->block - 1) / p->block;
   const npy_intp total = p->rows * nbx;
   int failed = 0;
+  npy_intp b;
   if (total <= 0) return 0;
+  if (p->nthreads <= 1 || total == 1) {
+    /* the small-tensor path: no thread team, no allocation */
+    char stack_regs[MS_STACK_REGS * 4096] __attribute__((aligned(64)));
+    char *regs = stack_regs;
+    if (p->nreg * p->reg_bytes > (npy_intp)sizeof(stack_regs)) {
+      regs = (char *)ms_aligned_malloc((size_t)(p->nreg * p->reg_bytes));
+      if (regs == NULL) return -1;
+    }
+    for (b = 0; b < total; ++b) ms_run_block(p, regs, b, nbx);
+    if (regs != stack_regs) ms_aligned_free(regs);
+    return 0;
+  }
 #ifdef _OPENMP
   int nt = p->nthreads;
   if (nt > total) nt = (int)total;
-  #pragma omp parallel num_threads(nt) if (nt > 1) reduction(|: failed)
+  #pragma omp parallel num_threads(nt) reduction(|: failed)
 #endif
   {
     char *regs = p->nreg ? (char *)ms_aligned_malloc((size_t)(p->nreg * p->reg_bytes)) : NULL;
     if (p->nreg && regs == NULL) failed = 1;
-    npy_intp b;
 #ifdef _OPENMP
     #pragma omp for schedule(static)
 #endif
     for (b = 0; b < total; ++b) {
       if (p->nreg && regs == NULL) continue;
-      const npy_intp y = b / nbx, x0 = (b % nbx) * p->block;
-      npy_intp n = p->cols - x0;
-      if (n > p->block) n = p->block;
-      int k, j;
-      for (k = 0; k < p->ninst; ++k) {
-        const ms_inst *in = &p->inst[k];
-        char *args[4];
-        npy_intp steps[4];
-        for (j = 0; j <= in->nin; ++j) {
-          const int id = in->idx[j];
-          switch (in->kind[j]) {
-            case MS_OPD_REG:
-              args[j] = regs + id * p->reg_bytes;
-              steps[j] = in->step[j];
-              break;
-            case MS_OPD_LEAF:
-              args[j] = p->leaf[id].ptr + y * p->leaf[id].rowstep + x0 * p->leaf[id].colstep;
-              steps[j] = p->leaf[id].colstep;
-              break;
-            default:
-              args[j] = p->scalars + 16 * id;
-              steps[j] = 0;
-          }
-        }
-        in->fn(args, &n, steps, in->data);
-      }
+      ms_run_block(p, regs, b, nbx);
     }
     if (regs) ms_aligned_free(regs);
   }

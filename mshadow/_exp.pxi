@@ -1,0 +1,255 @@
+# Expression nodes and their construction (included by _core.pyx).
+#
+# The node classes live here, compiled, because building `-eta * (g + lam * w)` is on the
+# per-assignment path: each node records its structural key, shape, dtype code, leaves and
+# scalars as it is built (TypeCheck and ShapeCheck happen here), in well under a microsecond.
+# mshadow/expr.py holds the public functions (F, tcast, transpose, where, scalar) around them.
+
+cdef tuple _CODE_BY_FLAG = ("f32", "f64", "f16", "u8", "i32", "i8", "i64")
+cdef tuple _LEAF_KEY = tuple(("L", c, False) for c in _CODE_BY_FLAG)
+cdef tuple _SCALAR_KEY = ("S",)
+cdef dict _NP_BY_CODE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "u8": np.uint8,
+                         "i32": np.int32, "i8": np.int8, "i64": np.int64}
+cdef frozenset _FLOAT_CODES = frozenset(("f32", "f64", "f16"))
+DEF kMapper = 1
+DEF kChainer = 3
+DEF kComplex = 7
+
+cdef object _ScalarExp = None      # mshadow.expr.ScalarExp, bound when expr is imported
+cdef object _fold_fn = None        # mshadow.expr._fold
+
+
+def _bind_expr_module(scalar_cls, fold):
+    global _ScalarExp, _fold_fn
+    _ScalarExp = scalar_cls
+    _fold_fn = fold
+
+
+cdef class Exp:
+    """Base of every lazy expression: ``exp_type`` is kMapper, kChainer or kComplex."""
+    cdef public tuple key
+    cdef public object shape
+    cdef public str code
+    cdef public tuple leaves
+    cdef public tuple scalars
+    cdef public int exp_type
+    cdef object __weakref__
+
+    @property
+    def dtype(self):
+        return np.dtype(_NP_BY_CODE[self.code])
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __add__(self, o):
+        return make_map("plus", (self, o))
+
+    def __radd__(self, o):
+        return make_map("plus", (o, self))
+
+    def __sub__(self, o):
+        return make_map("minus", (self, o))
+
+    def __rsub__(self, o):
+        return make_map("minus", (o, self))
+
+    def __mul__(self, o):
+        return make_map("mul", (self, o))
+
+    def __rmul__(self, o):
+        return make_map("mul", (o, self))
+
+    def __truediv__(self, o):
+        return make_map("div", (self, o))
+
+    def __rtruediv__(self, o):
+        return make_map("div", (o, self))
+
+    def __neg__(self):
+        return make_map("neg", (self,))
+
+    def __pos__(self):
+        return self
+
+    def __richcmp__(self, o, int opc):
+        name = _CMP_NAMES[opc]
+        if name is None:   # == and != keep Python's identity meaning (hashable nodes)
+            return NotImplemented
+        return make_map(name, (self, o))
+
+    def __hash__(self):
+        return id(self) >> 4
+
+    def __bool__(self):
+        raise TypeError("the truth value of a lazy expression is undefined; "
+                        "assign it to a tensor first")
+
+    @property
+    def T(self):
+        return _expr().transpose(self)
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({_expr().describe(self.key)}, shape={self.shape}, "
+                f"dtype={self.code})")
+
+
+# Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE
+cdef tuple _CMP_NAMES = ("lt", "le", None, None, "gt", "ge")
+
+
+cdef class MapExp(Exp):
+    cdef public str op
+    cdef public tuple args
+
+
+cdef class UnaryMapExp(MapExp):
+    pass
+
+
+cdef class BinaryMapExp(MapExp):
+    pass
+
+
+cdef class TernaryMapExp(MapExp):
+    pass
+
+
+cdef class TypecastExp(Exp):
+    cdef public object src
+
+
+cdef class TransposeExp(Exp):
+    cdef public object src
+
+
+cdef inline bint _is_num(object x):
+    cdef type t = type(x)
+    return t is float or t is int or (
+        isinstance(x, (int, float, np.number)) and not isinstance(x, (complex, np.complexfloating)))
+
+
+cdef inline bint _is_scalar_arg(object x):
+    return _is_num(x) or isinstance(x, _ScalarExp)
+
+
+cdef object _scalar_value(object v, str code, str where):
+    """A Python scalar as the value a scalar of storage ``code`` holds; refuse lossy ones."""
+    if code in _FLOAT_CODES:
+        return float(v)
+    if isinstance(v, (float, np.floating)):
+        if not float(v).is_integer():
+            raise DTypeError(f"{where}: scalar {v!r} is not representable in "
+                             f"{np.dtype(_NP_BY_CODE[code])} (use ms.tcast to compute in a "
+                             f"floating type)")
+    v = int(v)
+    info = np.iinfo(_NP_BY_CODE[code])
+    if not info.min <= v <= info.max:
+        raise OverflowError(f"{where}: scalar {v} out of bounds for {info.dtype} "
+                            f"[{info.min}, {info.max}]")
+    return v
+
+
+cdef object _operand(object a, str where):
+    if isinstance(a, (Tensor, Exp)):
+        return a
+    if isinstance(a, np.ndarray):
+        return from_numpy(a)
+    raise TypeError(f"{where}: cannot use {type(a).__name__} {a!r} in an expression "
+                    f"(expected a Tensor, an expression, a numpy array or a real scalar)")
+
+
+cdef object _operand_parts(str name, object a):
+    """(code, shape) of a non-scalar operand; refuses kComplex ones."""
+    if isinstance(a, Tensor):
+        return _CODE_BY_FLAG[(<Tensor> a).type_flag], (<Tensor> a).shape
+    if (<Exp> a).exp_type == kComplex:
+        raise TypeError(f"{name}: a {_expr().describe((<Exp> a).key)} expression (kComplex) "
+                        f"cannot be nested inside another expression; assign it to a tensor first")
+    return (<Exp> a).code, (<Exp> a).shape
+
+
+cdef tuple _arrays_as_tensors(tuple args):
+    out = []
+    for x in args:
+        out.append(from_numpy(x) if isinstance(x, np.ndarray) else x)
+    return tuple(out)
+
+
+cpdef object make_map(str name, tuple args):
+    """The node for operator ``name`` on ``args`` (TypeCheck and ShapeCheck happen here)."""
+    cdef Py_ssize_t n = len(args), i
+    cdef str code = None
+    cdef object shape = None
+    cdef int exp_type = kMapper
+    cdef tuple leaves = (), scalars = (), keys = ()
+    cdef Exp e
+    cdef Tensor t
+    # pass 1: operands' dtype and shape (the scalars take the dtype found here)
+    for i in range(n):
+        a = args[i]
+        if isinstance(a, (Tensor, Exp)):
+            c, s = _operand_parts(name, a)
+            if code is None:
+                code = c
+                shape = s
+            elif c != code:
+                raise DTypeError(f"{name}: operands have different dtypes "
+                                 f"{np.dtype(_NP_BY_CODE[code])} and {np.dtype(_NP_BY_CODE[c])}; "
+                                 f"use ms.tcast to convert one of them")
+            elif s is not shape and s != shape:
+                k = _LEAF_KEY[(<Tensor> a).type_flag] if isinstance(a, Tensor) else (<Exp> a).key
+                raise ShapeError(f"{name}: Shapes of operands are not the same, "
+                                 f"Shape1={shape}, Shape2={s} (in {_expr().describe(k)})")
+        elif not _is_scalar_arg(a):
+            if isinstance(a, np.ndarray):
+                return make_map(name, _arrays_as_tensors(args))
+            _operand(a, name)   # raises the TypeError
+    if code is None:
+        return _fold_fn(name, args)
+    # pass 2: key, leaves and scalars in argument order (the plan's binding order)
+    for i in range(n):
+        a = args[i]
+        if isinstance(a, Tensor):
+            t = <Tensor> a
+            keys = keys + (_LEAF_KEY[t.type_flag],)
+            leaves = leaves + (t,)
+        elif isinstance(a, Exp):
+            e = <Exp> a
+            keys = keys + (e.key,)
+            leaves = leaves + e.leaves
+            if e.scalars:
+                scalars = scalars + e.scalars
+            exp_type |= e.exp_type
+        else:
+            if isinstance(a, _ScalarExp):
+                if a.dtype is not None and _CODE_BY_FLAG[_type_flag(a.dtype)] != code:
+                    raise DTypeError(f"{name}: scalar of dtype {a.dtype} meets an expression of "
+                                     f"dtype {np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
+                a = a.value
+            keys = keys + (_SCALAR_KEY,)
+            if type(a) is float and code in _FLOAT_CODES:
+                scalars = scalars + (a,)
+            else:
+                scalars = scalars + (_scalar_value(a, code, name),)
+    cdef MapExp node
+    if n == 2:
+        node = BinaryMapExp.__new__(BinaryMapExp)
+    elif n == 1:
+        node = UnaryMapExp.__new__(UnaryMapExp)
+    else:
+        node = TernaryMapExp.__new__(TernaryMapExp)
+    node.key = ("M", name, code) + keys
+    node.shape = shape
+    node.code = code
+    node.leaves = leaves
+    node.scalars = scalars
+    node.exp_type = exp_type
+    node.op = name
+    node.args = args
+    return node
+
+
+def _scalar_value_py(v, code, where):
+    return _scalar_value(v, code, where)
