@@ -25,3 +25,4 @@ from .io import save_binary, load_binary, save, load
 from .random import Random
 from .config import show_config
 from . import param
+from .dot import dot, batch_dot, vector_dot, batch_gemm, DotExp, BatchDotExp

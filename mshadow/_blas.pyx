@@ -1,2 +1,406 @@
-# cython: language_level=3
-"""BLAS-backed complex expressions (dot, batch_dot): being written (issue 4)."""
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""BLAS calls behind dot/batch_dot (scipy's cython_blas, nogil) and the non-BLAS loops.
+
+Design: every operand is a row-major 2-D view (pointer, rows, cols, row stride) plus a
+transpose flag. float32/float64 go to ?gemm/?gemv/?dot with the operand swap that turns
+row-major into column-major (C^T = op(B)^T op(A)^T); float16 is widened to float32, run
+through sgemm (fp32 accumulation, like cublasSgemmEx) and rounded once; integer dtypes use
+an exact row-parallel loop whose sums wrap modulo 2^bits like C++ mshadow's integer math.
+Assumes: the Python layer (mshadow/dot.py) has checked dtypes and devices; shapes are
+re-checked here so that no call can hand BLAS a bad dimension. Never stores before every
+check has passed; never touches a freed tensor (Tensor.data() raises first).
+"""
+from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memset
+from libc.limits cimport INT_MAX
+from cython.parallel cimport prange, parallel, threadid
+from scipy.linalg.cython_blas cimport sgemm, dgemm, sgemv, dgemv, sdot, ddot
+
+from mshadow._core cimport Tensor
+from .errors import ShapeError, DTypeError
+
+cdef extern from "mshadow/half.h":
+    float ms_half_to_float(uint16_t h) nogil
+    uint16_t ms_float_to_half(float f) nogil
+
+ctypedef fused floating:
+    float
+    double
+
+ctypedef fused itype:
+    uint8_t
+    int8_t
+    int32_t
+    int64_t
+
+# Sums of <= 32-bit integers only need to be right modulo 2^32 (the store truncates), so
+# they accumulate in uint32; int64 needs uint64. Unsigned arithmetic wraps without UB.
+ctypedef fused acctype:
+    uint32_t
+    uint64_t
+
+# the storage dtype of each TypeFlag (kFloat32=0 ... kInt64=6), for messages
+_NAMES = ("float32", "float64", "float16", "uint8", "int32", "int8", "int64")
+
+# below this many multiply-adds the integer loop stays on one thread
+DEF MIN_PARALLEL_MACS = 1 << 16
+
+cdef struct Mat:
+    char *p
+    Py_ssize_t rows, cols, ld      # the stored row-major view
+    bint trans
+
+
+cdef inline Py_ssize_t _imax(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return a if a > b else b
+
+
+# ---- float32 / float64: BLAS ------------------------------------------------------------
+
+cdef void _fgemm(floating *C, Py_ssize_t ldc, floating *A, Py_ssize_t lda, bint ta,
+                 floating *B, Py_ssize_t ldb, bint tb, Py_ssize_t m, Py_ssize_t n,
+                 Py_ssize_t k, floating alpha, floating beta) noexcept nogil:
+    """C(m,n) = alpha op(A)(m,k) op(B)(k,n) + beta C, all row-major; beta == 0 never reads C."""
+    cdef Py_ssize_t i, j
+    cdef int im, in_, ik, ilda, ildb, ildc, inca, incb, incc
+    cdef char cta, ctb
+    cdef floating r
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        # BLAS would scale C by beta too, but rejects ld = 0 for the empty operands
+        for i in range(m):
+            for j in range(n):
+                C[i * ldc + j] = 0 if beta == 0 else beta * C[i * ldc + j]
+        return
+    im, in_, ik = <int> m, <int> n, <int> k
+    # BLAS wants ld >= 1 even for one-column operands
+    ilda, ildb, ildc = <int> _imax(lda, 1), <int> _imax(ldb, 1), <int> _imax(ldc, 1)
+    if m == 1 and n == 1:
+        # inner product: op(A) is a row, op(B) a column
+        inca = ilda if ta else 1
+        incb = 1 if tb else ildb
+        if floating is float:
+            r = sdot(&ik, A, &inca, B, &incb)
+        else:
+            r = ddot(&ik, A, &inca, B, &incb)
+        C[0] = alpha * r if beta == 0 else alpha * r + beta * C[0]
+    elif m == 1:
+        # row vector times matrix: y^T = op(B)^T x^T, op(B) read through B's column-major view
+        ctb = b'T' if tb else b'N'
+        inca = ilda if ta else 1
+        im = <int> (k if tb else n)      # rows of B's column-major view = stored cols
+        ik = <int> (n if tb else k)
+        incc = 1
+        if floating is float:
+            sgemv(&ctb, &im, &ik, &alpha, B, &ildb, A, &inca, &beta, C, &incc)
+        else:
+            dgemv(&ctb, &im, &ik, &alpha, B, &ildb, A, &inca, &beta, C, &incc)
+    elif n == 1:
+        # matrix times column vector: y = op(A) x
+        cta = b'N' if ta else b'T'
+        incb = 1 if tb else ildb
+        in_ = <int> (m if ta else k)     # rows of A's column-major view = stored cols
+        ik = <int> (k if ta else m)
+        if floating is float:
+            sgemv(&cta, &in_, &ik, &alpha, A, &ilda, B, &incb, &beta, C, &ildc)
+        else:
+            dgemv(&cta, &in_, &ik, &alpha, A, &ilda, B, &incb, &beta, C, &ildc)
+    else:
+        # row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands
+        cta = b'T' if ta else b'N'
+        ctb = b'T' if tb else b'N'
+        if floating is float:
+            sgemm(&ctb, &cta, &in_, &im, &ik, &alpha, B, &ildb, A, &ilda, &beta, C, &ildc)
+        else:
+            dgemm(&ctb, &cta, &in_, &im, &ik, &alpha, B, &ildb, A, &ilda, &beta, C, &ildc)
+
+
+# ---- float16: widen, sgemm, round once ----------------------------------------------------
+
+cdef void _widen(float *dst, const uint16_t *src, Py_ssize_t rows, Py_ssize_t cols,
+                 Py_ssize_t ld) noexcept nogil:
+    cdef Py_ssize_t i, j
+    for i in range(rows):
+        for j in range(cols):
+            dst[i * cols + j] = ms_half_to_float(src[i * ld + j])
+
+
+cdef int _hgemm(uint16_t *C, Py_ssize_t ldc, uint16_t *A, Py_ssize_t lda, bint ta,
+                uint16_t *B, Py_ssize_t ldb, bint tb, Py_ssize_t m, Py_ssize_t n,
+                Py_ssize_t k, float alpha, float beta) noexcept nogil:
+    """float16 product accumulated in float32; -1 when scratch cannot be allocated."""
+    cdef Py_ssize_t i, j
+    cdef Py_ssize_t ar = k if ta else m, ac = m if ta else k
+    cdef Py_ssize_t br = n if tb else k, bc = k if tb else n
+    cdef float *a32
+    cdef float *b32
+    cdef float *c32
+    if m == 0 or n == 0:
+        return 0
+    a32 = <float *> malloc(_imax(ar * ac, 1) * sizeof(float))
+    b32 = <float *> malloc(_imax(br * bc, 1) * sizeof(float))
+    c32 = <float *> malloc(m * n * sizeof(float))
+    if a32 == NULL or b32 == NULL or c32 == NULL:
+        free(a32); free(b32); free(c32)
+        return -1
+    _widen(a32, A, ar, ac, lda)
+    _widen(b32, B, br, bc, ldb)
+    if beta != 0:
+        _widen(c32, C, m, n, ldc)
+    _fgemm[float](c32, n, a32, ac, ta, b32, bc, tb, m, n, k, alpha, beta)
+    for i in range(m):
+        for j in range(n):
+            C[i * ldc + j] = ms_float_to_half(c32[i * n + j])
+    free(a32); free(b32); free(c32)
+    return 0
+
+
+# ---- integers: exact, wrapping -----------------------------------------------------------
+
+cdef void _irow(itype *C, Py_ssize_t ldc, const itype *A, Py_ssize_t lda, bint ta,
+                const itype *B, Py_ssize_t ldb, bint tb, Py_ssize_t i, Py_ssize_t n,
+                Py_ssize_t k, acctype alpha, acctype beta, acctype *acc) noexcept nogil:
+    """Row i of C: n sums of k products, in the unsigned accumulator type."""
+    cdef Py_ssize_t j, p
+    cdef acctype a, s
+    if not tb:
+        # axpy order: a row of B is contiguous, so the inner loop over j vectorises
+        for j in range(n):
+            acc[j] = 0
+        for p in range(k):
+            a = <acctype> (A[p * lda + i] if ta else A[i * lda + p])
+            if a == 0:
+                continue
+            for j in range(n):
+                acc[j] += a * <acctype> B[p * ldb + j]
+    else:
+        # dot order: a row of the stored B is op(B)'s column, contiguous over p
+        for j in range(n):
+            s = 0
+            if ta:
+                for p in range(k):
+                    s += <acctype> A[p * lda + i] * <acctype> B[j * ldb + p]
+            else:
+                for p in range(k):
+                    s += <acctype> A[i * lda + p] * <acctype> B[j * ldb + p]
+            acc[j] = s
+    if beta == 0:
+        for j in range(n):
+            C[i * ldc + j] = <itype> (alpha * acc[j])
+    else:
+        for j in range(n):
+            C[i * ldc + j] = <itype> (alpha * acc[j] + beta * <acctype> C[i * ldc + j])
+
+
+cdef int _igemm(itype *C, Py_ssize_t ldc, itype *A, Py_ssize_t lda, bint ta,
+                itype *B, Py_ssize_t ldb, bint tb, Py_ssize_t m, Py_ssize_t n,
+                Py_ssize_t k, acctype alpha, acctype beta, int nthreads) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef acctype *acc
+    if m == 0 or n == 0:
+        return 0
+    if m * n * k < MIN_PARALLEL_MACS or m < 2:
+        nthreads = 1
+    # one accumulator row per thread, allocated up front (no allocation inside the region)
+    acc = <acctype *> malloc(nthreads * n * sizeof(acctype))
+    if acc == NULL:
+        return -1
+    if nthreads == 1:
+        for i in range(m):
+            _irow(C, ldc, A, lda, ta, B, ldb, tb, i, n, k, alpha, beta, acc)
+    else:
+        with parallel(num_threads=nthreads):
+            for i in prange(m, schedule='static'):
+                _irow(C, ldc, A, lda, ta, B, ldb, tb, i, n, k, alpha, beta,
+                      acc + threadid() * n)
+    free(acc)
+    return 0
+
+
+# ---- dispatch by dtype -------------------------------------------------------------------
+
+cdef int _product(int flag, Mat c, Mat a, Mat b, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                  double falpha, double fbeta, uint64_t ialpha, uint64_t ibeta,
+                  int nthreads) noexcept nogil:
+    """c = alpha op(a) op(b) + beta c for the dtype ``flag``; -1 on allocation failure."""
+    if flag == 0:
+        _fgemm[float](<float *> c.p, c.ld, <float *> a.p, a.ld, a.trans, <float *> b.p, b.ld,
+                      b.trans, m, n, k, <float> falpha, <float> fbeta)
+        return 0
+    if flag == 1:
+        _fgemm[double](<double *> c.p, c.ld, <double *> a.p, a.ld, a.trans, <double *> b.p,
+                       b.ld, b.trans, m, n, k, falpha, fbeta)
+        return 0
+    if flag == 2:
+        return _hgemm(<uint16_t *> c.p, c.ld, <uint16_t *> a.p, a.ld, a.trans,
+                      <uint16_t *> b.p, b.ld, b.trans, m, n, k, <float> falpha, <float> fbeta)
+    if flag == 3:
+        return _igemm[uint8_t, uint32_t](<uint8_t *> c.p, c.ld, <uint8_t *> a.p, a.ld, a.trans,
+                                         <uint8_t *> b.p, b.ld, b.trans, m, n, k,
+                                         <uint32_t> ialpha, <uint32_t> ibeta, nthreads)
+    if flag == 4:
+        return _igemm[int32_t, uint32_t](<int32_t *> c.p, c.ld, <int32_t *> a.p, a.ld, a.trans,
+                                         <int32_t *> b.p, b.ld, b.trans, m, n, k,
+                                         <uint32_t> ialpha, <uint32_t> ibeta, nthreads)
+    if flag == 5:
+        return _igemm[int8_t, uint32_t](<int8_t *> c.p, c.ld, <int8_t *> a.p, a.ld, a.trans,
+                                        <int8_t *> b.p, b.ld, b.trans, m, n, k,
+                                        <uint32_t> ialpha, <uint32_t> ibeta, nthreads)
+    return _igemm[int64_t, uint64_t](<int64_t *> c.p, c.ld, <int64_t *> a.p, a.ld, a.trans,
+                                     <int64_t *> b.p, b.ld, b.trans, m, n, k,
+                                     ialpha, ibeta, nthreads)
+
+
+# ---- Python entry points -----------------------------------------------------------------
+
+cdef inline bint _overlap(char *p, Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t ld,
+                          char *q, Py_ssize_t qrows, Py_ssize_t qcols, Py_ssize_t qld,
+                          Py_ssize_t item) noexcept nogil:
+    """Whether two pitched views share a byte (conservatively: their spans intersect)."""
+    if rows == 0 or cols == 0 or qrows == 0 or qcols == 0:
+        return False
+    return p < q + ((qrows - 1) * qld + qcols) * item and q < p + ((rows - 1) * ld + cols) * item
+
+
+cdef int _snapshot(Mat *x, Py_ssize_t nmat, Py_ssize_t mat_stride, Py_ssize_t item,
+                   char **buf) noexcept nogil:
+    """Copy ``nmat`` stacked views of x into one packed buffer and point x at it."""
+    cdef Py_ssize_t q, r, row_bytes = x.cols * item
+    buf[0] = <char *> malloc(_imax(nmat * x.rows * row_bytes, 1))
+    if buf[0] == NULL:
+        return -1
+    for q in range(nmat):
+        for r in range(x.rows):
+            memcpy(buf[0] + (q * x.rows + r) * row_bytes,
+                   x.p + (q * mat_stride + r * x.ld) * item, row_bytes)
+    x.p = buf[0]
+    x.ld = x.cols
+    return 0
+
+
+cdef tuple _scalars(int flag, alpha, beta):
+    """(falpha, fbeta, ialpha, ibeta): integer scales are taken modulo 2^64 (they wrap)."""
+    if flag <= 2:
+        return float(alpha), float(beta), 0, 0
+    return 0.0, 0.0, int(alpha) & 0xFFFFFFFFFFFFFFFF, int(beta) & 0xFFFFFFFFFFFFFFFF
+
+
+cdef _check_int(Py_ssize_t v, str what):
+    # scipy's cython_blas takes 32-bit Fortran integers
+    if v > INT_MAX:
+        raise ValueError(f"dot: {what} = {v} exceeds the BLAS integer range ({INT_MAX})")
+
+
+def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthreads=1):
+    """``c = alpha * op(a) @ op(b) + beta * c`` on the tensors' row-major 2-D views.
+
+    A 1-D tensor is a (1, n) row; with its flag set it is the column op(x) = x^T. A 1-D ``c``
+    holds an (m, 1) or (1, n) result. Operands that overlap ``c`` are read from a snapshot.
+    """
+    cdef Mat mc, ma, mb
+    cdef Py_ssize_t m, n, k, k2
+    cdef char *abuf = NULL
+    cdef char *bbuf = NULL
+    cdef int flag = c.type_flag, rc = 0
+    cdef double fa, fb
+    cdef uint64_t ia, ib
+    if a.type_flag != flag or b.type_flag != flag:
+        raise DTypeError(f"dot: operands of dtypes {_NAMES[a.type_flag]} and "
+                         f"{_NAMES[b.type_flag]} into {_NAMES[flag]}")
+    if len(a.shape) > 2 or len(b.shape) > 2 or len(c.shape) > 2:
+        raise ShapeError(f"dot-gemm: operands must be 1-D or 2-D, got {a.shape}, {b.shape} "
+                         f"-> {c.shape}")
+    if c.readonly:
+        raise ValueError("assignment destination is read-only")
+    ma.p, ma.rows, ma.cols, ma.ld, ma.trans = a.data(), a.rows, a.cols, a.stride, ta
+    mb.p, mb.rows, mb.cols, mb.ld, mb.trans = b.data(), b.rows, b.cols, b.stride, tb
+    mc.p = c.data()
+    m, k = (a.cols, a.rows) if ta else (a.rows, a.cols)
+    k2, n = (b.cols, b.rows) if tb else (b.rows, b.cols)
+    if len(c.shape) == 1 and m == 1:
+        mc.rows, mc.cols, mc.ld = 1, c.cols, c.cols
+    elif len(c.shape) == 1:
+        # an (m, 1) column of a contiguous vector: one element per row
+        mc.rows, mc.cols, mc.ld = c.cols, 1, 1
+    else:
+        mc.rows, mc.cols, mc.ld = c.rows, c.cols, c.stride
+    if k != k2 or mc.rows != m or mc.cols != n:
+        raise ShapeError(f"dot-gemm: matrix shape mismatch: ({m}, {k}) x ({k2}, {n}) "
+                         f"into {c.shape}")
+    for v, what in ((m, "rows"), (n, "cols"), (k, "inner size"),
+                    (ma.ld, "lda"), (mb.ld, "ldb"), (mc.ld, "ldc")):
+        _check_int(v, what)
+    fa, fb, ia, ib = _scalars(flag, alpha, beta)
+    with nogil:
+        if _overlap(mc.p, mc.rows, mc.cols, mc.ld, ma.p, ma.rows, ma.cols, ma.ld, c.itemsize):
+            rc = _snapshot(&ma, 1, 0, c.itemsize, &abuf)
+        if rc == 0 and _overlap(mc.p, mc.rows, mc.cols, mc.ld, mb.p, mb.rows, mb.cols, mb.ld,
+                                c.itemsize):
+            rc = _snapshot(&mb, 1, 0, c.itemsize, &bbuf)
+        if rc == 0:
+            rc = _product(flag, mc, ma, mb, m, n, k, fa, fb, ia, ib, nthreads)
+        free(abuf)
+        free(bbuf)
+    if rc != 0:
+        raise MemoryError("dot: could not allocate scratch memory")
+
+
+def batch_gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthreads=1):
+    """``c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i]`` for every i of 3-D tensors."""
+    cdef Mat mc, ma, mb
+    cdef Py_ssize_t m, n, k, k2, nb, i, sa, sb, sc
+    cdef char *abuf = NULL
+    cdef char *bbuf = NULL
+    cdef char *a0
+    cdef char *b0
+    cdef char *c0
+    cdef int flag = c.type_flag, rc = 0
+    cdef Py_ssize_t item = c.itemsize
+    cdef double fa, fb
+    cdef uint64_t ia, ib
+    if a.type_flag != flag or b.type_flag != flag:
+        raise DTypeError(f"batch_dot: operands of dtypes {_NAMES[a.type_flag]} and "
+                         f"{_NAMES[b.type_flag]} into {_NAMES[flag]}")
+    if len(a.shape) != 3 or len(b.shape) != 3 or len(c.shape) != 3:
+        raise ShapeError(f"BatchGEMM: expects 3-D tensors, got {a.shape}, {b.shape} -> {c.shape}")
+    if c.readonly:
+        raise ValueError("assignment destination is read-only")
+    nb = c.shape[0]
+    if a.shape[0] != nb or b.shape[0] != nb:
+        raise ShapeError(f"BatchGEMM: batchsize must be equal. ({a.shape[0]}, {b.shape[0]}, "
+                         f"{nb})")
+    ma.rows, ma.cols, ma.ld, ma.trans = a.shape[1], a.shape[2], a.stride, ta
+    mb.rows, mb.cols, mb.ld, mb.trans = b.shape[1], b.shape[2], b.stride, tb
+    mc.rows, mc.cols, mc.ld = c.shape[1], c.shape[2], c.stride
+    m, k = (ma.cols, ma.rows) if ta else (ma.rows, ma.cols)
+    k2, n = (mb.cols, mb.rows) if tb else (mb.rows, mb.cols)
+    if k != k2 or mc.rows != m or mc.cols != n:
+        raise ShapeError(f"BatchGEMM: matrix shape mismatch: ({m}, {k}) x ({k2}, {n}) into "
+                         f"{tuple(c.shape)[1:]}")
+    for v, what in ((m, "rows"), (n, "cols"), (k, "inner size"),
+                    (ma.ld, "lda"), (mb.ld, "ldb"), (mc.ld, "ldc")):
+        _check_int(v, what)
+    ma.p, mb.p, mc.p = a.data(), b.data(), c.data()
+    # elements from one matrix of the batch to the next
+    sa, sb, sc = ma.rows * ma.ld, mb.rows * mb.ld, mc.rows * mc.ld
+    fa, fb, ia, ib = _scalars(flag, alpha, beta)
+    with nogil:
+        if _overlap(mc.p, nb * mc.rows, mc.cols, mc.ld, ma.p, nb * ma.rows, ma.cols, ma.ld, item):
+            rc = _snapshot(&ma, nb, sa, item, &abuf)
+            sa = ma.rows * ma.ld
+        if rc == 0 and _overlap(mc.p, nb * mc.rows, mc.cols, mc.ld,
+                                mb.p, nb * mb.rows, mb.cols, mb.ld, item):
+            rc = _snapshot(&mb, nb, sb, item, &bbuf)
+            sb = mb.rows * mb.ld
+        a0, b0, c0 = ma.p, mb.p, mc.p
+        i = 0
+        while rc == 0 and i < nb:
+            ma.p, mb.p, mc.p = a0 + i * sa * item, b0 + i * sb * item, c0 + i * sc * item
+            rc = _product(flag, mc, ma, mb, m, n, k, fa, fb, ia, ib, nthreads)
+            i += 1
+        free(abuf)
+        free(bbuf)
+    if rc != 0:
+        raise MemoryError("batch_dot: could not allocate scratch memory")

@@ -1,0 +1,303 @@
+"""Matrix products: DotExp, BatchDotExp, dot, batch_dot, vector_dot, batch_gemm and their engine.
+
+Owns mshadow's kComplex DotEngine: products stay lazy until assigned, then go to BLAS (mshadow._blas).
+"""
+import numbers
+
+import numpy as np
+
+from . import _core
+from . import _blas
+from .device import cpu
+from .engine import register_complex
+from .errors import DeviceError, DTypeError, ShapeError
+from .expr import (Exp, ScalarExp, TransposeExp, _CODE_BY_FLAG, _NP_BY_CODE, _as_operand,
+                   _code_of_dtype, describe, kComplex)
+from .shape import Shape
+
+Tensor = _core.Tensor
+
+_INT_CODES = ("u8", "i8", "i32", "i64")
+
+# saver -> (sign of alpha, beta): mshadow's Saver::AlphaBLAS / BetaBLAS
+_BLAS_CONSTANTS = {"saveto": (1, 0), "plusto": (1, 1), "minusto": (-1, 1)}
+_SAVER_SYMBOL = {"multo": "*=", "divto": "/="}
+
+
+def _name(t, trans):
+    return f"{'Tensor' if isinstance(t, Tensor) else type(t).__name__}{tuple(t.shape)}" + \
+        (".T" if trans else "")
+
+
+def _operand(x, where):
+    """(tensor, transposed) for a Tensor, ``t.T`` or a numpy array; anything else is refused.
+
+    mshadow's DotExp takes ``Tensor`` or ``Tensor.T()`` only: an element-wise expression
+    would have to be materialised first, and that temporary is the caller's to make.
+    """
+    x = _as_operand(x, where)
+    if isinstance(x, Tensor):
+        return x, False
+    if isinstance(x, TransposeExp) and x.key[0] == "L" and len(x.leaves) == 1:
+        return x.leaves[0], True
+    raise TypeError(f"{where}: operands must be tensors or transposed tensors (t.T), got the "
+                    f"expression {describe(x.key)}; assign it to a tensor first")
+
+
+def _scale_value(v, code, where):
+    """A Python scalar as a dot scale for storage ``code`` (integers must stay integers)."""
+    if isinstance(v, ScalarExp):
+        if v.dtype is not None and _code_of_dtype(v.dtype) != code:
+            raise DTypeError(f"{where}: scalar of dtype {v.dtype} scales a product of dtype "
+                             f"{np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
+        v = v.value
+    if (isinstance(v, (bool, np.bool_, complex, np.complexfloating))
+            or not isinstance(v, (numbers.Real, np.number))):
+        raise TypeError(f"{where}: a product can only be scaled by a real scalar, got {v!r}")
+    if code in _INT_CODES:
+        if not float(v).is_integer():
+            raise DTypeError(f"{where}: scale {v!r} is not representable in "
+                             f"{np.dtype(_NP_BY_CODE[code])} (integer products take integer "
+                             f"scales)")
+        return int(v)
+    return float(v)
+
+
+# named here, not read from Exp.__slots__: Exp may be a compiled (cdef) class without one
+_FIELDS = ("key", "shape", "code", "leaves", "scalars", "exp_type",
+           "lhs", "rhs", "ltrans", "rtrans", "scale")
+
+
+class _ProductExp(Exp):
+    """What DotExp and BatchDotExp share: operands, flags, and a scale that folds."""
+
+    __slots__ = ("lhs", "rhs", "ltrans", "rtrans", "scale")
+
+    def _scaled(self, s):
+        node = type(self).__new__(type(self))
+        for f in _FIELDS:
+            setattr(node, f, getattr(self, f))
+        # chains accumulate: dot(a, b) * 2 * 3 has scale 6
+        node.scale = self.scale * _scale_value(s, self.code, self.key[0])
+        node.scalars = (node.scale,)
+        return node
+
+    def __mul__(self, o):
+        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
+            return self._scaled(o)
+        return Exp.__mul__(self, o)    # refuses: a kComplex operand cannot be nested
+
+    def __rmul__(self, o):
+        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
+            return self._scaled(o)
+        return Exp.__rmul__(self, o)
+
+    def __neg__(self):
+        return self._scaled(-1)
+
+    def __repr__(self):
+        lhs, rhs = _name(self.lhs, self.ltrans), _name(self.rhs, self.rtrans)
+        scale = "" if self.scale == 1 else f" * {self.scale!r}"
+        return f"{type(self).__name__}({lhs}, {rhs}{scale}, shape={self.shape}, dtype={self.code})"
+
+
+def _init(node, tag, lhs, ltrans, rhs, rtrans, shape, code):
+    node.key = (tag, code, ltrans, rtrans, len(lhs.shape), len(rhs.shape))
+    node.shape = Shape(*shape)
+    node.code = code
+    node.leaves = (lhs, rhs)
+    node.scale = 1.0 if code not in _INT_CODES else 1
+    node.scalars = (node.scale,)
+    node.exp_type = kComplex
+    node.lhs, node.rhs, node.ltrans, node.rtrans = lhs, rhs, ltrans, rtrans
+    return node
+
+
+def _common(a, b, where):
+    if a.type_flag != b.type_flag:
+        raise DTypeError(f"{where}: operands have different dtypes {a.dtype} and {b.dtype}; "
+                         f"use ms.tcast to convert one of them")
+    if a.device is not b.device:
+        raise DeviceError(f"{where}: operands on different devices ({a.device}, {b.device})")
+    return _CODE_BY_FLAG[a.type_flag]
+
+
+class DotExp(_ProductExp):
+    """``dot(lhs, rhs)``: a lazy matrix product (mshadow's DotExp, kComplex).
+
+    ``ltrans``/``rtrans`` are the BLAS transpose flags actually used: a 1-D right operand
+    is read as a column (``rtrans`` set), a 1-D left operand as a row, ``u.T`` as a column.
+    """
+
+    __slots__ = ()
+
+
+class BatchDotExp(_ProductExp):
+    """``batch_dot(lhs, rhs, transpose_left, transpose_right)``: one gemm per batch (kComplex)."""
+
+    __slots__ = ()
+
+
+def dot(lhs, rhs):
+    """``dot(a, b)``: the matrix product, evaluated by BLAS when assigned.
+
+    Forms: 2-D[.T] x 2-D[.T] (gemm), 1-D x 2-D[.T] and 2-D[.T] x 1-D (gemv), 1-D x 1-D
+    (inner product, shape (1,)), ``u.T`` x 1-D (outer product). Scale with ``* s``/``-``.
+    """
+    a, ta = _operand(lhs, "dot")
+    b, tb = _operand(rhs, "dot")
+    code = _common(a, b, "dot")
+    na, nb = len(a.shape), len(b.shape)
+    if na > 2 or nb > 2:
+        raise ShapeError(f"dot: operands must be 1-D or 2-D, got {_name(a, ta)} and "
+                         f"{_name(b, tb)}; use batch_dot for 3-D batches")
+    if na == 2 and nb == 2:
+        m, k = (a.shape[1], a.shape[0]) if ta else (a.shape[0], a.shape[1])
+        k2, n = (b.shape[1], b.shape[0]) if tb else (b.shape[0], b.shape[1])
+        if k != k2:
+            raise ShapeError(f"dot-gemm: matrix shape mismatch: {_name(a, ta)} x {_name(b, tb)} "
+                             f"(inner sizes {k} and {k2})")
+        return _init(DotExp.__new__(DotExp), "dot", a, ta, b, tb, (m, n), code)
+    if na == 1 and nb == 2 and not ta:
+        k = a.shape[0]
+        k2, n = (b.shape[1], b.shape[0]) if tb else (b.shape[0], b.shape[1])
+        if k != k2:
+            raise ShapeError(f"dot-gemv: matrix shape mismatch: {_name(a, ta)} x {_name(b, tb)}")
+        return _init(DotExp.__new__(DotExp), "dot", a, False, b, tb, (n,), code)
+    if na == 2 and nb == 1 and not tb:
+        m, k = (a.shape[1], a.shape[0]) if ta else (a.shape[0], a.shape[1])
+        if k != b.shape[0]:
+            raise ShapeError(f"dot-gemv: matrix shape mismatch: {_name(a, ta)} x {_name(b, tb)}")
+        # the vector is a (1, k) row in memory: read it transposed, as a column
+        return _init(DotExp.__new__(DotExp), "dot", a, ta, b, True, (m,), code)
+    if na == 1 and nb == 1 and not ta and not tb:
+        if a.shape[0] != b.shape[0]:
+            raise ShapeError(f"VectorDot: Shape mismatch: {_name(a, ta)} x {_name(b, tb)}")
+        return _init(DotExp.__new__(DotExp), "dot", a, False, b, True, (1,), code)
+    if na == 1 and nb == 1 and ta and not tb:
+        # outer product: (m, 1) x (1, n), a gemm with k = 1
+        return _init(DotExp.__new__(DotExp), "dot", a, True, b, False,
+                     (a.shape[0], b.shape[0]), code)
+    raise TypeError(f"dot: unsupported operand form {_name(a, ta)} x {_name(b, tb)} (supported: "
+                    f"2-D[.T] x 2-D[.T], 1-D x 2-D[.T], 2-D[.T] x 1-D, 1-D x 1-D, 1-D.T x 1-D)")
+
+
+def _batch_shapes(a, ta, b, tb, where):
+    if len(a.shape) != 3 or len(b.shape) != 3:
+        raise ShapeError(f"{where}: expects 3-D tensors (batch, rows, cols), got "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    if a.shape[0] != b.shape[0]:
+        raise ShapeError(f"BatchGEMM: batchsize must be equal. lhs {tuple(a.shape)}, "
+                         f"rhs {tuple(b.shape)}")
+    m, k = (a.shape[2], a.shape[1]) if ta else (a.shape[1], a.shape[2])
+    k2, n = (b.shape[2], b.shape[1]) if tb else (b.shape[1], b.shape[2])
+    if k != k2:
+        raise ShapeError(f"BatchGEMM: matrix shape mismatch: lhs {tuple(a.shape)}"
+                         f"{' (transposed)' if ta else ''} x rhs {tuple(b.shape)}"
+                         f"{' (transposed)' if tb else ''} (inner sizes {k} and {k2})")
+    return a.shape[0], m, n
+
+
+def _tensor_arg(x, where, what):
+    x = _as_operand(x, where)
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{where}: {what} must be a tensor, got the expression {describe(x.key)}")
+    return x
+
+
+def batch_dot(lhs, rhs, transpose_left=False, transpose_right=False):
+    """``batch_dot(a, b)``: ``dst[i] = op(a[i]) @ op(b[i])`` for 3-D tensors (lazy, kComplex).
+
+    mshadow's ``batch_dot<tl, tr>`` compiles but has no engine since 2016 (link error);
+    here it evaluates, one BLAS gemm per batch.
+    """
+    a = _tensor_arg(lhs, "batch_dot", "lhs")
+    b = _tensor_arg(rhs, "batch_dot", "rhs")
+    code = _common(a, b, "batch_dot")
+    ta, tb = bool(transpose_left), bool(transpose_right)
+    nbatch, m, n = _batch_shapes(a, ta, b, tb, "batch_dot")
+    return _init(BatchDotExp.__new__(BatchDotExp), "batch_dot", a, ta, b, tb, (nbatch, m, n), code)
+
+
+def _check_dst(dst, exp, where):
+    if not isinstance(dst, Tensor):
+        raise TypeError(f"{where}: destination must be a Tensor, got {type(dst).__name__}")
+    if dst.type_flag != exp.lhs.type_flag:
+        raise DTypeError(f"{where}: product of dtype {exp.lhs.dtype} into a tensor of dtype "
+                         f"{dst.dtype}; use ms.tcast")
+    if dst.device is not exp.lhs.device or dst.device is not cpu:
+        if dst.device is not exp.lhs.device:
+            raise DeviceError(f"{where}: destination on {dst.device}, operands on "
+                              f"{exp.lhs.device}")
+        raise DeviceError(f"{where}: GPU tensors need the CUDA backend (cuBLAS), which is not "
+                          f"available")
+
+
+def _eval(dst, exp, saver):
+    """The complex engine: ``dst <saver> exp`` for a DotExp or BatchDotExp."""
+    sign_beta = _BLAS_CONSTANTS.get(saver)
+    if sign_beta is None:
+        sym = _SAVER_SYMBOL.get(saver, saver)
+        raise TypeError(f"dst {sym} {type(exp).__name__}: saver {saver} has no BLAS form; a matrix "
+                        f"product can only be assigned (=, saveto), added (+=, plusto) or "
+                        f"subtracted (-=, minusto). Assign it to a tensor first.")
+    where = exp.key[0]
+    _check_dst(dst, exp, where)
+    if dst.shape != exp.shape:
+        form = "dot-gemv" if len(exp.shape) == 1 and exp.shape[0] != 1 else "dot-gemm"
+        if where == "batch_dot":
+            form = "BatchGEMM"
+        raise ShapeError(f"{form}: matrix shape mismatch: destination {tuple(dst.shape)}, "
+                         f"{_name(exp.lhs, exp.ltrans)} x {_name(exp.rhs, exp.rtrans)} gives "
+                         f"{tuple(exp.shape)}")
+    sign, beta = sign_beta
+    alpha = sign * exp.scale
+    nthreads = _core.get_num_threads()
+    if where == "dot":
+        _blas.gemm(dst, exp.lhs, exp.ltrans, exp.rhs, exp.rtrans, alpha, beta, nthreads)
+    else:
+        _blas.batch_gemm(dst, exp.lhs, exp.ltrans, exp.rhs, exp.rtrans, alpha, beta, nthreads)
+
+
+register_complex("dot", _eval)
+register_complex("batch_dot", _eval)
+
+
+def vector_dot(dst, lhs, rhs):
+    """``VectorDot(dst, lhs, rhs)``: ``dst[0] = dot(lhs, rhs)`` for 1-D tensors (BLAS ?dot)."""
+    dst = _tensor_arg(dst, "VectorDot", "dst")
+    a = _tensor_arg(lhs, "VectorDot", "lhs")
+    b = _tensor_arg(rhs, "VectorDot", "rhs")
+    if len(dst.shape) != 1 or dst.shape[0] != 1:
+        raise ShapeError(f"VectorDot: expect dst to be scalar, got shape {tuple(dst.shape)}")
+    if len(a.shape) != 1 or len(b.shape) != 1 or a.shape[0] != b.shape[0]:
+        raise ShapeError(f"VectorDot: Shape mismatch: lhs {tuple(a.shape)}, rhs {tuple(b.shape)}")
+    exp = dot(a, b)
+    _eval(dst, exp, "saveto")
+
+
+def batch_gemm(dst, lhs, rhs, alpha, beta, transpose_left=False, transpose_right=False):
+    """``BatchGEMM``: ``dst[i] = alpha * op(lhs[i]) @ op(rhs[i]) + beta * dst[i]``.
+
+    Unlike mshadow, pitched (non-contiguous) tensors are accepted and no workspace is needed.
+    """
+    d = _tensor_arg(dst, "BatchGEMM", "dst")
+    a = _tensor_arg(lhs, "BatchGEMM", "lhs")
+    b = _tensor_arg(rhs, "BatchGEMM", "rhs")
+    code = _common(a, b, "BatchGEMM")
+    ta, tb = bool(transpose_left), bool(transpose_right)
+    if len(d.shape) != 3:
+        raise ShapeError(f"BatchGEMM: expects 3-D tensors (batch, rows, cols), got dst "
+                         f"{tuple(d.shape)}")
+    nbatch, m, n = _batch_shapes(a, ta, b, tb, "BatchGEMM")
+    if d.shape[0] != nbatch:
+        raise ShapeError(f"BatchGEMM: batchsize must be equal. dst {tuple(d.shape)}, "
+                         f"lhs {tuple(a.shape)}")
+    if (d.shape[1], d.shape[2]) != (m, n):
+        raise ShapeError(f"BatchGEMM: matrix shape mismatch: dst {tuple(d.shape)}, lhs "
+                         f"{tuple(a.shape)} x rhs {tuple(b.shape)} gives {(nbatch, m, n)}")
+    exp = _init(BatchDotExp.__new__(BatchDotExp), "batch_dot", a, ta, b, tb, (nbatch, m, n), code)
+    _check_dst(d, exp, "BatchGEMM")
+    alpha = _scale_value(alpha, code, "BatchGEMM alpha")
+    beta = _scale_value(beta, code, "BatchGEMM beta")
+    _blas.batch_gemm(d, a, ta, b, tb, alpha, beta, _core.get_num_threads())
