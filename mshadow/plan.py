@@ -98,6 +98,7 @@ class _Compiler:
     def __init__(self, dst_code, saver):
         self.p = Program(dst_code=dst_code, saver=saver)
         self.free = []
+        self.pinned = {}   # reg -> count: operands a composite body may still read
         self.consts = {}
 
     # registers: freed as soon as their single reader has been emitted
@@ -113,7 +114,7 @@ class _Compiler:
 
     def release(self, opds):
         for o in opds:
-            if o[0] == "reg" and o[1] not in self.free:
+            if o[0] == "reg" and o[1] not in self.free and not self.pinned.get(o[1]):
                 self.free.append(o[1])
 
     def instr(self, kernel, ins, out_code):
@@ -178,11 +179,23 @@ class _Compiler:
         return self.instr(("k", f"{name}_{cc}"), args, cc)
 
     def expand(self, tree, args, cc):
+        """Inline a composite body; its arguments stay live until the body is done,
+        since the body may read each of them more than once."""
+        regs = [a[1] for a in args if a[0] == "reg"]
+        for r in regs:
+            self.pinned[r] = self.pinned.get(r, 0) + 1
+        res = self._expand(tree, args, cc)
+        for r in regs:
+            self.pinned[r] -= 1
+        self.release([a for a in args if a[0] == "reg" and a != res])
+        return res
+
+    def _expand(self, tree, args, cc):
         if isinstance(tree, str):
             return args["abc".index(tree)]
         if isinstance(tree, float):
             return self.const(tree, cc)
-        sub = [self.expand(t, args, cc) for t in tree[1:]]
+        sub = [self._expand(t, args, cc) for t in tree[1:]]
         return self.apply(tree[0], sub, cc)
 
     def finish(self, res):
