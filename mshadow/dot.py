@@ -103,11 +103,12 @@ class _ProductExp(Exp):
 
 def _init(node, tag, lhs, ltrans, rhs, rtrans, shape, code):
     node.key = (tag, code, ltrans, rtrans, len(lhs.shape), len(rhs.shape))
-    node.shape = Shape(*shape)
+    # the dims come from validated tensor shapes: skip Shape's per-dim checks (per-call path)
+    node.shape = tuple.__new__(Shape, shape)
     node.code = code
     node.leaves = (lhs, rhs)
-    node.scale = 1.0 if code not in _INT_CODES else 1
-    node.scalars = (node.scale,)
+    node.scale = scale = 1 if code in _INT_CODES else 1.0
+    node.scalars = (scale,)
     node.exp_type = kComplex
     node.lhs, node.rhs, node.ltrans, node.rtrans = lhs, rhs, ltrans, rtrans
     return node
