@@ -34,6 +34,7 @@ cdef class Exp:
     cdef public tuple scalars
     cdef public int exp_type
     cdef object __weakref__
+    __array_ufunc__ = None   # numpy scalars and arrays defer to our operators: stay lazy
 
     @property
     def dtype(self):

@@ -386,6 +386,8 @@ cdef class Tensor:
         return str(self._export())
 
     # ---- expressions ------------------------------------------------------------
+    __array_ufunc__ = None   # numpy scalars and arrays defer to our operators: stay lazy
+
     # Arithmetic builds lazy expressions (mshadow/expr.py); assignment evaluates them.
     def __add__(self, other):
         return make_map("plus", (self, other))
@@ -413,6 +415,15 @@ cdef class Tensor:
 
     def __neg__(self):
         return make_map("neg", (self,))
+
+    def __richcmp__(self, o, int opc):
+        name = _CMP_NAMES[opc]
+        if name is None:   # == and != keep identity meaning: tensors stay hashable
+            return NotImplemented
+        return make_map(name, (self, o))
+
+    def __hash__(self):
+        return id(self) >> 4
 
     def __pos__(self):
         return self

@@ -24,7 +24,7 @@ def _c_expr(op, code, ctype):
     expr = expr.replace("_T(", f"_{code}(")
     expr = re.sub(r"\(T\)", f"({ctype})", expr)
     if code == "f32":  # the float forms of libm functions, not the double ones
-        expr = re.sub(r"\b(sqrt|exp|log|log1p|tanh|pow)\(", r"\1f(", expr)
+        expr = re.sub(r"\b(sqrt|exp|log|log1p|tanh|pow|fabs)\(", r"\1f(", expr)
     return expr
 
 

@@ -12,7 +12,7 @@ from . import expr as _expr
 from . import plan as _plan
 from .ops_table import OPS
 
-__all__ = ["Op", "define", "where", "TraceError"]
+__all__ = ["Op", "define", "TraceError"]
 
 
 class TraceError(TypeError):
@@ -92,13 +92,6 @@ for _row in OPS:
     globals()[_row.name] = Op(_row.name, _row.arity,
                               f"mshadow operator {_row.name}: {_row.c or _row.composite}")
     __all__.append(_row.name)
-
-
-def where(cond, a, b):
-    """``cond != 0 ? a : b``: element-wise on expressions, symbolic inside a defined op."""
-    if any(isinstance(x, Sym) for x in (cond, a, b)):
-        return Sym(("where", _sym_tree(cond), _sym_tree(a), _sym_tree(b)))
-    return _expr.where(cond, a, b)
 
 
 class PyOp(Op):

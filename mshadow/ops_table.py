@@ -28,15 +28,21 @@ class OpDef:
 
 
 def _trunc_div(a, b):
-    """C integer division (truncation toward zero); x / 0 -> 0 as the kernels define it."""
+    """C integer division (truncation toward zero); x / 0 -> 0 and MIN / -1 -> MIN (wraps),
+    as the kernels define them."""
     a = np.asarray(a)
     b = np.asarray(b)
-    if a.dtype.kind in "iu":
-        bz = np.where(b == 0, 1, b)
-        q = np.abs(a.astype(np.int64)) // np.abs(bz.astype(np.int64))
-        q = np.where((a < 0) != (b < 0), -q, q)
+    if a.dtype.kind not in "iu":
+        return a / b
+    with np.errstate(all="ignore"):
+        safe = np.where((b == 0) | (b == -1 if a.dtype.kind == "i" else False), 1, b).astype(a.dtype)
+        q = a // safe
+        r = a - q * safe
+        q = np.where((r != 0) & ((a < 0) != (safe < 0)), q + 1, q).astype(a.dtype)
+        if a.dtype.kind == "i":
+            neg = (0 - a.astype(np.uint64)).astype(a.dtype) if a.dtype.itemsize == 8 else (-a.astype(np.int64)).astype(a.dtype)
+            q = np.where(b == -1, neg, q).astype(a.dtype)
         return np.where(b == 0, 0, q).astype(a.dtype)
-    return a / b
 
 
 def _ipow(a, b):
@@ -74,8 +80,8 @@ OPS = (
     OpDef("div", 2, c="a / b", c_int="ms_idiv_T(a, b)", packet="P(div)(a, b)", ref=_trunc_div),
     OpDef("neg", 1, c="-a", c_int="(T)(0 - a)", packet="P(neg)(a)", ref=lambda a: -a),
     OpDef("square", 1, c="a * a", packet="P(mul)(a, a)", ref=lambda a: a * a),
-    OpDef("abs", 1, c="(a < 0 ? -a : a)", c_int="(T)(a < 0 ? 0 - a : a)", packet="P(abs)(a)",
-          cuda="fabs(a)", ref=np.abs),
+    OpDef("abs", 1, c="fabs(a)", c_int="(T)(a < 0 ? 0 - a : a)", packet="P(abs)(a)",
+          ref=np.abs),
     OpDef("sign", 1, c="(T)(a > 0 ? 1 : (a < 0 ? -1 : 0))", ref=lambda a: np.sign(a)),
     OpDef("relu", 1, c="(a > 0 ? a : (T)0)", packet="P(max)(a, P(zero)())",
           ref=lambda a: np.where(a > 0, a, 0).astype(np.asarray(a).dtype)),
@@ -128,10 +134,10 @@ def kernel_kind(op, code):
     'composite' (expanded), 'via_f64' (integers through float64), 'ufunc' (numpy's loop),
     or 'c' (a generated kernel, with a packet path where the op has one).
     """
-    if op.composite:
-        return "composite"
     if code not in FLOAT_CODES and op.float_only:
         return "via_f64"
+    if op.composite:
+        return "composite"
     if op.ufunc and code in FLOAT_CODES:
         return "ufunc"
     return "c"

@@ -26,6 +26,9 @@ class UntracedOp(Exception):
     """The key holds an operator with no compiled form (an untraceable defined op)."""
 
 
+_SIZE = {"f32": 4, "f64": 8, "f16": 2, "u8": 1, "i8": 1, "i32": 4, "i64": 8}
+
+
 def compute_code(code):
     """float16 is stored, never computed: its arithmetic runs in float32 (mshadow's half_t)."""
     return "f32" if code == "f16" else code
@@ -118,8 +121,14 @@ class _Compiler:
                 self.free.append(o[1])
 
     def instr(self, kernel, ins, out_code):
-        self.release(ins)
+        # An element-wise kernel may write over its input only when both have one width:
+        # a widening cast in place would overwrite elements it has not read yet.
+        same_width = all(_SIZE[o[2]] == _SIZE[out_code] for o in ins)
+        if same_width:
+            self.release(ins)
         out = self.reg(out_code)
+        if not same_width:
+            self.release(ins)
         self.p.instrs.append(Instr(kernel, list(ins), out))
         return out
 

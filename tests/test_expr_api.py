@@ -278,17 +278,22 @@ def test_integer_overflow_wraps():
         assert_exact(dst.numpy(), (a + a * np.int8(2)).astype(np.int8))
 
 
-@pytest.mark.xfail(strict=True, reason="API bug: a numpy scalar on the left of a Tensor is "
-                   "evaluated eagerly by numpy through __array__ (np.int32(1) - t is a float64 "
-                   "ndarray), not a lazy expression; Tensor/Exp need __array_ufunc__ = None")
 def test_numpy_scalar_on_the_left_builds_an_expression():
     t = ms.new_tensor((3,), 1, dtype=np.int32)
     assert isinstance(np.int32(2) * t, ms.Exp)
+    assert isinstance(np.ones(3, np.int32) + t, ms.Exp)   # arrays defer too
 
 
-@pytest.mark.xfail(strict=True, reason="API bug: ms.op.where is a plain function, so "
-                   "F(ms.op.where, c, a, b) raises ValueError 'unknown operator' unlike every "
-                   "other ms.op entry")
+def test_tensor_comparisons_build_expressions():
+    t = T(np.array([-1, 0, 2], np.float32))
+    dst = ms.new_tensor((3,))
+    dst[:] = ms.where(t > 0, t, 0.5 * t)
+    assert dst.numpy().tolist() == [-0.5, 0, 2]
+    dst[:] = (t <= 0) + (t >= 2) + (t < -0.5)
+    assert dst.numpy().tolist() == [2, 1, 1]
+    assert (t == t) is True and (t != t) is False    # == keeps identity meaning
+
+
 def test_F_accepts_op_where():
     c = T(np.array([1, 0, 1], np.float32))
     a = T(np.array([1, 2, 3], np.float32))
