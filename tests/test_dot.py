@@ -198,6 +198,8 @@ def test_scale_folding_chains_accumulate():
     c = ms.new_tensor((3, 3))
     c[:] = ms.dot(a, a) * ms.scalar(2.0, np.float32)
     np.testing.assert_array_equal(c.numpy(), 2 * np.eye(3))
+    c[:] = np.float32(3) * ms.dot(a, a) * np.int64(2)
+    np.testing.assert_array_equal(c.numpy(), 6 * np.eye(3))
 
 
 def test_mshadow_verified_examples():
