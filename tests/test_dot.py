@@ -664,3 +664,14 @@ def test_batch_errors():
     with pytest.raises(DTypeError, match="not representable"):
         ai, bi = ms.new_tensor((2, 2, 3), dtype=np.int32), ms.new_tensor((2, 3, 2), dtype=np.int32)
         ms.batch_gemm(ms.new_tensor((2, 2, 2), dtype=np.int32), ai, bi, 0.5, 0.0)
+
+
+def test_device_checks_come_first():
+    cpu_a = ms.new_tensor((3, 4))
+    gpu_b = ms.Tensor((4, 5), device=ms.gpu)      # a handle only: never allocated
+    gpu_a = ms.Tensor((3, 4), device=ms.gpu)
+    with pytest.raises(ms.DeviceError, match="different devices"):
+        ms.dot(cpu_a, gpu_b)
+    with pytest.raises(ms.DeviceError, match="CUDA backend"):
+        c = ms.Tensor((3, 5), device=ms.gpu)
+        c[:] = ms.dot(gpu_a, gpu_b)
