@@ -31,12 +31,14 @@ cdef extern from "mshadow/plan_exec.h":
         ms_loop_fn fn
         void *data
         int nin
+        int gemm
         int kind[4]
         int idx[4]
         npy_intp step[4]
     ctypedef struct ms_leaf:
         char *ptr
         npy_intp rowstep, colstep
+        npy_intp inner
     ctypedef struct ms_program:
         int ninst
         const ms_inst *inst
@@ -141,6 +143,7 @@ cdef class Plan:
     cdef int *scalar_ccode      # slot -> compute type number
     cdef double *const_value
     cdef bint *leaf_t           # leaf (1-based; 0 is dst) read transposed
+    cdef int *leaf_role         # 0 element-wise read, 1 implicit_dot lhs, 2 implicit_dot rhs
     cdef int dst_code
 
     def __cinit__(self, program):
@@ -155,13 +158,16 @@ cdef class Plan:
         self.scalar_ccode = <int *> malloc(max(1, self.nscalar) * sizeof(int))
         self.const_value = <double *> malloc(max(1, self.nscalar) * sizeof(double))
         self.leaf_t = <bint *> malloc((self.nleaf + 1) * sizeof(bint))
+        self.leaf_role = <int *> malloc((self.nleaf + 1) * sizeof(int))
         if not (self.inst and self.scalar_arg and self.scalar_code and self.scalar_ccode
-                and self.const_value and self.leaf_t):
+                and self.const_value and self.leaf_t and self.leaf_role):
             raise MemoryError()
         self.dst_code = _CODE_NUM[program.dst_code]
         self.leaf_t[0] = False
+        self.leaf_role[0] = 0
         for k, t in enumerate(program.leaf_transposed):
             self.leaf_t[k + 1] = t
+            self.leaf_role[k + 1] = ("map", "gemm_lhs", "gemm_rhs").index(program.leaf_roles[k])
         consts = program.const_values
         arg = 0
         for s, (code, ccode) in enumerate(program.scalar_codes):
@@ -184,6 +190,7 @@ cdef class Plan:
                 ins.fn = <ms_loop_fn> <size_t> fn
                 ins.data = <void *> <size_t> data
             ins.nin = len(instr.ins)
+            ins.gemm = instr.kernel[1].startswith("implicit_gemm")
             for j, opd in enumerate(list(instr.ins) + [instr.out]):
                 if opd[0] == "reg":
                     ins.kind[j] = MS_OPD_REG
@@ -209,6 +216,7 @@ cdef class Plan:
         free(self.scalar_ccode)
         free(self.const_value)
         free(self.leaf_t)
+        free(self.leaf_role)
 
     def disassemble(self):
         return _disassemble(self.program)
@@ -253,21 +261,31 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
     cdef Py_ssize_t k
     cdef bint contiguous = True     # every leaf read in place and contiguous
     cdef bint alias = False
+    cdef Py_ssize_t rr, rc, inner = -1
     for k in range(nl):
         lf = <Tensor> leaves[k]
         lf.data()
-        if plan.leaf_t[k + 1]:
-            if lf.rows != dst.cols or lf.cols != dst.rows:
-                raise ShapeError(f"Assignment: transposed operand of shape {lf.shape} does not "
-                                 f"match target {dst.shape}")
+        rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k + 1] else (lf.rows, lf.cols)
+        role = plan.leaf_role[k + 1]
+        if role == 1:     # implicit_dot lhs: (dst rows, K)
+            if rr != dst.rows:
+                raise ShapeError(f"implicit_dot: lhs of shape {lf.shape} gives {rr} rows, "
+                                 f"target {dst.shape} has {dst.rows}")
+            inner = rc
             contiguous = False
-        elif lf.rows != dst.rows or lf.cols != dst.cols:
+        elif role == 2:   # implicit_dot rhs: (K, dst cols)
+            if rc != dst.cols or rr != inner:
+                raise ShapeError(f"implicit_dot The matrix shape do  not match: rhs {lf.shape} "
+                                 f"for K={inner} and target {dst.shape}")
+            contiguous = False
+        elif rr != dst.rows or rc != dst.cols:
             raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
                              f"eshape: {lf.shape} dshape:{dst.shape}")
-        elif not (lf.rows <= 1 or lf.stride == lf.cols):
+        elif plan.leaf_t[k + 1] or not (lf.rows <= 1 or lf.stride == lf.cols):
             contiguous = False
         if lf.mem is dst.mem and _overlaps(lf, dst) and (
-                plan.leaf_t[k + 1] or lf.offset != dst.offset or lf.stride != dst.stride):
+                role != 0 or plan.leaf_t[k + 1] or lf.offset != dst.offset
+                or lf.stride != dst.stride):
             alias = True
     if alias:
         # the expression reads the destination at other positions: evaluate into a
@@ -329,15 +347,18 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
         lv[0].ptr = dst.data()
         lv[0].rowstep = dst.stride * dst.itemsize
         lv[0].colstep = dst.itemsize
+        lv[0].inner = dst.cols
         for k in range(nl):
             lf = <Tensor> leaves[k]
             lv[k + 1].ptr = lf.data()
             if plan.leaf_t[k + 1]:
                 lv[k + 1].rowstep = lf.itemsize
                 lv[k + 1].colstep = lf.stride * lf.itemsize
+                lv[k + 1].inner = lf.rows
             else:
                 lv[k + 1].rowstep = lf.stride * lf.itemsize
                 lv[k + 1].colstep = lf.itemsize
+                lv[k + 1].inner = lf.cols
         for k in range(plan.nscalar):
             a = plan.scalar_arg[k]
             _store_scalar(sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],

@@ -141,6 +141,36 @@ def _int_helpers(code, ctype):
             f"  return r;\n}}\n")
 
 
+def _implicit_gemm(code, ctype):
+    """implicit_dot for one block: out[x] = sum_k A[k] * B[k][x] (dims = {n, K};
+    steps = {A along k, B along x, out, B along k}). Both paths add in k order, so they
+    agree bit for bit; the contiguous one is a rank-1 update the compiler vectorises."""
+    return f"""static void ms_k_implicit_gemm_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+  const npy_intp n = dims[0], K = dims[1];
+  const char *A = args[0], *B = args[1];
+  char *R = args[2];
+  const npy_intp sa = steps[0], sbx = steps[1], sr = steps[2], sbk = steps[3];
+  npy_intp x, k;
+  (void)data;
+  if (sr == (npy_intp)sizeof({ctype}) && sbx == (npy_intp)sizeof({ctype})) {{
+    {ctype} *r = ({ctype} *)R;
+    for (x = 0; x < n; ++x) r[x] = 0;
+    for (k = 0; k < K; ++k) {{
+      const {ctype} a = *(const {ctype} *)(A + k * sa);
+      const {ctype} *b = (const {ctype} *)(B + k * sbk);
+      for (x = 0; x < n; ++x) r[x] = ({ctype})(r[x] + a * b[x]);
+    }}
+    return;
+  }}
+  for (x = 0; x < n; ++x) {{
+    {ctype} acc = 0;
+    for (k = 0; k < K; ++k)
+      acc = ({ctype})(acc + *(const {ctype} *)(A + k * sa) * *(const {ctype} *)(B + k * sbk + x * sbx));
+    *({ctype} *)(R + x * sr) = acc;
+  }}
+}}"""
+
+
 def _cast_expr(src, dst, dst_ctype):
     if src == dst:
         return "a"
@@ -181,6 +211,9 @@ def generate():
             out.append(_loop_kernel(name, op.arity, [ctype] * op.arity, ctype,
                                     _c_expr(op, code, ctype), tab))
             names.append(name)
+    for code, ctype, _ in COMPUTE_TYPES:
+        out.append(_implicit_gemm(code, ctype))
+        names.append(f"implicit_gemm_{code}")
     for src, sct, _ in STORAGE_TYPES:
         for dst, dct, _ in STORAGE_TYPES:
             name = f"cast_{src}_{dst}"

@@ -157,6 +157,9 @@ def tcast(dtype, exp):
 
 
 def _flip(key):
+    if key[0] == "G":
+        raise TypeError("transpose of an expression holding implicit_dot(a, b) is not "
+                        "supported; write implicit_dot(b.T, a.T)")
     if key[0] == "L":
         return ("L", key[1], not key[2])
     if key[0] == "S":
@@ -167,11 +170,17 @@ def _flip(key):
 
 
 def transpose(exp):
-    """``exp.T`` of a 2-D expression: element (y, x) reads (x, y); ``T.T`` is the original."""
+    """``exp.T`` of a 2-D expression: element (y, x) reads (x, y); ``T.T`` is the original.
+
+    A 1-D tensor of length n is a (1, n) row, so its ``.T`` is the (n, 1) column (mshadow's
+    ``Tensor<1>.T()``, used for the outer product ``dot(u.T, v)``).
+    """
     exp = _as_operand(exp, "transpose")
     k, s, c, lv, sc, et = _parts(exp)
+    if len(s) == 1 and isinstance(exp, Tensor):
+        s = Shape(1, s[0])
     if len(s) != 2:
-        raise ShapeError(f"transpose needs a 2-D expression, got shape {s}")
+        raise ShapeError(f"transpose needs a 2-D expression (or a 1-D tensor), got shape {s}")
     if et == kComplex:
         raise TypeError("transpose: a kComplex expression cannot be transposed lazily")
     fk = _flip(k)
@@ -209,4 +218,6 @@ def describe(key):
         return f"tcast<{key[1]}>({describe(key[2])})"
     if key[0] == "M":
         return f"{key[1]}({', '.join(describe(k) for k in key[3:])})"
+    if key[0] == "G":
+        return f"implicit_dot({describe(key[2])}, {describe(key[3])})"
     return str(key[0])

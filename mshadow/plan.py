@@ -7,6 +7,7 @@ CUDA C. Programs are cached by (key, dst dtype, saver), so this runs once per st
 
 Keys:  ('L', code, transposed)   a tensor leaf, read at (y, x) or, transposed, at (x, y)
        ('S',)                    a scalar, typed by the operator it feeds
+       ('G', code, lhs, rhs)     implicit_dot of two leaves: sum_k lhs(y, k) * rhs(k, x)
        ('M', op, code, *args)    an element-wise operator whose result has storage ``code``
        ('C', code, arg)          tcast to ``code``
 Operands: ('reg', i, code), ('leaf', k, code), ('scalar', s, code), ('dst', 0, code).
@@ -52,6 +53,7 @@ class Program:
     reg_codes: List[str] = field(default_factory=list)
     leaf_codes: List[str] = field(default_factory=list)       # storage code of each leaf
     leaf_transposed: List[bool] = field(default_factory=list)
+    leaf_roles: List[str] = field(default_factory=list)   # 'map', 'gemm_lhs', 'gemm_rhs'
     scalar_codes: List[Tuple[str, str]] = field(default_factory=list)  # (storage, compute)
     dst_code: str = "f32"
     saver: str = "saveto"
@@ -139,6 +141,13 @@ class _Compiler:
         self.consts[s] = value
         return ("scalar", s, code)
 
+    def leaf(self, key, role):
+        k = len(self.p.leaf_codes)
+        self.p.leaf_codes.append(key[1])
+        self.p.leaf_transposed.append(key[2])
+        self.p.leaf_roles.append(role)
+        return ("leaf", k, key[1])
+
     def cast(self, opd, code):
         if opd[2] == code:
             return opd
@@ -148,11 +157,12 @@ class _Compiler:
     def emit(self, key, ctx):
         tag = key[0]
         if tag == "L":
-            k = len(self.p.leaf_codes)
-            self.p.leaf_codes.append(key[1])
-            self.p.leaf_transposed.append(key[2])
-            opd = ("leaf", k, key[1])
+            opd = self.leaf(key, "map")
             return self.cast(opd, "f32") if key[1] == "f16" else opd
+        if tag == "G":   # the kernel reads whole rows of lhs and columns of rhs
+            lhs = self.leaf(key[2], "gemm_lhs")
+            rhs = self.leaf(key[3], "gemm_rhs")
+            return self.instr(("k", f"implicit_gemm_{key[1]}"), [lhs, rhs], key[1])
         if tag == "S":
             s = len(self.p.scalar_codes)
             self.p.scalar_codes.append((ctx[0], ctx[1]))
@@ -238,7 +248,7 @@ class _Compiler:
 
 
 def _key_code(key):
-    if key[0] == "L":
+    if key[0] in ("L", "G"):
         return key[1]
     if key[0] in ("M", "C"):
         return key[2] if key[0] == "M" else key[1]

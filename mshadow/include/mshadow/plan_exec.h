@@ -22,6 +22,7 @@ typedef struct {
   ms_loop_fn fn;
   void *data;
   int nin;
+  int gemm;           /* implicit_dot: operand 0 is read along row y, operand 1 down columns */
   int kind[4];        /* operands 0..nin-1, then the output at index nin */
   int idx[4];
   npy_intp step[4];   /* bytes between elements for registers and scalars (0) */
@@ -30,6 +31,7 @@ typedef struct {
 typedef struct {
   char *ptr;
   npy_intp rowstep, colstep;   /* bytes; leaf 0 is the destination */
+  npy_intp inner;              /* columns in read orientation (the K of an implicit_dot lhs) */
 } ms_leaf;
 
 typedef struct {
@@ -53,6 +55,7 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
     const ms_inst *in = &p->inst[k];
     char *args[4];
     npy_intp steps[4];
+    npy_intp dims[2] = {n, 0};
     for (j = 0; j <= in->nin; ++j) {
       const int id = in->idx[j];
       switch (in->kind[j]) {
@@ -69,7 +72,16 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
           steps[j] = 0;
       }
     }
-    in->fn(args, &n, steps, in->data);
+    if (in->gemm) {   /* out[x] = sum_k lhs(y, k) * rhs(k, x0 + x) */
+      const ms_leaf *A = &p->leaf[in->idx[0]], *B = &p->leaf[in->idx[1]];
+      args[0] = A->ptr + y * A->rowstep;
+      steps[0] = A->colstep;
+      args[1] = B->ptr + x0 * B->colstep;
+      steps[1] = B->colstep;
+      steps[3] = B->rowstep;
+      dims[1] = A->inner;
+    }
+    in->fn(args, dims, steps, in->data);
   }
 }
 
