@@ -145,14 +145,20 @@ def tcast(dtype, exp):
     k, s, c, lv, sc, et = _parts(exp)
     if et == kComplex:
         raise TypeError("tcast: a kComplex expression cannot be nested; assign it first")
-    node = TypecastExp()
-    node.key = ("C", code, k)
-    node.shape = s
-    node.code = code
-    node.leaves = lv
-    node.scalars = sc
-    node.exp_type = et | kMapper
+    node = new_node(TypecastExp, ("C", code, k), s, code, lv, sc, et | kMapper)
     node.src = exp
+    return node
+
+
+def new_node(cls, key, shape, code, leaves, scalars, exp_type):
+    """An expression node of class ``cls`` with everything the engine reads."""
+    node = cls()
+    node.key = key
+    node.shape = shape
+    node.code = code
+    node.leaves = leaves
+    node.scalars = scalars
+    node.exp_type = exp_type
     return node
 
 
@@ -186,13 +192,7 @@ def transpose(exp):
     fk = _flip(k)
     if fk[0] == "L" and not fk[2]:
         return lv[0]   # (t.T).T is t
-    node = TransposeExp()
-    node.key = fk
-    node.shape = Shape(s[1], s[0])
-    node.code = c
-    node.leaves = lv
-    node.scalars = sc
-    node.exp_type = et | kChainer
+    node = new_node(TransposeExp, fk, Shape(s[1], s[0]), c, lv, sc, et | kChainer)
     node.src = exp
     return node
 

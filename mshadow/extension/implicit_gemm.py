@@ -5,7 +5,7 @@ expressions: ``dst[:] = ms.implicit_dot(a, b.T) + c`` is one pass with no tempor
 """
 from .. import _core
 from ..errors import DTypeError, ShapeError
-from ..expr import _CODE_BY_FLAG, _LEAF_KEY, kChainer
+from ..expr import _CODE_BY_FLAG, kChainer, new_node
 from ..shape import Shape
 
 Tensor = _core.Tensor
@@ -46,12 +46,6 @@ def implicit_dot(lhs, rhs):
     if code == "f16":
         raise DTypeError("implicit_dot does not take float16 operands (no half accumulator); "
                          "copy them to float32 first")
-    node = ImplicitGEMMExp()
-    node.key = ("G", code, lk, rk)
-    node.shape = Shape(m, n)
-    node.code = code
-    node.leaves = (lt, rt)
-    node.scalars = ()
-    node.exp_type = kChainer
+    node = new_node(ImplicitGEMMExp, ("G", code, lk, rk), Shape(m, n), code, (lt, rt), (), kChainer)
     node.lhs, node.rhs = lhs, rhs
     return node
