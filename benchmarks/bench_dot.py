@@ -1,7 +1,7 @@
 """Matrix products: ms.dot / ms.batch_dot (scipy's BLAS, no temporaries) vs numpy.matmul.
 
     python benchmarks/bench_dot.py             # 256..2048, float32 and float64 (< 60 s on 2 cores)
-    python benchmarks/bench_dot.py --quick     # 256 and 512 only, fewer repeats (< 10 s)
+    python benchmarks/bench_dot.py --quick     # 256 and 512 only (< 20 s)
     python benchmarks/bench_dot.py --sizes 512 1024 --dtypes float32
     python benchmarks/bench_dot.py --threads 1  # both BLAS libraries single-threaded
 
@@ -83,7 +83,7 @@ def _settings(n, quick):
         return dict(repeat=2, number=1, warmup=1), 2
     if n >= 1024:
         return dict(repeat=3, number=1, warmup=1), 2
-    return dict(repeat=3 if quick else 5, min_time=0.05, warmup=2), 2
+    return dict(repeat=3, min_time=0.03, warmup=2), 2
 
 
 def bench_gemm(sizes, dtypes, quick):
@@ -134,7 +134,7 @@ def bench_gemm(sizes, dtypes, quick):
 def bench_batch(dtypes, quick, nbatch=64, n=128):
     rows = []
     rng = np.random.default_rng(1)
-    kw = dict(repeat=3 if quick else 5, min_time=0.05, warmup=2)
+    kw = dict(repeat=3, min_time=0.03, warmup=2)
     for dt in dtypes:
         a = rng.standard_normal((nbatch, n, n)).astype(dt)
         b = rng.standard_normal((nbatch, n, n)).astype(dt)
