@@ -23,7 +23,7 @@ import time
 
 def _args(argv=None):
     p = argparse.ArgumentParser(description="ms.dot / ms.batch_dot vs numpy.matmul")
-    p.add_argument("--quick", action="store_true", help="sizes 256 and 512, fewer repeats")
+    p.add_argument("--quick", action="store_true", help="sizes 256 and 512 only")
     p.add_argument("--sizes", type=int, nargs="+", help="square sizes (default 256 512 1024 2048)")
     p.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
     p.add_argument("--threads", type=int, help="BLAS threads for both libraries (default: all)")
@@ -77,7 +77,7 @@ def _paired(fn_np, fn_ms, rounds, **kw):
     return t_np, t_ms
 
 
-def _settings(n, quick):
+def _settings(n):
     """Samples per size: big products take ~0.1 s each, so they get fewer."""
     if n >= 2048:
         return dict(repeat=2, number=1, warmup=1), 2
@@ -86,12 +86,12 @@ def _settings(n, quick):
     return dict(repeat=3, min_time=0.03, warmup=2), 2
 
 
-def bench_gemm(sizes, dtypes, quick):
+def bench_gemm(sizes, dtypes):
     rows = []
     rng = np.random.default_rng(0)
     for dt in dtypes:
         for n in sizes:
-            kw, rounds = _settings(n, quick)
+            kw, rounds = _settings(n)
             a = rng.standard_normal((n, n)).astype(dt)
             b = rng.standard_normal((n, n)).astype(dt)
             c_np = np.zeros((n, n), dt)
@@ -131,7 +131,7 @@ def bench_gemm(sizes, dtypes, quick):
     return rows
 
 
-def bench_batch(dtypes, quick, nbatch=64, n=128):
+def bench_batch(dtypes, nbatch=64, n=128):
     rows = []
     rng = np.random.default_rng(1)
     kw = dict(repeat=3, min_time=0.03, warmup=2)
@@ -187,8 +187,8 @@ def main(args):
     print(f"machine: {nproc()} CPUs, {cpu_model()}; load {loadavg()}; BLAS threads "
           f"{os.environ.get('OPENBLAS_NUM_THREADS', 'default')}")
     print(f"numpy {np.__version__} BLAS: {blas['numpy']}; scipy BLAS (mshadow): {blas['scipy']}")
-    rows = bench_gemm(sizes, dtypes, args.quick)
-    rows += bench_batch(dtypes, args.quick)
+    rows = bench_gemm(sizes, dtypes)
+    rows += bench_batch(dtypes)
     rows += bench_small(dtypes)
     print_table("dot vs numpy.matmul (speed = t_numpy / t_mshadow)",
                 ["dtype", "size", "op", "numpy", "mshadow", "speed", "GFLOP/s"], rows,
