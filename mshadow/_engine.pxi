@@ -21,6 +21,15 @@ cdef extern from "mshadow/kernels_gen.h":
     const ms_kernel_entry ms_kernel_table[]
     int ms_isa_level
     int ms_fpe_flags
+    enum:
+        MS_CHAIN_MAX
+    ctypedef struct ms_chain:
+        int nin
+        int nstep
+        int start_scalar
+        int code[8]
+        int opd[8]
+        int scalar[8]
     int ms_detect_isa() nogil
     int MS_X86
 
@@ -32,9 +41,9 @@ cdef extern from "mshadow/plan_exec.h":
         void *data
         int nin
         int gemm
-        int kind[4]
-        int idx[4]
-        npy_intp step[4]
+        int kind[10]
+        int idx[10]
+        npy_intp step[10]
     ctypedef struct ms_leaf:
         char *ptr
         npy_intp rowstep, colstep
@@ -63,6 +72,9 @@ while ms_kernel_table[_k].name != NULL:
     _k += 1
 
 _ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
+
+from .codegen_cpu import chain_steps as _chain_steps
+cdef dict _CHAIN_CODE = {(op, swap, scalar): code for code, op, swap, scalar in _chain_steps()}
 cdef int _detected_isa = ms_detect_isa()
 
 
@@ -145,6 +157,7 @@ cdef class Plan:
     cdef bint *leaf_t           # leaf (1-based; 0 is dst) read transposed
     cdef int *leaf_role         # 0 element-wise read, 1 implicit_dot lhs, 2 implicit_dot rhs
     cdef int dst_code
+    cdef ms_chain *chains       # one per fused-chain instruction (their kernels' data)
 
     def __cinit__(self, program):
         self.program = program
@@ -180,9 +193,25 @@ cdef class Plan:
                 self.scalar_arg[s] = arg
                 arg += 1
         cdef ms_inst *ins
+        cdef ms_chain *ch
+        self.chains = <ms_chain *> malloc(max(1, self.ninst) * sizeof(ms_chain))
+        if self.chains == NULL:
+            raise MemoryError()
         for k, instr in enumerate(program.instrs):
             ins = &self.inst[k]
-            if instr.kernel[0] == "k":
+            if instr.kernel[0] == "chain":
+                ch = &self.chains[k]
+                ch.nin = len(instr.ins)
+                ch.nstep = len(instr.kernel[2])
+                ch.start_scalar = instr.ins[0][0] == "scalar"
+                for j, (op, swap, opd) in enumerate(instr.kernel[2]):
+                    scalar = opd is not None and instr.ins[opd][0] == "scalar"
+                    ch.code[j] = _CHAIN_CODE[op, swap, scalar]
+                    ch.opd[j] = 0 if opd is None else opd
+                    ch.scalar[j] = scalar
+                ins.fn = <ms_loop_fn> <size_t> _KERNELS[f"chain_{instr.kernel[1]}"]
+                ins.data = ch
+            elif instr.kernel[0] == "k":
                 ins.fn = <ms_loop_fn> <size_t> _KERNELS[instr.kernel[1]]
                 ins.data = NULL
             else:
@@ -217,6 +246,7 @@ cdef class Plan:
         free(self.const_value)
         free(self.leaf_t)
         free(self.leaf_role)
+        free(self.chains)
 
     def disassemble(self):
         return _disassemble(self.program)
@@ -369,7 +399,6 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
         prog.scalars = sv
         prog.nreg = plan.nreg
         prog.reg_bytes = BLOCK * 8
-        prog.block = BLOCK
         if contiguous:
             prog.rows = 1
             prog.cols = dst.rows * dst.cols
@@ -378,6 +407,12 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
             prog.cols = dst.cols
         n = dst.rows * dst.cols
         prog.nthreads = max(1, min(_num_threads, n // MIN_PER_THREAD))
+        # Registers must fit in L1, so programs that use them go block by block; a fully
+        # fused program has none and takes whole rows, one share of them per thread.
+        if plan.nreg:
+            prog.block = BLOCK
+        else:
+            prog.block = max(BLOCK, (prog.cols + prog.nthreads - 1) // prog.nthreads)
         ms_fpe_flags = 0
         if n < MIN_PER_THREAD:   # too short to be worth releasing the GIL
             rc = ms_run_program(&prog)

@@ -9,9 +9,9 @@ import re
 import sys
 
 if __package__:
-    from .ops_table import OPS, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
+    from .ops_table import OPS, OPS_BY_NAME, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
 else:  # loaded by path from setup.py, before the package is importable
-    from ops_table import OPS, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
+    from ops_table import OPS, OPS_BY_NAME, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
 
 ISAS = ("sse2", "avx2", "avx512")
 _TARGET = {"sse2": "", "avx2": '__attribute__((target("avx2"))) ',
@@ -171,6 +171,120 @@ def _implicit_gemm(code, ctype):
 }}"""
 
 
+# Fused chains: a run of element-wise instructions where each consumes the previous one's
+# result runs as ONE kernel that keeps the running value in SIMD registers (one store per
+# element instead of one per operator). Step codes enumerate (op, running value on the
+# right, other operand a scalar); unary steps read no operand.
+CHAIN_BINARY = ("plus", "minus", "mul", "div", "maximum", "minimum")
+CHAIN_UNARY = ("identity", "neg", "abs", "sqrt", "square", "relu")
+CHAIN_MAX = 8
+
+
+def chain_steps():
+    """[(code, op, swap, scalar)]: the step table shared with the plan compiler."""
+    out = []
+    for op in CHAIN_BINARY:
+        for swap in (False, True):
+            for scalar in (False, True):
+                out.append((len(out), op, swap, scalar))
+    for op in CHAIN_UNARY:
+        out.append((len(out), op, False, False))
+    return out
+
+
+def _subst(form, names):
+    return re.sub(r"\b([ab])\b", lambda m: names[m.group(1)], form)
+
+
+def _chain_packet(code, ctype, isa):
+    V, W = f"ms_{isa}_v_{code}", f"ms_{isa}_W_{code}"
+    U = 4   # vectors per iteration: amortises the step dispatch
+    L = [f"static {_TARGET[isa]}void ms_chain_{code}_{isa}(const ms_chain *ch, char **args, npy_intp n) {{",
+         f"  {ctype} *r = ({ctype} *)args[ch->nin];",
+         f"  const {ctype} *S = (const {ctype} *)args[0];",
+         f"  {V} bc[{CHAIN_MAX}];",
+         "  npy_intp i = 0;",
+         "  int s, u;",
+         "  for (s = 0; s < ch->nstep; ++s)",
+         f"    if (ch->scalar[s]) bc[s] = ms_{isa}_set1_{code}((({ctype} *)args[ch->opd[s]])[0]);",
+         f"  const {V} b0 = ms_{isa}_set1_{code}(S[0]);",
+         f"  for (; i + {U} * {W} <= n; i += {U} * {W}) {{",
+         f"    {V} v[{U}];",
+         f"    for (u = 0; u < {U}; ++u) v[u] = ch->start_scalar ? b0 : ms_{isa}_loadu_{code}(S + i + u * {W});",
+         "    for (s = 0; s < ch->nstep; ++s) {",
+         f"      const {ctype} *O = (const {ctype} *)args[ch->opd[s]] + i;",
+         "      switch (ch->code[s]) {"]
+    for c, op, swap, scalar in chain_steps():
+        d = OPS_BY_NAME[op]
+        unary = d.arity == 1
+        form = re.sub(r"P\((\w+)\)", lambda m: f"ms_{isa}_{m.group(1)}_{code}", d.packet)
+        if unary:
+            e = _subst(form, {"a": "v[u]"})
+            L.append(f"        case {c}: for (u = 0; u < {U}; ++u) v[u] = {e}; break;")
+        else:
+            o = "bc[s]" if scalar else f"ms_{isa}_loadu_{code}(O + u * {W})"
+            names = {"a": o, "b": "v[u]"} if swap else {"a": "v[u]", "b": o}
+            e = _subst(form, names)
+            L.append(f"        case {c}: for (u = 0; u < {U}; ++u) v[u] = {e}; break;")
+    L += ["      }", "    }",
+          f"    for (u = 0; u < {U}; ++u) ms_{isa}_storeu_{code}(r + i + u * {W}, v[u]);",
+          "  }",
+          f"  if (i < n) ms_chain_plain_{code}(ch, args, n, i);",
+          "}"]
+    return "\n".join(L)
+
+
+def _chain_plain(code, ctype):
+    """Elements [i0, n) step by step on a local accumulator: the loops vectorise, and the
+    destination may be read by a later step, so it is written only at the end."""
+    L = [f"static void ms_chain_plain_{code}(const ms_chain *ch, char **args, npy_intp n, npy_intp i0) {{",
+         f"  {ctype} acc[MS_CHAIN_BLOCK];",
+         f"  {ctype} *r = ({ctype} *)args[ch->nin];",
+         "  npy_intp i, m;",
+         "  int s;",
+         "  for (; i0 < n; i0 += m) {",
+         "    m = n - i0 < MS_CHAIN_BLOCK ? n - i0 : MS_CHAIN_BLOCK;",
+         f"    const {ctype} *S = (const {ctype} *)args[0];",
+         "    for (i = 0; i < m; ++i) acc[i] = ch->start_scalar ? S[0] : S[i0 + i];",
+         "    for (s = 0; s < ch->nstep; ++s) {",
+         f"      const {ctype} *O = (const {ctype} *)args[ch->opd[s]];",
+         f"      const {ctype} o0 = O[0];",
+         "      O += i0;",
+         "      switch (ch->code[s]) {"]
+    for c, op, swap, scalar in chain_steps():
+        d = OPS_BY_NAME[op]
+        form = _c_expr(d, code, ctype)
+        if d.arity == 1:
+            e = _subst(form, {"a": "v"})
+            L.append(f"        case {c}: for (i = 0; i < m; ++i) {{ const {ctype} v = acc[i]; acc[i] = {e}; }} break;")
+        else:
+            o = "o0" if scalar else "O[i]"
+            names = {"a": "o", "b": "v"} if swap else {"a": "v", "b": "o"}
+            e = _subst(form, names)
+            L.append(f"        case {c}: for (i = 0; i < m; ++i) {{ const {ctype} v = acc[i], o = {o}; acc[i] = {e}; }} break;")
+    L += ["      }", "    }",
+          "    for (i = 0; i < m; ++i) r[i0 + i] = acc[i];",
+          "  }", "}"]
+    return "\n".join(L)
+
+
+def _chain_kernel(code, ctype):
+    L = [_chain_plain(code, ctype), "#if MS_X86"]
+    for isa in ISAS:
+        L.append(_chain_packet(code, ctype, isa))
+    L.append(f"static void (*const ms_chain_{code}_tab[4])(const ms_chain *, char **, npy_intp) = "
+             f"{{NULL, " + ", ".join(f"ms_chain_{code}_{isa}" for isa in ISAS) + "};")
+    L.append("#endif")
+    L.append(f"""static void ms_k_chain_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+  (void)steps;   /* every operand is contiguous or a scalar: the plan only fuses such runs */
+#if MS_X86
+  if (ms_isa_level > 0) {{ ms_chain_{code}_tab[ms_isa_level]((const ms_chain *)data, args, dims[0]); return; }}
+#endif
+  ms_chain_plain_{code}((const ms_chain *)data, args, dims[0], 0);
+}}""")
+    return "\n".join(L)
+
+
 def _cast_expr(src, dst, dst_ctype):
     if src == dst:
         return "a"
@@ -189,6 +303,16 @@ def generate():
            "typedef void (*ms_packet_fn)(char *, char **, npy_intp, int);",
            "static int ms_isa_level = 0;     /* set at import to the detected level */",
            "static int ms_fpe_flags = 0;     /* bit 0: an integer division by zero happened */",
+           f"#define MS_CHAIN_MAX {CHAIN_MAX}",
+           "#define MS_CHAIN_BLOCK 512",
+           "typedef struct {",
+           "  int nin;                    /* inputs; the output is args[nin] */",
+           "  int nstep;",
+           "  int start_scalar;           /* args[0], the starting value, is a scalar */",
+           "  int code[MS_CHAIN_MAX];     /* step codes (codegen_cpu.chain_steps) */",
+           "  int opd[MS_CHAIN_MAX];      /* the args index each step reads */",
+           "  int scalar[MS_CHAIN_MAX];",
+           "} ms_chain;",
            ""]
     for code, ctype, _ in COMPUTE_TYPES:
         if code not in FLOAT_CODES:
@@ -211,6 +335,10 @@ def generate():
             out.append(_loop_kernel(name, op.arity, [ctype] * op.arity, ctype,
                                     _c_expr(op, code, ctype), tab))
             names.append(name)
+    for code in FLOAT_CODES:
+        ctype = {"f32": "float", "f64": "double"}[code]
+        out.append(_chain_kernel(code, ctype))
+        names.append(f"chain_{code}")
     for code, ctype, _ in COMPUTE_TYPES:
         out.append(_implicit_gemm(code, ctype))
         names.append(f"implicit_gemm_{code}")

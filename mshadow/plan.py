@@ -15,6 +15,7 @@ Operands: ('reg', i, code), ('leaf', k, code), ('scalar', s, code), ('dst', 0, c
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
+from .codegen_cpu import CHAIN_BINARY, CHAIN_UNARY, CHAIN_MAX
 from .ops_table import OPS_BY_NAME, kernel_kind
 
 SAVER_OPS = {"saveto": None, "plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
@@ -42,6 +43,13 @@ class Instr:
     out: Tuple
 
     def __str__(self):
+        if self.kernel[0] == "chain":
+            parts = [_opd(self.ins[0])]
+            for op, swap, k in self.kernel[2]:
+                o = "_" if k is None else _opd(self.ins[k])
+                parts.append(f"{op}(_)" if k is None else
+                             (f"{op}({o}, _)" if swap else f"{op}(_, {o})"))
+            return f"{_opd(self.out)} = chain_{self.kernel[1]}[{' -> '.join(parts)}]"
         kname = self.kernel[1] if self.kernel[0] == "k" else f"np.{self.kernel[1]}.{self.kernel[2]}"
         return f"{_opd(self.out)} = {kname}({', '.join(_opd(o) for o in self.ins)})"
 
@@ -247,6 +255,81 @@ class _Compiler:
             self.p.instrs.append(Instr(("k", f"identity_{res[2]}"), [res], ("dst", 0, res[2])))
 
 
+_CHAIN_OPS = set(CHAIN_BINARY) | set(CHAIN_UNARY)
+
+
+def _chain_op(ins, roles, transposed):
+    """The operator of an instruction a fused chain can take, else None: a generated float
+    kernel of the chain table whose operands are all contiguous or scalars."""
+    if ins.kernel[0] != "k":
+        return None
+    op, _, code = ins.kernel[1].rpartition("_")
+    if op not in _CHAIN_OPS or code not in ("f32", "f64"):
+        return None
+    for o in ins.ins:
+        if o[0] == "leaf" and (roles[o[1]] != "map" or transposed[o[1]]):
+            return None
+    return op
+
+
+def _reads(instrs, reg, start):
+    """How many times instructions from ``start`` read register ``reg`` before it is rewritten."""
+    n = 0
+    for ins in instrs[start:]:
+        n += sum(1 for o in ins.ins if o[0] == "reg" and o[1] == reg)
+        if ins.out[0] == "reg" and ins.out[1] == reg:
+            break
+    return n
+
+
+def fuse_chains(p):
+    """Replace each run of instructions where every one consumes only its predecessor's
+    result by one chain instruction: the same IEEE operations in the same order, one pass."""
+    instrs, out, i = p.instrs, [], 0
+    while i < len(instrs):
+        first = instrs[i]
+        op = _chain_op(first, p.leaf_roles, p.leaf_transposed)
+        if op is None:
+            out.append(first)
+            i += 1
+            continue
+        code = first.out[2]
+        opds = [first.ins[0]]
+        steps = []
+        def add_step(op, swap, other):
+            if other is None:
+                steps.append((op, False, None))
+            else:
+                opds.append(other)
+                steps.append((op, swap, len(opds) - 1))
+        add_step(op, False, first.ins[1] if len(first.ins) == 2 else None)
+        prev, j = first, i + 1
+        while j < len(instrs) and len(steps) < CHAIN_MAX and len(opds) < CHAIN_MAX:
+            nxt = instrs[j]
+            nop = _chain_op(nxt, p.leaf_roles, p.leaf_transposed)
+            r = prev.out
+            if nop is None or r[0] != "reg" or nxt.out[2] != code or _reads(instrs, r[1], j) != 1:
+                break
+            if len(nxt.ins) == 1:
+                if nxt.ins[0] != r:
+                    break
+                add_step(nop, False, None)
+            elif nxt.ins[0] == r:
+                add_step(nop, False, nxt.ins[1])
+            elif nxt.ins[1] == r:
+                add_step(nop, True, nxt.ins[0])
+            else:
+                break
+            prev, j = nxt, j + 1
+        if len(steps) == 1:
+            out.append(first)
+        else:
+            out.append(Instr(("chain", code, tuple(steps)), opds, prev.out))
+        i = j if len(steps) > 1 else i + 1
+    p.instrs = out
+    return p
+
+
 def _key_code(key):
     if key[0] in ("L", "G"):
         return key[1]
@@ -262,7 +345,7 @@ def compile_plan(key, dst_code, saver):
     c = _Compiler(dst_code, saver)
     cc = compute_code(dst_code)
     res = c.emit(key, (dst_code, cc))
-    prog = c.finish(res)
+    prog = fuse_chains(c.finish(res))
     prog.const_values = c.consts
     prog.key = key
     return prog

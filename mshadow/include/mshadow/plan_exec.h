@@ -23,9 +23,9 @@ typedef struct {
   void *data;
   int nin;
   int gemm;           /* implicit_dot: operand 0 is read along row y, operand 1 down columns */
-  int kind[4];        /* operands 0..nin-1, then the output at index nin */
-  int idx[4];
-  npy_intp step[4];   /* bytes between elements for registers and scalars (0) */
+  int kind[MS_CHAIN_MAX + 2];   /* operands 0..nin-1, then the output at index nin */
+  int idx[MS_CHAIN_MAX + 2];
+  npy_intp step[MS_CHAIN_MAX + 2]; /* bytes between elements for registers and scalars (0) */
 } ms_inst;
 
 typedef struct {
@@ -53,8 +53,8 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
   if (n > p->block) n = p->block;
   for (k = 0; k < p->ninst; ++k) {
     const ms_inst *in = &p->inst[k];
-    char *args[4];
-    npy_intp steps[4];
+    char *args[MS_CHAIN_MAX + 2];
+    npy_intp steps[MS_CHAIN_MAX + 2];
     npy_intp dims[2] = {n, 0};
     for (j = 0; j <= in->nin; ++j) {
       const int id = in->idx[j];
