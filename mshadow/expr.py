@@ -54,7 +54,11 @@ class ScalarExp:
     def __radd__(self, o): return make_map("plus", (o, self))
     def __sub__(self, o): return make_map("minus", (self, o))
     def __rsub__(self, o): return make_map("minus", (o, self))
-    def __mul__(self, o): return make_map("mul", (self, o))
+    def __mul__(self, o):
+        if getattr(o, "exp_type", 0) == kComplex:
+            return NotImplemented   # dot(a, b) folds a scalar into its alpha itself
+        return make_map("mul", (self, o))
+
     def __rmul__(self, o): return make_map("mul", (o, self))
     def __truediv__(self, o): return make_map("div", (self, o))
     def __rtruediv__(self, o): return make_map("div", (o, self))

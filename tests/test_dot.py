@@ -197,6 +197,9 @@ def test_scale_folding_chains_accumulate():
     assert d.scale == 1.0 and d2.scale == 4.0 and d2.lhs is d.lhs
     c = ms.new_tensor((3, 3))
     c[:] = ms.dot(a, a) * ms.scalar(2.0, np.float32)
+    d = ms.new_tensor(c.shape, dtype=c.dtype)
+    d[:] = ms.scalar(2.0, np.float32) * ms.dot(a, a)      # the scalar on the left folds too
+    np.testing.assert_array_equal(d.numpy(), c.numpy())
     np.testing.assert_array_equal(c.numpy(), 2 * np.eye(3))
     c[:] = np.float32(3) * ms.dot(a, a) * np.int64(2)
     np.testing.assert_array_equal(c.numpy(), 6 * np.eye(3))

@@ -1,0 +1,90 @@
+"""The plan compiler (pure): fused chains, register use, composites, savers."""
+import numpy as np
+import pytest
+
+import mshadow as ms
+from mshadow.plan import compile_plan, disassemble
+
+F32 = ("L", "f32", False)
+F32T = ("L", "f32", True)
+S = ("S",)
+
+
+def M(op, *args, code="f32"):
+    return ("M", op, code) + args
+
+
+def listing(key, saver="saveto", dst="f32"):
+    return disassemble(compile_plan(key, dst, saver)).splitlines()[1:]
+
+
+def test_e1_is_one_fused_pass():
+    # w[:] = -eta * (g + lam * w)
+    key = M("mul", S, M("plus", F32, M("mul", S, F32)))
+    assert listing(key) == ["dst = chain_f32[s1 -> mul(_, L1) -> plus(L0, _) -> mul(s0, _)]"]
+    assert compile_plan(key, "f32", "saveto").nreg == 1   # the register the chain replaced
+
+
+def test_e2_folds_the_saver_into_the_chain():
+    # a += b * c + d
+    key = M("plus", M("mul", F32, F32), F32)
+    assert listing(key, "plusto") == ["dst = chain_f32[L0 -> mul(_, L1) -> plus(_, L2) -> plus(dst, _)]"]
+
+
+def test_transposed_leaves_and_ufunc_ops_break_chains():
+    key = M("plus", M("mul", F32T, S), F32)
+    text = "\n".join(listing(key))
+    assert "chain" not in text and "mul_f32(L0, s0)" in text
+    key = M("mul", M("exp", F32), S)
+    assert listing(key) == ["r0 = np.exp.f32(L0)", "dst = mul_f32(r0, s0)"]
+
+
+def test_long_chains_split_at_eight_operands():
+    key = F32
+    for _ in range(12):
+        key = M("plus", key, F32)
+    lines = listing(key)
+    assert len(lines) == 2 and all("chain_f32" in l for l in lines)
+
+
+def test_a_value_read_twice_is_not_fused_away():
+    # maxoftwo(x + 1, 0) reads its computed first argument twice
+    @ms.op.define
+    def maxoftwo(a, b):
+        return ms.op.where(a > b, a, b)
+
+    x = ms.from_numpy(np.array([-3.0, 0.5, 2.0], np.float32))
+    dst = ms.new_tensor((3,))
+    dst[:] = ms.F(maxoftwo, x + 1.0, 0.0) * 2
+    assert dst.numpy().tolist() == [0.0, 3.0, 6.0]
+
+
+@pytest.mark.parametrize("level", ms.simd_info()["compiled"])
+def test_chains_agree_with_numpy_at_every_simd_level(level):
+    if ms.simd_info()["compiled"].index(level) > ms.simd_info()["compiled"].index(ms.simd_info()["detected"]):
+        pytest.skip("CPU lacks this level")
+    rng = np.random.default_rng(3)
+    n = 1000 + 13   # a tail after the unrolled vectors
+    a, b, c = (rng.random(n).astype(np.float64) + 0.5 for _ in range(3))
+    ta, tb, tc = map(ms.from_numpy, (a, b, c))
+    dst = ms.from_numpy(np.ones(n))
+    before = ms.simd_info()["active"]
+    ms.set_simd_level(level)
+    try:
+        dst[:] = ms.F(ms.op.relu, 2.0 - ta / tb) * tc - ms.F(ms.op.sqrt, ta) + 1.5
+        dst -= ms.F(ms.op.maximum, ta, tb) * 0.25
+    finally:
+        ms.set_simd_level(before)
+    with np.errstate(all="ignore"):
+        want = np.where(2.0 - a / b > 0, 2.0 - a / b, 0) * c - np.sqrt(a) + 1.5
+    want = want - np.where(a > b, a, b) * 0.25
+    np.testing.assert_array_equal(dst.numpy(), want)
+
+
+def test_composite_arguments_stay_live():
+    key = M("sigmoid", M("plus", F32, S))
+    lines = listing(key)
+    # the plus result is read by the sigmoid body once: fused; constants are scalar slots
+    assert any("np.exp.f32" in l for l in lines)
+    prog = compile_plan(key, "f32", "saveto")
+    assert sorted(prog.const_values.values()) == [1.0, 1.0]
