@@ -198,7 +198,7 @@ def _subst(form, names):
 
 def _chain_packet(code, ctype, isa):
     V, W = f"ms_{isa}_v_{code}", f"ms_{isa}_W_{code}"
-    U = 4   # vectors per iteration: amortises the step dispatch
+    U = 8   # vectors per iteration: amortises the step dispatch
     L = [f"static {_TARGET[isa]}void ms_chain_{code}_{isa}(const ms_chain *ch, char **args, npy_intp n) {{",
          f"  {ctype} *r = ({ctype} *)args[ch->nin];",
          f"  const {ctype} *S = (const {ctype} *)args[0];",

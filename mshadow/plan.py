@@ -327,6 +327,8 @@ def fuse_chains(p):
             out.append(Instr(("chain", code, tuple(steps)), opds, prev.out))
         i = j if len(steps) > 1 else i + 1
     p.instrs = out
+    used = [o[1] for ins in out for o in list(ins.ins) + [ins.out] if o[0] == "reg"]
+    p.nreg = max(used) + 1 if used else 0   # fused programs may need no scratch at all
     return p
 
 
