@@ -144,8 +144,24 @@ def _int_helpers(code, ctype):
 def _implicit_gemm(code, ctype):
     """implicit_dot for one block: out[x] = sum_k A[k] * B[k][x] (dims = {n, K};
     steps = {A along k, B along x, out, B along k}). Both paths add in k order, so they
-    agree bit for bit; the contiguous one is a rank-1 update the compiler vectorises."""
-    return f"""static void ms_k_implicit_gemm_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+    agree bit for bit; the contiguous one is a rank-1 update the compiler vectorises, once
+    per ISA (the same C under each target attribute)."""
+    body = f"""  {ctype} *r = ({ctype} *)R;
+  npy_intp x, k;
+  for (x = 0; x < n; ++x) r[x] = 0;
+  for (k = 0; k < K; ++k) {{
+    const {ctype} a = *(const {ctype} *)(A + k * sa);
+    const {ctype} *b = (const {ctype} *)(B + k * sbk);
+    for (x = 0; x < n; ++x) r[x] = ({ctype})(r[x] + a * b[x]);
+  }}"""
+    sig = "(const char *A, const char *B, char *R, npy_intp n, npy_intp K, npy_intp sa, npy_intp sbk)"
+    out = [f"static void ms_igemm_{code}_plain{sig} {{\n{body}\n}}", "#if MS_X86"]
+    for isa in ISAS:
+        out.append(f"static {_TARGET[isa]}void ms_igemm_{code}_{isa}{sig} {{\n{body}\n}}")
+    out.append(f"static void (*const ms_igemm_{code}_tab[4]){sig} = "
+               f"{{ms_igemm_{code}_plain, " + ", ".join(f"ms_igemm_{code}_{isa}" for isa in ISAS) + "};")
+    out.append("#endif")
+    out.append(f"""static void ms_k_implicit_gemm_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   const npy_intp n = dims[0], K = dims[1];
   const char *A = args[0], *B = args[1];
   char *R = args[2];
@@ -153,13 +169,11 @@ def _implicit_gemm(code, ctype):
   npy_intp x, k;
   (void)data;
   if (sr == (npy_intp)sizeof({ctype}) && sbx == (npy_intp)sizeof({ctype})) {{
-    {ctype} *r = ({ctype} *)R;
-    for (x = 0; x < n; ++x) r[x] = 0;
-    for (k = 0; k < K; ++k) {{
-      const {ctype} a = *(const {ctype} *)(A + k * sa);
-      const {ctype} *b = (const {ctype} *)(B + k * sbk);
-      for (x = 0; x < n; ++x) r[x] = ({ctype})(r[x] + a * b[x]);
-    }}
+#if MS_X86
+    ms_igemm_{code}_tab[ms_isa_level](A, B, R, n, K, sa, sbk);
+#else
+    ms_igemm_{code}_plain(A, B, R, n, K, sa, sbk);
+#endif
     return;
   }}
   for (x = 0; x < n; ++x) {{
@@ -168,7 +182,8 @@ def _implicit_gemm(code, ctype):
       acc = ({ctype})(acc + *(const {ctype} *)(A + k * sa) * *(const {ctype} *)(B + k * sbk + x * sbx));
     *({ctype} *)(R + x * sr) = acc;
   }}
-}}"""
+}}""")
+    return "\n".join(out)
 
 
 # Fused chains: a run of element-wise instructions where each consumes the previous one's

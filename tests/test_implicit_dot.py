@@ -98,3 +98,20 @@ def test_errors():
     with pytest.raises(ms.ShapeError):
         dst[:] = ms.implicit_dot(a, a.T)     # (3,3) into (3,4)
     assert (dst.numpy() == 7).all()
+
+
+def test_every_simd_level_gives_the_same_bits():
+    info = ms.simd_info()
+    levels = info["compiled"][:info["compiled"].index(info["detected"]) + 1]
+    a, b = _operands(np.float64, m=9, k=33, n=700)
+    results = []
+    try:
+        for level in levels:
+            ms.set_simd_level(level)
+            d = ms.new_tensor((9, 700), dtype=np.float64)
+            d[:] = ms.implicit_dot(ms.from_numpy(a), ms.from_numpy(b))
+            results.append(d.numpy().copy())
+    finally:
+        ms.set_simd_level(info["active"])
+    for r in results:
+        np.testing.assert_array_equal(r, _ref(a, b))
