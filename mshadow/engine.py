@@ -67,8 +67,8 @@ def assign(dst, value, saver):
         raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
                          f"eshape: {eshape} dshape:{dst.shape} (expression {describe(key)})")
     if ecode != code:
-        raise DTypeError(f"Assignment: expression of dtype {np.dtype(value.dtype) if hasattr(value, 'dtype') else ecode} "
-                         f"to a tensor of dtype {dst.dtype}; use ms.tcast")
+        raise DTypeError(f"Assignment: expression of dtype {value.dtype} to a tensor of dtype "
+                         f"{dst.dtype}; use ms.tcast")
     plan = get_plan(key, code, saver)
     if plan is _FALLBACK:
         if dst.readonly:
@@ -85,4 +85,8 @@ def plan_for(dst, exp, saver="saveto"):
         key = exp.key
     else:
         key = ("S",)
-    return get_plan(key, _CODE_BY_FLAG[dst.type_flag], saver)
+    plan = get_plan(key, _CODE_BY_FLAG[dst.type_flag], saver)
+    if plan is _FALLBACK:
+        raise TypeError(f"{describe(key)} holds an operator that could not be traced: it has no "
+                        f"compiled plan (it runs through mshadow/fallback.py)")
+    return plan
