@@ -1,0 +1,17 @@
+"""The main demo runs and prints what mshadow's guide/basic.cpp prints for its part."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_basic_demo():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "basic.py")],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    # guide/basic.cpp: mat[i][j] = i*2 + j, then mat += (mat + 10) / 10 + 2
+    assert "3.00 4.10\n5.20 6.30\n7.40 8.50\n9.60 10.70\n11.80 12.90" in out
+    assert "stride 16 elements" in out                   # 64-byte aligned rows
+    assert "0.95 0.95 0.95" in out                        # one SGD step: 1 - 0.1*(0.5 + 0.01)
+    assert "dst = chain_f32[" in out                      # the fused plan listing
+    assert "after free_space: tensor memory was released" in out
