@@ -164,6 +164,10 @@ cdef object _operand(object a, str where):
 cdef object _operand_parts(str name, object a):
     """(code, shape) of a non-scalar operand; refuses kComplex ones."""
     if isinstance(a, Tensor):
+        if (<Tensor> a).device is not _CPU_DEV:
+            raise DeviceError(f"{name}: a {(<Tensor> a).device.name} tensor in a CPU expression; "
+                              f"tensors of different devices cannot be mixed (and this build has "
+                              f"no GPU backend)")
         return _CODE_BY_FLAG[(<Tensor> a).type_flag], (<Tensor> a).shape
     if (<Exp> a).exp_type == kComplex:
         raise TypeError(f"{name}: a {_expr().describe((<Exp> a).key)} expression (kComplex) "

@@ -6,7 +6,7 @@ ones (dot) go to their own engine. Every check runs before the first store.
 import numpy as np
 
 from . import _core
-from .errors import DTypeError, ShapeError
+from .errors import DeviceError, DTypeError, ShapeError
 from .expr import Exp, ScalarExp, _is_scalar, _scalar_value, _CODE_BY_FLAG, _LEAF_KEY, kComplex, describe
 from . import fallback
 from .plan import compile_plan, UntracedOp
@@ -48,6 +48,9 @@ def assign(dst, value, saver):
         key, leaves, scalars = value.key, value.leaves, value.scalars
         ecode, eshape = value.code, value.shape
     elif isinstance(value, Tensor):
+        if value.device is not dst.device:
+            raise DeviceError(f"Assignment: a {value.device.name} tensor to a {dst.device.name} "
+                              f"tensor; use ms.copy between devices")
         key, leaves, scalars = _LEAF_KEY[value.type_flag], (value,), ()
         ecode, eshape = _CODE_BY_FLAG[value.type_flag], value.shape
     elif _is_scalar(value):

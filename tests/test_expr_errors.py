@@ -148,3 +148,13 @@ def test_scalar_dtype_mismatch(dst):
     with pytest.raises(ms.DTypeError, match="Assignment: scalar of dtype int32"):
         dst[:] = ms.scalar(1, np.int32)
     unchanged(dst)
+
+
+def test_gpu_tensor_in_a_cpu_expression_is_a_device_error():
+    g = ms.Tensor((3,), device=ms.gpu)      # a handle only: this build has no GPU memory
+    c = ms.new_tensor((3,), init=1)
+    with pytest.raises(ms.DeviceError, match="gpu tensor in a CPU expression"):
+        c + g
+    with pytest.raises(ms.DeviceError, match="a gpu tensor to a cpu tensor"):
+        c[:] = g
+    assert (c.numpy() == 1).all()
