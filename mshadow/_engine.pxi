@@ -48,6 +48,7 @@ cdef extern from "mshadow/plan_exec.h":
         char *ptr
         npy_intp rowstep, colstep
         npy_intp inner
+        npy_intp rdiv, rmod
     ctypedef struct ms_program:
         int ninst
         const ms_inst *inst
@@ -155,7 +156,8 @@ cdef class Plan:
     cdef int *scalar_ccode      # slot -> compute type number
     cdef double *const_value
     cdef bint *leaf_t           # leaf (1-based; 0 is dst) read transposed
-    cdef int *leaf_role         # 0 element-wise read, 1 implicit_dot lhs, 2 implicit_dot rhs
+    cdef int *leaf_role         # index into _ROLES
+    cdef int *leaf_param        # the axis of a 'bcast_y' leaf
     cdef int dst_code
     cdef ms_chain *chains       # one per fused-chain instruction (their kernels' data)
 
@@ -172,15 +174,18 @@ cdef class Plan:
         self.const_value = <double *> malloc(max(1, self.nscalar) * sizeof(double))
         self.leaf_t = <bint *> malloc((self.nleaf + 1) * sizeof(bint))
         self.leaf_role = <int *> malloc((self.nleaf + 1) * sizeof(int))
+        self.leaf_param = <int *> malloc((self.nleaf + 1) * sizeof(int))
         if not (self.inst and self.scalar_arg and self.scalar_code and self.scalar_ccode
-                and self.const_value and self.leaf_t and self.leaf_role):
+                and self.const_value and self.leaf_t and self.leaf_role and self.leaf_param):
             raise MemoryError()
         self.dst_code = _CODE_NUM[program.dst_code]
         self.leaf_t[0] = False
         self.leaf_role[0] = 0
+        self.leaf_param[0] = 0
         for k, t in enumerate(program.leaf_transposed):
             self.leaf_t[k + 1] = t
-            self.leaf_role[k + 1] = ("map", "gemm_lhs", "gemm_rhs").index(program.leaf_roles[k])
+            self.leaf_role[k + 1] = _ROLES.index(program.leaf_roles[k])
+            self.leaf_param[k + 1] = program.leaf_params[k]
         consts = program.const_values
         arg = 0
         for s, (code, ccode) in enumerate(program.scalar_codes):
@@ -203,9 +208,9 @@ cdef class Plan:
                 ch = &self.chains[k]
                 ch.nin = len(instr.ins)
                 ch.nstep = len(instr.kernel[2])
-                ch.start_scalar = instr.ins[0][0] == "scalar"
+                ch.start_scalar = _one_value_a_block(program, instr.ins[0])
                 for j, (op, swap, opd) in enumerate(instr.kernel[2]):
-                    scalar = opd is not None and instr.ins[opd][0] == "scalar"
+                    scalar = opd is not None and _one_value_a_block(program, instr.ins[opd])
                     ch.code[j] = _CHAIN_CODE[op, swap, scalar]
                     ch.opd[j] = 0 if opd is None else opd
                     ch.scalar[j] = scalar
@@ -246,10 +251,27 @@ cdef class Plan:
         free(self.const_value)
         free(self.leaf_t)
         free(self.leaf_role)
+        free(self.leaf_param)
         free(self.chains)
 
     def disassemble(self):
         return _disassemble(self.program)
+
+
+_ROLES = ("map", "gemm_lhs", "gemm_rhs", "bcast_x", "bcast_y", "mirror", "bcast_s")
+DEF ROLE_MAP = 0
+DEF ROLE_GEMM_LHS = 1
+DEF ROLE_GEMM_RHS = 2
+DEF ROLE_BCAST_X = 3
+DEF ROLE_BCAST_Y = 4
+DEF ROLE_MIRROR = 5
+DEF ROLE_BCAST_S = 6
+
+
+def _one_value_a_block(program, opd):
+    """A scalar, or a leaf broadcast along rows: a block (one row) sees one value."""
+    return opd[0] == "scalar" or (opd[0] == "leaf"
+                                  and program.leaf_roles[opd[1]] in ("bcast_y", "bcast_s"))
 
 
 cdef int _store_scalar(char *slot, int code, int ccode, object value) except -1:
@@ -297,21 +319,32 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
         lf.data()
         rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k + 1] else (lf.rows, lf.cols)
         role = plan.leaf_role[k + 1]
-        if role == 1:     # implicit_dot lhs: (dst rows, K)
+        if role == ROLE_GEMM_LHS:     # implicit_dot lhs: (dst rows, K)
             if rr != dst.rows:
                 raise ShapeError(f"implicit_dot: lhs of shape {lf.shape} gives {rr} rows, "
                                  f"target {dst.shape} has {dst.rows}")
             inner = rc
             contiguous = False
-        elif role == 2:   # implicit_dot rhs: (K, dst cols)
+        elif role == ROLE_GEMM_RHS:   # implicit_dot rhs: (K, dst cols)
             if rc != dst.cols or rr != inner:
                 raise ShapeError(f"implicit_dot The matrix shape do  not match: rhs {lf.shape} "
                                  f"for K={inner} and target {dst.shape}")
             contiguous = False
+        elif role == ROLE_BCAST_X or role == ROLE_BCAST_Y:
+            axis = len(dst.shape) - 1 if role == ROLE_BCAST_X else plan.leaf_param[k + 1]
+            if len(lf.shape) != 1 or axis >= len(dst.shape) or lf.shape[0] != dst.shape[axis]:
+                raise ShapeError(f"broadcast, shape mismatch: source {lf.shape} along axis "
+                                 f"{axis} of target {dst.shape}")
+            contiguous = False
+        elif role == ROLE_BCAST_S:
+            if lf.shape != (1,):
+                raise ShapeError(f"broadcast_scalar, source need to be scalar expression: got "
+                                 f"shape {lf.shape}")
+            contiguous = False
         elif rr != dst.rows or rc != dst.cols:
             raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
                              f"eshape: {lf.shape} dshape:{dst.shape}")
-        elif plan.leaf_t[k + 1] or not (lf.rows <= 1 or lf.stride == lf.cols):
+        elif role == ROLE_MIRROR or plan.leaf_t[k + 1] or not (lf.rows <= 1 or lf.stride == lf.cols):
             contiguous = False
         if lf.mem is dst.mem and _overlaps(lf, dst) and (
                 role != 0 or plan.leaf_t[k + 1] or lf.offset != dst.offset
@@ -378,10 +411,35 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
         lv[0].rowstep = dst.stride * dst.itemsize
         lv[0].colstep = dst.itemsize
         lv[0].inner = dst.cols
+        lv[0].rdiv = 1
+        lv[0].rmod = 0
         for k in range(nl):
             lf = <Tensor> leaves[k]
             lv[k + 1].ptr = lf.data()
-            if plan.leaf_t[k + 1]:
+            lv[k + 1].rdiv = 1
+            lv[k + 1].rmod = 0
+            role = plan.leaf_role[k + 1]
+            if role == ROLE_BCAST_X:      # the same source row for every row
+                lv[k + 1].rowstep = 0
+                lv[k + 1].colstep = lf.itemsize
+                lv[k + 1].inner = lf.cols
+            elif role == ROLE_BCAST_Y:    # one source element per group of rows
+                axis = plan.leaf_param[k + 1]
+                lv[k + 1].rowstep = lf.itemsize
+                lv[k + 1].colstep = 0
+                lv[k + 1].rdiv = _prod(dst.shape[axis + 1:len(dst.shape) - 1])
+                lv[k + 1].rmod = dst.shape[axis]
+                lv[k + 1].inner = 1
+            elif role == ROLE_BCAST_S:    # one element everywhere
+                lv[k + 1].rowstep = 0
+                lv[k + 1].colstep = 0
+                lv[k + 1].inner = 1
+            elif role == ROLE_MIRROR:     # start at the row's end, step backwards
+                lv[k + 1].ptr += (lf.cols - 1) * lf.itemsize
+                lv[k + 1].rowstep = lf.stride * lf.itemsize
+                lv[k + 1].colstep = -lf.itemsize
+                lv[k + 1].inner = lf.cols
+            elif plan.leaf_t[k + 1]:
                 lv[k + 1].rowstep = lf.itemsize
                 lv[k + 1].colstep = lf.stride * lf.itemsize
                 lv[k + 1].inner = lf.rows

@@ -28,10 +28,18 @@ class _Eval:
 
     def run(self, key, cc):
         tag = key[0]
-        if tag == "L":
+        if tag in ("L", "B", "R"):
             v = self.views[self.li][self.rows]
             self.li += 1
             return v.astype(_NP_BY_CODE[compute_code(key[1])], copy=False)
+        if tag == "G":   # implicit_dot, summed in k order as the compiled kernel does
+            a, b = self.views[self.li][self.rows], self.views[self.li + 1]
+            self.li += 2
+            out = np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)
+            with np.errstate(over="ignore"):
+                for k in range(a.shape[1]):
+                    out = (out + a[:, k:k + 1] * b[k:k + 1, :]).astype(a.dtype)
+            return out
         if tag == "S":
             s = self.scalars[self.si]
             self.si += 1
@@ -79,7 +87,7 @@ def _expand(tree, args, cc):
 
 
 def _code(key):
-    return key[1] if key[0] in ("L", "C") else key[2]
+    return key[2] if key[0] == "M" else key[1]
 
 
 def evaluate(key, leaves, scalars, dst, saver):
@@ -88,8 +96,8 @@ def evaluate(key, leaves, scalars, dst, saver):
     views = []
     lk = []
     _leaf_keys(key, lk)
-    for t, tr in zip(leaves, lk):
-        v = _view2d(t, tr)
+    for t, leaf in zip(leaves, lk):
+        v = _leaf_view(t, leaf, dst)
         if np.shares_memory(v, out) and not (v.__array_interface__ == out.__array_interface__):
             v = v.copy()   # read elsewhere than written: never see half-written rows
         views.append(v)
@@ -106,9 +114,30 @@ def evaluate(key, leaves, scalars, dst, saver):
         out[sl] = np.broadcast_to(val, out[sl].shape)
 
 
+def _leaf_view(t, leaf, dst):
+    """The leaf as a 2-D numpy view in the destination's (rows, cols) geometry."""
+    rows, cols = dst.flat_to_2d().shape
+    if leaf[0] == "L":
+        return _view2d(t, leaf[2])
+    if leaf[0] == "R":
+        return _view2d(t, False)[:, ::-1]
+    src = t.numpy()
+    if leaf[2] == "x":
+        return np.broadcast_to(src[None, :], (rows, cols))
+    if leaf[2] == "s":
+        return np.broadcast_to(src[:1][None, :], (rows, cols))
+    axis = leaf[3]
+    div = int(np.prod(dst.shape[axis + 1:-1], dtype=np.int64))
+    idx = (np.arange(rows) // div) % dst.shape[axis]
+    return np.broadcast_to(src[idx][:, None], (rows, cols))
+
+
 def _leaf_keys(key, acc):
-    if key[0] == "L":
-        acc.append(key[2])
+    """The leaf nodes of ``key`` in binding order (implicit_dot contributes two)."""
+    if key[0] in ("L", "B", "R"):
+        acc.append(key)
+    elif key[0] == "G":
+        acc.extend([("L",) + key[2][1:], ("L",) + key[3][1:]])
     elif key[0] == "C":
         _leaf_keys(key[2], acc)
     elif key[0] == "M":

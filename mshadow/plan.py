@@ -8,6 +8,10 @@ CUDA C. Programs are cached by (key, dst dtype, saver), so this runs once per st
 Keys:  ('L', code, transposed)   a tensor leaf, read at (y, x) or, transposed, at (x, y)
        ('S',)                    a scalar, typed by the operator it feeds
        ('G', code, lhs, rhs)     implicit_dot of two leaves: sum_k lhs(y, k) * rhs(k, x)
+       ('B', code, 'x')          broadcast of a 1-D tensor along the last axis: reads src[x]
+       ('B', code, 'y', k)       broadcast along axis k < last: reads src[index k of row y]
+       ('B', code, 's')          broadcast_scalar: every element reads src[0]
+       ('R', code)               mirror: the last axis reversed
        ('M', op, code, *args)    an element-wise operator whose result has storage ``code``
        ('C', code, arg)          tcast to ``code``
 Operands: ('reg', i, code), ('leaf', k, code), ('scalar', s, code), ('dst', 0, code).
@@ -61,7 +65,11 @@ class Program:
     reg_codes: List[str] = field(default_factory=list)
     leaf_codes: List[str] = field(default_factory=list)       # storage code of each leaf
     leaf_transposed: List[bool] = field(default_factory=list)
-    leaf_roles: List[str] = field(default_factory=list)   # 'map', 'gemm_lhs', 'gemm_rhs'
+    # how each leaf is read: 'map' (at (y, x), or (x, y) when transposed), 'gemm_lhs' and
+    # 'gemm_rhs' (implicit_dot), 'bcast_x', 'bcast_y' (broadcast; leaf_params holds the axis),
+    # 'bcast_s' (broadcast_scalar), 'mirror'
+    leaf_roles: List[str] = field(default_factory=list)
+    leaf_params: List[int] = field(default_factory=list)
     scalar_codes: List[Tuple[str, str]] = field(default_factory=list)  # (storage, compute)
     dst_code: str = "f32"
     saver: str = "saveto"
@@ -79,9 +87,14 @@ def _opd(o):
 
 def disassemble(program):
     """numexpr-style listing of a program, one instruction a line."""
+    def leaf(i):
+        role, t = program.leaf_roles[i], program.leaf_transposed[i]
+        how = "" if role == "map" else f"@{role}"
+        if role == "bcast_y":
+            how += f"({program.leaf_params[i]})"
+        return f"L{i}:{program.leaf_codes[i]}{'.T' if t else ''}{how}"
     head = [f"# dst {program.dst_code} {program.saver}; leaves "
-            + ", ".join(f"L{i}:{c}{'.T' if t else ''}"
-                        for i, (c, t) in enumerate(zip(program.leaf_codes, program.leaf_transposed)))
+            + ", ".join(leaf(i) for i in range(len(program.leaf_codes)))
             + f"; scalars {', '.join(f's{i}:{c[0]}' for i, c in enumerate(program.scalar_codes))}"
             + f"; {program.nreg} registers"]
     return "\n".join(head + [str(i) for i in program.instrs])
@@ -149,11 +162,12 @@ class _Compiler:
         self.consts[s] = value
         return ("scalar", s, code)
 
-    def leaf(self, key, role):
+    def leaf(self, key, role, param=0):
         k = len(self.p.leaf_codes)
         self.p.leaf_codes.append(key[1])
         self.p.leaf_transposed.append(key[2])
         self.p.leaf_roles.append(role)
+        self.p.leaf_params.append(param)
         return ("leaf", k, key[1])
 
     def cast(self, opd, code):
@@ -166,6 +180,12 @@ class _Compiler:
         tag = key[0]
         if tag == "L":
             opd = self.leaf(key, "map")
+            return self.cast(opd, "f32") if key[1] == "f16" else opd
+        if tag == "B":
+            opd = self.leaf(("L", key[1], False), "bcast_" + key[2], key[3] if key[2] == "y" else 0)
+            return self.cast(opd, "f32") if key[1] == "f16" else opd
+        if tag == "R":
+            opd = self.leaf(("L", key[1], False), "mirror")
             return self.cast(opd, "f32") if key[1] == "f16" else opd
         if tag == "G":   # the kernel reads whole rows of lhs and columns of rhs
             lhs = self.leaf(key[2], "gemm_lhs")
@@ -267,9 +287,13 @@ def _chain_op(ins, roles, transposed):
     if op not in _CHAIN_OPS or code not in ("f32", "f64"):
         return None
     for o in ins.ins:
-        if o[0] == "leaf" and (roles[o[1]] != "map" or transposed[o[1]]):
+        if o[0] == "leaf" and (roles[o[1]] not in CHAIN_ROLES or transposed[o[1]]):
             return None
     return op
+
+
+# leaf roles a chain can read: contiguous within a block, or one value a block ('bcast_y')
+CHAIN_ROLES = ("map", "bcast_x", "bcast_y", "bcast_s")
 
 
 def _reads(instrs, reg, start):
@@ -333,7 +357,7 @@ def fuse_chains(p):
 
 
 def _key_code(key):
-    if key[0] in ("L", "G"):
+    if key[0] in ("L", "G", "B", "R"):
         return key[1]
     if key[0] in ("M", "C"):
         return key[2] if key[0] == "M" else key[1]

@@ -32,6 +32,8 @@ typedef struct {
   char *ptr;
   npy_intp rowstep, colstep;   /* bytes; leaf 0 is the destination */
   npy_intp inner;              /* columns in read orientation (the K of an implicit_dot lhs) */
+  npy_intp rdiv, rmod;         /* row map: the leaf's row for dst row y is (y / rdiv) % rmod
+                                  (rmod 0: y itself); broadcast reads one source row per group */
 } ms_leaf;
 
 typedef struct {
@@ -63,10 +65,13 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
           args[j] = regs + id * p->reg_bytes;
           steps[j] = in->step[j];
           break;
-        case MS_OPD_LEAF:
-          args[j] = p->leaf[id].ptr + y * p->leaf[id].rowstep + x0 * p->leaf[id].colstep;
-          steps[j] = p->leaf[id].colstep;
+        case MS_OPD_LEAF: {
+          const ms_leaf *L = &p->leaf[id];
+          const npy_intp ly = L->rmod ? (y / L->rdiv) % L->rmod : y;
+          args[j] = L->ptr + ly * L->rowstep + x0 * L->colstep;
+          steps[j] = L->colstep;
           break;
+        }
         default:
           args[j] = p->scalars + 16 * id;
           steps[j] = 0;
