@@ -19,7 +19,9 @@ from .expr import Exp, ScalarExp, scalar, F, tcast, transpose, where
 from . import op
 from .op import sv, red, types as type  # noqa: A001  ms.type is mshadow's namespace name
 from .engine import plan_for
-from .extension import implicit_dot, broadcast, broadcast_scalar, repmat, mirror
+from .extension import (implicit_dot, broadcast, broadcast_keepdim, broadcast_scalar,
+                        broadcast_to, broadcast_with_axis, crop, flip, mirror, repmat, reshape,
+                        slice_axis, swapaxis, transpose_axes)
 from .aliases import *  # noqa: F401,F403  the C++ spellings (NewTensor, FreeSpace, ...)
 from .blob import TShape, TBlob
 from .io import save_binary, load_binary, save, load

@@ -48,7 +48,10 @@ cdef extern from "mshadow/plan_exec.h":
         char *ptr
         npy_intp rowstep, colstep
         npy_intp inner
-        npy_intp rdiv, rmod
+        int nmap
+        npy_intp mdiv[7]
+        npy_intp mmod[7]
+        npy_intp mstride[7]
     ctypedef struct ms_program:
         int ninst
         const ms_inst *inst
@@ -58,6 +61,7 @@ cdef extern from "mshadow/plan_exec.h":
         npy_intp reg_bytes
         npy_intp rows, cols, block
         int nthreads
+    int MS_VIEW_MAXDIM
     int ms_run_program(const ms_program *p) nogil
     int ms_max_threads() nogil
     int ms_have_openmp() nogil
@@ -157,7 +161,7 @@ cdef class Plan:
     cdef double *const_value
     cdef bint *leaf_t           # leaf (1-based; 0 is dst) read transposed
     cdef int *leaf_role         # index into _ROLES
-    cdef int *leaf_param        # the axis of a 'bcast_y' leaf
+    cdef int *leaf_param        # a 'view' leaf's last-axis kind: 0 unit, 1 zero, 2 other step
     cdef int dst_code
     cdef ms_chain *chains       # one per fused-chain instruction (their kernels' data)
 
@@ -258,20 +262,22 @@ cdef class Plan:
         return _disassemble(self.program)
 
 
-_ROLES = ("map", "gemm_lhs", "gemm_rhs", "bcast_x", "bcast_y", "mirror", "bcast_s")
+_ROLES = ("map", "gemm_lhs", "gemm_rhs", "view")
 DEF ROLE_MAP = 0
 DEF ROLE_GEMM_LHS = 1
 DEF ROLE_GEMM_RHS = 2
-DEF ROLE_BCAST_X = 3
-DEF ROLE_BCAST_Y = 4
-DEF ROLE_MIRROR = 5
-DEF ROLE_BCAST_S = 6
+DEF ROLE_VIEW = 3
+
+
+cpdef int view_step_kind(Py_ssize_t step, Py_ssize_t itemsize):
+    """How a view's last axis is read: 0 contiguous, 1 one value (step 0), 2 other steps."""
+    return 0 if step == itemsize else (1 if step == 0 else 2)
 
 
 def _one_value_a_block(program, opd):
-    """A scalar, or a leaf broadcast along rows: a block (one row) sees one value."""
-    return opd[0] == "scalar" or (opd[0] == "leaf"
-                                  and program.leaf_roles[opd[1]] in ("bcast_y", "bcast_s"))
+    """A scalar, or a view whose last axis has step 0: a block (one row) sees one value."""
+    return opd[0] == "scalar" or (opd[0] == "leaf" and program.leaf_roles[opd[1]] == "view"
+                                  and program.leaf_params[opd[1]] == 1)
 
 
 cdef int _store_scalar(char *slot, int code, int ccode, object value) except -1:
@@ -314,11 +320,24 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
     cdef bint contiguous = True     # every leaf read in place and contiguous
     cdef bint alias = False
     cdef Py_ssize_t rr, rc, inner = -1
+    cdef ViewLeaf vl
     for k in range(nl):
+        role = plan.leaf_role[k + 1]
+        if role == ROLE_VIEW:
+            vl = leaves[k]          # a typed assignment: anything else raises TypeError
+            vl.data()
+            if vl.shape != dst.shape:
+                raise ShapeError(f"Assignment: view of shape {vl.shape} does not match target "
+                                 f"{dst.shape}")
+            if view_step_kind(vl.strides[-1], vl.src.itemsize) != plan.leaf_param[k + 1]:
+                raise ShapeError("a view's last-axis step does not match its compiled plan")
+            contiguous = False
+            if vl.src.mem is dst.mem and _overlaps(vl.src, dst):
+                alias = True
+            continue
         lf = <Tensor> leaves[k]
         lf.data()
         rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k + 1] else (lf.rows, lf.cols)
-        role = plan.leaf_role[k + 1]
         if role == ROLE_GEMM_LHS:     # implicit_dot lhs: (dst rows, K)
             if rr != dst.rows:
                 raise ShapeError(f"implicit_dot: lhs of shape {lf.shape} gives {rr} rows, "
@@ -330,24 +349,13 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
                 raise ShapeError(f"implicit_dot The matrix shape do  not match: rhs {lf.shape} "
                                  f"for K={inner} and target {dst.shape}")
             contiguous = False
-        elif role == ROLE_BCAST_X or role == ROLE_BCAST_Y:
-            axis = len(dst.shape) - 1 if role == ROLE_BCAST_X else plan.leaf_param[k + 1]
-            if len(lf.shape) != 1 or axis >= len(dst.shape) or lf.shape[0] != dst.shape[axis]:
-                raise ShapeError(f"broadcast, shape mismatch: source {lf.shape} along axis "
-                                 f"{axis} of target {dst.shape}")
-            contiguous = False
-        elif role == ROLE_BCAST_S:
-            if lf.shape != (1,):
-                raise ShapeError(f"broadcast_scalar, source need to be scalar expression: got "
-                                 f"shape {lf.shape}")
-            contiguous = False
         elif rr != dst.rows or rc != dst.cols:
             raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
                              f"eshape: {lf.shape} dshape:{dst.shape}")
-        elif role == ROLE_MIRROR or plan.leaf_t[k + 1] or not (lf.rows <= 1 or lf.stride == lf.cols):
+        elif plan.leaf_t[k + 1] or not (lf.rows <= 1 or lf.stride == lf.cols):
             contiguous = False
         if lf.mem is dst.mem and _overlaps(lf, dst) and (
-                role != 0 or plan.leaf_t[k + 1] or lf.offset != dst.offset
+                role != ROLE_MAP or plan.leaf_t[k + 1] or lf.offset != dst.offset
                 or lf.stride != dst.stride):
             alias = True
     if alias:
@@ -389,6 +397,28 @@ cdef Plan copy_plan(dtype, str saver):
     return p
 
 
+cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
+    """Row y of the view starts at the sum over leading axes of (index of y) * stride."""
+    cdef Py_ssize_t nd = len(v.shape), a, div = 1
+    L.ptr = v.data()
+    L.colstep = v.strides[nd - 1]
+    L.rowstep = 0
+    L.inner = v.shape[nd - 1]
+    if nd == 1:
+        L.nmap = 1
+        L.mdiv[0] = 1
+        L.mmod[0] = 1
+        L.mstride[0] = 0
+        return 0
+    L.nmap = nd - 1
+    for a in range(nd - 2, -1, -1):
+        L.mdiv[a] = div
+        L.mmod[a] = v.shape[a]
+        L.mstride[a] = v.strides[a]
+        div *= v.shape[a]
+    return 0
+
+
 cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
     global ms_fpe_flags
     cdef Py_ssize_t nl = plan.nleaf, k
@@ -411,35 +441,16 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
         lv[0].rowstep = dst.stride * dst.itemsize
         lv[0].colstep = dst.itemsize
         lv[0].inner = dst.cols
-        lv[0].rdiv = 1
-        lv[0].rmod = 0
+        lv[0].nmap = 0
         for k in range(nl):
+            lv[k + 1].nmap = 0
+            role = plan.leaf_role[k + 1]
+            if role == ROLE_VIEW:
+                _bind_view(&lv[k + 1], <ViewLeaf> leaves[k])
+                continue
             lf = <Tensor> leaves[k]
             lv[k + 1].ptr = lf.data()
-            lv[k + 1].rdiv = 1
-            lv[k + 1].rmod = 0
-            role = plan.leaf_role[k + 1]
-            if role == ROLE_BCAST_X:      # the same source row for every row
-                lv[k + 1].rowstep = 0
-                lv[k + 1].colstep = lf.itemsize
-                lv[k + 1].inner = lf.cols
-            elif role == ROLE_BCAST_Y:    # one source element per group of rows
-                axis = plan.leaf_param[k + 1]
-                lv[k + 1].rowstep = lf.itemsize
-                lv[k + 1].colstep = 0
-                lv[k + 1].rdiv = _prod(dst.shape[axis + 1:len(dst.shape) - 1])
-                lv[k + 1].rmod = dst.shape[axis]
-                lv[k + 1].inner = 1
-            elif role == ROLE_BCAST_S:    # one element everywhere
-                lv[k + 1].rowstep = 0
-                lv[k + 1].colstep = 0
-                lv[k + 1].inner = 1
-            elif role == ROLE_MIRROR:     # start at the row's end, step backwards
-                lv[k + 1].ptr += (lf.cols - 1) * lf.itemsize
-                lv[k + 1].rowstep = lf.stride * lf.itemsize
-                lv[k + 1].colstep = -lf.itemsize
-                lv[k + 1].inner = lf.cols
-            elif plan.leaf_t[k + 1]:
+            if plan.leaf_t[k + 1]:
                 lv[k + 1].rowstep = lf.itemsize
                 lv[k + 1].colstep = lf.stride * lf.itemsize
                 lv[k + 1].inner = lf.rows

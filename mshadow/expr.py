@@ -170,9 +170,9 @@ def _flip(key):
     if key[0] == "G":
         raise TypeError("transpose of an expression holding implicit_dot(a, b) is not "
                         "supported; write implicit_dot(b.T, a.T)")
-    if key[0] in ("B", "R"):
+    if key[0] == "V":
         raise TypeError(f"transpose of an expression holding {describe(key)} is not supported; "
-                        f"assign it to a tensor first")
+                        f"use ms.transpose_axes on the tensor, or assign it to a tensor first")
     if key[0] == "L":
         return ("L", key[1], not key[2])
     if key[0] == "S":
@@ -227,8 +227,6 @@ def describe(key):
         return f"{key[1]}({', '.join(describe(k) for k in key[3:])})"
     if key[0] == "G":
         return f"implicit_dot({describe(key[2])}, {describe(key[3])})"
-    if key[0] == "B":
-        return f"broadcast<{key[1]}>" + ("" if key[2] == "x" else f"[{key[2]}{key[3:] or ''}]")
-    if key[0] == "R":
-        return f"mirror(Tensor<{key[1]}>)"
+    if key[0] == "V":
+        return f"View<{key[1]}>"
     return str(key[0])

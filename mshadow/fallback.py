@@ -28,7 +28,7 @@ class _Eval:
 
     def run(self, key, cc):
         tag = key[0]
-        if tag in ("L", "B", "R"):
+        if tag in ("L", "V"):
             v = self.views[self.li][self.rows]
             self.li += 1
             return v.astype(_NP_BY_CODE[compute_code(key[1])], copy=False)
@@ -115,26 +115,16 @@ def evaluate(key, leaves, scalars, dst, saver):
 
 
 def _leaf_view(t, leaf, dst):
-    """The leaf as a 2-D numpy view in the destination's (rows, cols) geometry."""
-    rows, cols = dst.flat_to_2d().shape
+    """The leaf as a 2-D numpy array in the destination's (rows, cols) geometry."""
     if leaf[0] == "L":
         return _view2d(t, leaf[2])
-    if leaf[0] == "R":
-        return _view2d(t, False)[:, ::-1]
-    src = t.numpy()
-    if leaf[2] == "x":
-        return np.broadcast_to(src[None, :], (rows, cols))
-    if leaf[2] == "s":
-        return np.broadcast_to(src[:1][None, :], (rows, cols))
-    axis = leaf[3]
-    div = int(np.prod(dst.shape[axis + 1:-1], dtype=np.int64))
-    idx = (np.arange(rows) // div) % dst.shape[axis]
-    return np.broadcast_to(src[idx][:, None], (rows, cols))
+    rows, cols = dst.flat_to_2d().shape
+    return t.numpy().reshape(rows, cols)   # a strided view: may copy (this path is slow anyway)
 
 
 def _leaf_keys(key, acc):
     """The leaf nodes of ``key`` in binding order (implicit_dot contributes two)."""
-    if key[0] in ("L", "B", "R"):
+    if key[0] in ("L", "V"):
         acc.append(key)
     elif key[0] == "G":
         acc.extend([("L",) + key[2][1:], ("L",) + key[3][1:]])

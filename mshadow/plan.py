@@ -8,10 +8,9 @@ CUDA C. Programs are cached by (key, dst dtype, saver), so this runs once per st
 Keys:  ('L', code, transposed)   a tensor leaf, read at (y, x) or, transposed, at (x, y)
        ('S',)                    a scalar, typed by the operator it feeds
        ('G', code, lhs, rhs)     implicit_dot of two leaves: sum_k lhs(y, k) * rhs(k, x)
-       ('B', code, 'x')          broadcast of a 1-D tensor along the last axis: reads src[x]
-       ('B', code, 'y', k)       broadcast along axis k < last: reads src[index k of row y]
-       ('B', code, 's')          broadcast_scalar: every element reads src[0]
-       ('R', code)               mirror: the last axis reversed
+       ('V', code, step)         a strided view of a tensor (broadcast, mirror, flip, swapaxis,
+                                 transpose, crop, ...): read in place through a row map; step
+                                 says how its last axis is read (0 unit, 1 zero, 2 other)
        ('M', op, code, *args)    an element-wise operator whose result has storage ``code``
        ('C', code, arg)          tcast to ``code``
 Operands: ('reg', i, code), ('leaf', k, code), ('scalar', s, code), ('dst', 0, code).
@@ -66,8 +65,7 @@ class Program:
     leaf_codes: List[str] = field(default_factory=list)       # storage code of each leaf
     leaf_transposed: List[bool] = field(default_factory=list)
     # how each leaf is read: 'map' (at (y, x), or (x, y) when transposed), 'gemm_lhs' and
-    # 'gemm_rhs' (implicit_dot), 'bcast_x', 'bcast_y' (broadcast; leaf_params holds the axis),
-    # 'bcast_s' (broadcast_scalar), 'mirror'
+    # 'gemm_rhs' (implicit_dot), 'view' (a strided view; leaf_params holds its step kind)
     leaf_roles: List[str] = field(default_factory=list)
     leaf_params: List[int] = field(default_factory=list)
     scalar_codes: List[Tuple[str, str]] = field(default_factory=list)  # (storage, compute)
@@ -90,8 +88,8 @@ def disassemble(program):
     def leaf(i):
         role, t = program.leaf_roles[i], program.leaf_transposed[i]
         how = "" if role == "map" else f"@{role}"
-        if role == "bcast_y":
-            how += f"({program.leaf_params[i]})"
+        if role == "view":
+            how += "(" + ("unit", "zero", "strided")[program.leaf_params[i]] + " step)"
         return f"L{i}:{program.leaf_codes[i]}{'.T' if t else ''}{how}"
     head = [f"# dst {program.dst_code} {program.saver}; leaves "
             + ", ".join(leaf(i) for i in range(len(program.leaf_codes)))
@@ -181,11 +179,8 @@ class _Compiler:
         if tag == "L":
             opd = self.leaf(key, "map")
             return self.cast(opd, "f32") if key[1] == "f16" else opd
-        if tag == "B":
-            opd = self.leaf(("L", key[1], False), "bcast_" + key[2], key[3] if key[2] == "y" else 0)
-            return self.cast(opd, "f32") if key[1] == "f16" else opd
-        if tag == "R":
-            opd = self.leaf(("L", key[1], False), "mirror")
+        if tag == "V":
+            opd = self.leaf(("L", key[1], False), "view", key[2])
             return self.cast(opd, "f32") if key[1] == "f16" else opd
         if tag == "G":   # the kernel reads whole rows of lhs and columns of rhs
             lhs = self.leaf(key[2], "gemm_lhs")
@@ -278,7 +273,7 @@ class _Compiler:
 _CHAIN_OPS = set(CHAIN_BINARY) | set(CHAIN_UNARY)
 
 
-def _chain_op(ins, roles, transposed):
+def _chain_op(ins, roles, params, transposed):
     """The operator of an instruction a fused chain can take, else None: a generated float
     kernel of the chain table whose operands are all contiguous or scalars."""
     if ins.kernel[0] != "k":
@@ -287,13 +282,16 @@ def _chain_op(ins, roles, transposed):
     if op not in _CHAIN_OPS or code not in ("f32", "f64"):
         return None
     for o in ins.ins:
-        if o[0] == "leaf" and (roles[o[1]] not in CHAIN_ROLES or transposed[o[1]]):
+        if o[0] == "leaf" and not _chain_readable(roles[o[1]], params[o[1]], transposed[o[1]]):
             return None
     return op
 
 
-# leaf roles a chain can read: contiguous within a block, or one value a block ('bcast_y')
-CHAIN_ROLES = ("map", "bcast_x", "bcast_y", "bcast_s")
+def _chain_readable(role, param, transposed):
+    """A chain reads leaves contiguous within a block, or holding one value a block."""
+    if role == "map":
+        return not transposed
+    return role == "view" and param in (0, 1)
 
 
 def _reads(instrs, reg, start):
@@ -312,7 +310,7 @@ def fuse_chains(p):
     instrs, out, i = p.instrs, [], 0
     while i < len(instrs):
         first = instrs[i]
-        op = _chain_op(first, p.leaf_roles, p.leaf_transposed)
+        op = _chain_op(first, p.leaf_roles, p.leaf_params, p.leaf_transposed)
         if op is None:
             out.append(first)
             i += 1
@@ -330,7 +328,7 @@ def fuse_chains(p):
         prev, j = first, i + 1
         while j < len(instrs) and len(steps) < CHAIN_MAX and len(opds) < CHAIN_MAX:
             nxt = instrs[j]
-            nop = _chain_op(nxt, p.leaf_roles, p.leaf_transposed)
+            nop = _chain_op(nxt, p.leaf_roles, p.leaf_params, p.leaf_transposed)
             r = prev.out
             if nop is None or r[0] != "reg" or nxt.out[2] != code or _reads(instrs, r[1], j) != 1:
                 break
@@ -357,7 +355,7 @@ def fuse_chains(p):
 
 
 def _key_code(key):
-    if key[0] in ("L", "G", "B", "R"):
+    if key[0] in ("L", "G", "V"):
         return key[1]
     if key[0] in ("M", "C"):
         return key[2] if key[0] == "M" else key[1]

@@ -1,11 +1,14 @@
 """mshadow's extension expressions, one module a family (extension/*.h in the C++).
 
-Each is a leaf the plan reads in a new way (a row map, a negative step, whole rows for
-implicit_dot), so it fuses with everything else: see docs/architecture.md.
+Views (broadcast, mirror, flip, swapaxis, transpose, crop, slice, reshape) are strided
+leaves and implicit_dot reads whole rows; the plan fuses them with everything else: see
+docs/architecture.md.
 """
-from .broadcast import broadcast, broadcast_scalar, repmat, BroadcastExp
 from .implicit_gemm import implicit_dot, ImplicitGEMMExp
-from .mirror import mirror, MirrorExp
+from .views import (ViewExp, broadcast, broadcast_keepdim, broadcast_scalar, broadcast_to,
+                    broadcast_with_axis, crop, flip, mirror, repmat, reshape, slice_axis,
+                    swapaxis, transpose_axes, view)
 
-__all__ = ["broadcast", "broadcast_scalar", "repmat", "implicit_dot", "mirror",
-           "BroadcastExp", "ImplicitGEMMExp", "MirrorExp"]
+__all__ = ["implicit_dot", "ImplicitGEMMExp", "ViewExp", "broadcast", "broadcast_keepdim",
+           "broadcast_scalar", "broadcast_to", "broadcast_with_axis", "crop", "flip", "mirror",
+           "repmat", "reshape", "slice_axis", "swapaxis", "transpose_axes", "view"]

@@ -17,6 +17,7 @@
 #endif
 
 enum { MS_OPD_REG = 0, MS_OPD_LEAF = 1, MS_OPD_SCALAR = 2 };
+#define MS_VIEW_MAXDIM 7   /* leading axes a strided view can map (tensors have up to 8) */
 
 typedef struct {
   ms_loop_fn fn;
@@ -32,8 +33,10 @@ typedef struct {
   char *ptr;
   npy_intp rowstep, colstep;   /* bytes; leaf 0 is the destination */
   npy_intp inner;              /* columns in read orientation (the K of an implicit_dot lhs) */
-  npy_intp rdiv, rmod;         /* row map: the leaf's row for dst row y is (y / rdiv) % rmod
-                                  (rmod 0: y itself); broadcast reads one source row per group */
+  int nmap;                    /* 0: row y starts at ptr + y * rowstep. Else a strided view:
+                                  row y starts at ptr + sum_k ((y / mdiv[k]) % mmod[k]) * mstride[k]
+                                  (the index of each leading axis times its byte stride) */
+  npy_intp mdiv[MS_VIEW_MAXDIM], mmod[MS_VIEW_MAXDIM], mstride[MS_VIEW_MAXDIM];
 } ms_leaf;
 
 typedef struct {
@@ -67,8 +70,14 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
           break;
         case MS_OPD_LEAF: {
           const ms_leaf *L = &p->leaf[id];
-          const npy_intp ly = L->rmod ? (y / L->rdiv) % L->rmod : y;
-          args[j] = L->ptr + ly * L->rowstep + x0 * L->colstep;
+          if (L->nmap) {
+            npy_intp off = 0;
+            int m;
+            for (m = 0; m < L->nmap; ++m) off += ((y / L->mdiv[m]) % L->mmod[m]) * L->mstride[m];
+            args[j] = L->ptr + off + x0 * L->colstep;
+          } else {
+            args[j] = L->ptr + y * L->rowstep + x0 * L->colstep;
+          }
           steps[j] = L->colstep;
           break;
         }

@@ -1,0 +1,85 @@
+# Strided views: the leaf behind broadcast, mirror, flip, swapaxis, transpose, crop, ...
+# (included by _core.pyx). A view is what numpy's as_strided describes: a logical shape and
+# one byte stride per axis (0 repeats, negative reverses) from an offset into a tensor. The
+# plan reads it in place with a row map, so these extensions fuse like any tensor.
+
+cdef class ViewLeaf:
+    """A strided view of ``src``, checked against ``src``'s bytes when it is built."""
+    cdef readonly Tensor src
+    cdef readonly Py_ssize_t offset      # bytes from src's first element
+    cdef readonly object shape           # the logical shape (a Shape)
+    cdef readonly tuple strides          # bytes per logical axis
+    cdef object src_shape                # src's geometry when the view was built
+    cdef Py_ssize_t src_stride
+
+    cdef char *data(self) except NULL:
+        """The first element's address; raises if src was freed, resized or reshaped since."""
+        cdef char *p = self.src.data()
+        if self.src.shape != self.src_shape or self.src.stride != self.src_stride:
+            raise ShapeError(f"the tensor under a view expression changed from shape "
+                             f"{self.src_shape} (stride {self.src_stride}) to {self.src.shape} "
+                             f"(stride {self.src.stride}) since the expression was built")
+        return p + self.offset
+
+    @property
+    def itemsize(self):
+        return self.src.itemsize
+
+    def numpy(self):
+        """The view as a numpy array (zero-copy; pins src's memory while it lives)."""
+        cdef char *p = self.data()
+        base = self.src._export()   # counts as an export of src's memory
+        holder = _ViewExport()
+        holder.__array_interface__ = {
+            "version": 3, "shape": tuple(self.shape), "typestr": self.src.dtype.str,
+            "data": (<size_t> p, True), "strides": self.strides}
+        holder.base = base
+        return np.asarray(holder)
+
+    def __repr__(self):
+        return f"ViewLeaf(shape={self.shape}, strides={self.strides}, offset={self.offset}, src={self.src!r})"
+
+
+class _ViewExport:
+    """Keeps the source's numpy export alive under a strided numpy view."""
+    __slots__ = ("__array_interface__", "base")
+
+
+def tensor_strides(Tensor t):
+    """Byte strides of each axis of ``t`` (the row pitch on the leading axes)."""
+    nd = len(t.shape)
+    st = [t.itemsize] * nd
+    if nd >= 2:
+        st[nd - 2] = t.stride * t.itemsize
+        for k in range(nd - 3, -1, -1):
+            st[k] = st[k + 1] * t.shape[k + 1]
+    return tuple(st)
+
+
+def strided_view(Tensor src, shape, Py_ssize_t offset, strides):
+    """A ViewLeaf of ``src``; every element it can address must lie inside src's bytes."""
+    src.data()
+    shape = as_shape(shape)
+    strides = tuple(int(s) for s in strides)
+    if len(strides) != len(shape) or not 1 <= len(shape) <= MS_VIEW_MAXDIM + 1:
+        raise ShapeError(f"strided_view: {len(strides)} strides for shape {shape} "
+                         f"(1 to {MS_VIEW_MAXDIM + 1} axes)")
+    cdef Py_ssize_t lo = offset, hi = offset
+    if shape.size():
+        for n, s in zip(shape, strides):
+            if s < 0:
+                lo += (n - 1) * s
+            else:
+                hi += (n - 1) * s
+        span = ((src.rows - 1) * src.stride + src.cols) * src.itemsize if src.rows else 0
+        if lo < 0 or hi + src.itemsize > span:
+            raise IndexError(f"strided_view: bytes [{lo}, {hi + src.itemsize}) fall outside the "
+                             f"source's {span} bytes (shape {src.shape}, stride {src.stride})")
+    cdef ViewLeaf v = ViewLeaf.__new__(ViewLeaf)
+    v.src = src
+    v.offset = offset
+    v.shape = shape
+    v.strides = strides
+    v.src_shape = src.shape
+    v.src_stride = src.stride
+    return v
