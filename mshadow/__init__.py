@@ -21,7 +21,10 @@ from .op import sv, red, types as type  # noqa: A001  ms.type is mshadow's names
 from .engine import plan_for
 from .extension import (implicit_dot, broadcast, broadcast_keepdim, broadcast_scalar,
                         broadcast_to, broadcast_with_axis, crop, flip, mirror, repmat, reshape,
-                        slice_axis, swapaxis, transpose_axes)
+                        slice_axis, swapaxis, transpose_axes, concat, mask,
+                        mat_choose_row_element, mat_fill_row_element, one_hot_encode, pad,
+                        take, upsampling_nearest)
+from .extension import range  # noqa: A004  mshadow's range<DType>; Python's is builtins.range
 from .aliases import *  # noqa: F401,F403  the C++ spellings (NewTensor, FreeSpace, ...)
 from .blob import TShape, TBlob
 from .io import save_binary, load_binary, save, load

@@ -33,6 +33,16 @@ cdef extern from "mshadow/kernels_gen.h":
     int ms_detect_isa() nogil
     int MS_X86
 
+cdef extern from "mshadow/gather.h":
+    ctypedef struct ms_gather:
+        const char *src[3]
+        npy_intp rowstep[3]
+        int code[3]
+        npy_intp p[12]
+    int MS_GATHER_PARAMS
+    int ms_gather_error
+    const ms_kernel_entry ms_gather_table[]
+
 cdef extern from "mshadow/plan_exec.h":
     enum:
         MS_OPD_REG, MS_OPD_LEAF, MS_OPD_SCALAR
@@ -41,6 +51,7 @@ cdef extern from "mshadow/plan_exec.h":
         void *data
         int nin
         int gemm
+        int gather
         int kind[10]
         int idx[10]
         npy_intp step[10]
@@ -52,6 +63,7 @@ cdef extern from "mshadow/plan_exec.h":
         npy_intp mdiv[7]
         npy_intp mmod[7]
         npy_intp mstride[7]
+        const ms_gather *gather
     ctypedef struct ms_program:
         int ninst
         const ms_inst *inst
@@ -74,6 +86,10 @@ cdef dict _KERNELS = {}
 cdef int _k = 0
 while ms_kernel_table[_k].name != NULL:
     _KERNELS[ms_kernel_table[_k].name.decode()] = <size_t> ms_kernel_table[_k].fn
+    _k += 1
+_k = 0
+while ms_gather_table[_k].name != NULL:
+    _KERNELS[ms_gather_table[_k].name.decode()] = <size_t> ms_gather_table[_k].fn
     _k += 1
 
 _ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
@@ -229,6 +245,7 @@ cdef class Plan:
                 ins.data = <void *> <size_t> data
             ins.nin = len(instr.ins)
             ins.gemm = instr.kernel[1].startswith("implicit_gemm")
+            ins.gather = instr.kernel[1].startswith("g_")
             for j, opd in enumerate(list(instr.ins) + [instr.out]):
                 if opd[0] == "reg":
                     ins.kind[j] = MS_OPD_REG
@@ -262,11 +279,12 @@ cdef class Plan:
         return _disassemble(self.program)
 
 
-_ROLES = ("map", "gemm_lhs", "gemm_rhs", "view")
+_ROLES = ("map", "gemm_lhs", "gemm_rhs", "view", "gather")
 DEF ROLE_MAP = 0
 DEF ROLE_GEMM_LHS = 1
 DEF ROLE_GEMM_RHS = 2
 DEF ROLE_VIEW = 3
+DEF ROLE_GATHER = 4
 
 
 cpdef int view_step_kind(Py_ssize_t step, Py_ssize_t itemsize):
@@ -321,8 +339,20 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
     cdef bint alias = False
     cdef Py_ssize_t rr, rc, inner = -1
     cdef ViewLeaf vl
+    cdef GatherLeaf gl
     for k in range(nl):
         role = plan.leaf_role[k + 1]
+        if role == ROLE_GATHER:
+            gl = leaves[k]          # a typed assignment: anything else raises TypeError
+            gl.check()
+            if gl.shape != dst.shape:
+                raise ShapeError(f"Assignment: {gl.kernel[2:]} of shape {gl.shape} does not "
+                                 f"match target {dst.shape}")
+            contiguous = False
+            for src in gl.srcs:
+                if (<Tensor> src).mem is dst.mem and _overlaps(<Tensor> src, dst):
+                    alias = True
+            continue
         if role == ROLE_VIEW:
             vl = leaves[k]          # a typed assignment: anything else raises TypeError
             vl.data()
@@ -420,21 +450,24 @@ cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
 
 
 cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
-    global ms_fpe_flags
+    global ms_fpe_flags, ms_gather_error
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef ms_leaf stack_leaf[16]
+    cdef ms_gather stack_gather[16]
+    cdef ms_gather *gv = &stack_gather[0]
     cdef ms_leaf *lv = &stack_leaf[0]
     cdef char stack_scalars[16 * 16]
     cdef char *sv = &stack_scalars[0]
     if nl + 1 > 16:
         lv = <ms_leaf *> malloc((nl + 1) * sizeof(ms_leaf))
+        gv = <ms_gather *> malloc((nl + 1) * sizeof(ms_gather))
     if plan.nscalar > 16:
         sv = <char *> malloc(16 * plan.nscalar)
     cdef Tensor lf
     cdef ms_program prog
     cdef int rc
     cdef Py_ssize_t n
-    if lv == NULL or sv == NULL:
+    if lv == NULL or sv == NULL or gv == NULL:
         raise MemoryError()
     try:
         lv[0].ptr = dst.data()
@@ -447,6 +480,12 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
             role = plan.leaf_role[k + 1]
             if role == ROLE_VIEW:
                 _bind_view(&lv[k + 1], <ViewLeaf> leaves[k])
+                continue
+            if role == ROLE_GATHER:
+                (<GatherLeaf> leaves[k]).bind(&gv[k + 1])
+                lv[k + 1].gather = &gv[k + 1]
+                lv[k + 1].ptr = NULL
+                lv[k + 1].rowstep = lv[k + 1].colstep = 0
                 continue
             lf = <Tensor> leaves[k]
             lv[k + 1].ptr = lf.data()
@@ -490,11 +529,15 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
                 rc = ms_run_program(&prog)
         if rc != 0:
             raise MemoryError("could not allocate the per-thread registers of a plan")
+        if ms_gather_error:   # kernels never read out of range; indices were checked first
+            ms_gather_error = 0
+            raise IndexError("an index read from a tensor was out of range during evaluation")
         if ms_fpe_flags & 1:
             warnings.warn("integer division by zero (the result is 0 there)", RuntimeWarning,
                           stacklevel=3)
     finally:
         if lv != &stack_leaf[0]:
             free(lv)
+            free(gv)
         if sv != &stack_scalars[0]:
             free(sv)

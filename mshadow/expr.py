@@ -170,7 +170,7 @@ def _flip(key):
     if key[0] == "G":
         raise TypeError("transpose of an expression holding implicit_dot(a, b) is not "
                         "supported; write implicit_dot(b.T, a.T)")
-    if key[0] == "V":
+    if key[0] in ("V", "X"):
         raise TypeError(f"transpose of an expression holding {describe(key)} is not supported; "
                         f"use ms.transpose_axes on the tensor, or assign it to a tensor first")
     if key[0] == "L":
@@ -229,4 +229,6 @@ def describe(key):
         return f"implicit_dot({describe(key[2])}, {describe(key[3])})"
     if key[0] == "V":
         return f"View<{key[1]}>"
+    if key[0] == "X":
+        return f"{key[1][2:]}<{key[2]}>"
     return str(key[0])

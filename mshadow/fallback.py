@@ -5,6 +5,7 @@ the operator table's numpy references giving mshadow's semantics; single-threade
 """
 import numpy as np
 
+from . import _core
 from .ops_table import OPS_BY_NAME
 from .plan import SAVER_OPS, USER_OPS, compute_code, parse_composite, _COMPOSITES
 from .expr import _NP_BY_CODE
@@ -28,10 +29,10 @@ class _Eval:
 
     def run(self, key, cc):
         tag = key[0]
-        if tag in ("L", "V"):
+        if tag in ("L", "V", "X"):
             v = self.views[self.li][self.rows]
             self.li += 1
-            return v.astype(_NP_BY_CODE[compute_code(key[1])], copy=False)
+            return v.astype(_NP_BY_CODE[compute_code(_code(key))], copy=False)
         if tag == "G":   # implicit_dot, summed in k order as the compiled kernel does
             a, b = self.views[self.li][self.rows], self.views[self.li + 1]
             self.li += 2
@@ -87,7 +88,7 @@ def _expand(tree, args, cc):
 
 
 def _code(key):
-    return key[2] if key[0] == "M" else key[1]
+    return key[2] if key[0] in ("M", "X") else key[1]
 
 
 def evaluate(key, leaves, scalars, dst, saver):
@@ -119,12 +120,17 @@ def _leaf_view(t, leaf, dst):
     if leaf[0] == "L":
         return _view2d(t, leaf[2])
     rows, cols = dst.flat_to_2d().shape
+    if leaf[0] == "X":   # run the gather alone into a temporary (this path is slow anyway)
+        from . import engine
+        tmp = _core.TensorContainer(t.shape, init=None, pad=False, dtype=dst.dtype)
+        _core.run_plan(engine.get_plan(leaf, leaf[2], "saveto"), tmp, (t,), ())
+        return tmp.numpy().reshape(rows, cols)
     return t.numpy().reshape(rows, cols)   # a strided view: may copy (this path is slow anyway)
 
 
 def _leaf_keys(key, acc):
     """The leaf nodes of ``key`` in binding order (implicit_dot contributes two)."""
-    if key[0] in ("L", "V"):
+    if key[0] in ("L", "V", "X"):
         acc.append(key)
     elif key[0] == "G":
         acc.extend([("L",) + key[2][1:], ("L",) + key[3][1:]])

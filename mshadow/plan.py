@@ -8,6 +8,8 @@ CUDA C. Programs are cached by (key, dst dtype, saver), so this runs once per st
 Keys:  ('L', code, transposed)   a tensor leaf, read at (y, x) or, transposed, at (x, y)
        ('S',)                    a scalar, typed by the operator it feeds
        ('G', code, lhs, rhs)     implicit_dot of two leaves: sum_k lhs(y, k) * rhs(k, x)
+       ('X', kernel, code)       a gather (pad, take, one_hot, ...): a kernel of gather.h fills
+                                 a register with the values of each block
        ('V', code, step)         a strided view of a tensor (broadcast, mirror, flip, swapaxis,
                                  transpose, crop, ...): read in place through a row map; step
                                  says how its last axis is read (0 unit, 1 zero, 2 other)
@@ -65,7 +67,8 @@ class Program:
     leaf_codes: List[str] = field(default_factory=list)       # storage code of each leaf
     leaf_transposed: List[bool] = field(default_factory=list)
     # how each leaf is read: 'map' (at (y, x), or (x, y) when transposed), 'gemm_lhs' and
-    # 'gemm_rhs' (implicit_dot), 'view' (a strided view; leaf_params holds its step kind)
+    # 'gemm_rhs' (implicit_dot), 'view' (a strided view; leaf_params holds its step kind),
+    # 'gather' (read by a gather kernel only)
     leaf_roles: List[str] = field(default_factory=list)
     leaf_params: List[int] = field(default_factory=list)
     scalar_codes: List[Tuple[str, str]] = field(default_factory=list)  # (storage, compute)
@@ -179,6 +182,10 @@ class _Compiler:
         if tag == "L":
             opd = self.leaf(key, "map")
             return self.cast(opd, "f32") if key[1] == "f16" else opd
+        if tag == "X":
+            opd = self.leaf(("L", key[2], False), "gather")
+            out = self.instr(("k", key[1]), [opd], key[2])
+            return self.cast(out, "f32") if key[2] == "f16" else out
         if tag == "V":
             opd = self.leaf(("L", key[1], False), "view", key[2])
             return self.cast(opd, "f32") if key[1] == "f16" else opd
@@ -357,6 +364,8 @@ def fuse_chains(p):
 def _key_code(key):
     if key[0] in ("L", "G", "V"):
         return key[1]
+    if key[0] == "X":
+        return key[2]
     if key[0] in ("M", "C"):
         return key[2] if key[0] == "M" else key[1]
     raise ValueError("a bare scalar has no dtype")

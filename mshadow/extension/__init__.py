@@ -1,9 +1,12 @@
 """mshadow's extension expressions, one module a family (extension/*.h in the C++).
 
 Views (broadcast, mirror, flip, swapaxis, transpose, crop, slice, reshape) are strided
-leaves and implicit_dot reads whole rows; the plan fuses them with everything else: see
+leaves, gathers (pad, take, one_hot, range, concat, ...) fill blocks through a kernel and
+implicit_dot reads whole rows; the plan fuses them all with element-wise operators: see
 docs/architecture.md.
 """
+from .gather import (GatherExp, concat, mask, mat_choose_row_element, mat_fill_row_element,
+                     one_hot_encode, pad, range, take, upsampling_nearest)
 from .implicit_gemm import implicit_dot, ImplicitGEMMExp
 from .views import (ViewExp, broadcast, broadcast_keepdim, broadcast_scalar, broadcast_to,
                     broadcast_with_axis, crop, flip, mirror, repmat, reshape, slice_axis,
@@ -11,4 +14,6 @@ from .views import (ViewExp, broadcast, broadcast_keepdim, broadcast_scalar, bro
 
 __all__ = ["implicit_dot", "ImplicitGEMMExp", "ViewExp", "broadcast", "broadcast_keepdim",
            "broadcast_scalar", "broadcast_to", "broadcast_with_axis", "crop", "flip", "mirror",
-           "repmat", "reshape", "slice_axis", "swapaxis", "transpose_axes", "view"]
+           "repmat", "reshape", "slice_axis", "swapaxis", "transpose_axes", "view",
+           "GatherExp", "concat", "mask", "mat_choose_row_element", "mat_fill_row_element",
+           "one_hot_encode", "pad", "range", "take", "upsampling_nearest"]

@@ -24,6 +24,7 @@ typedef struct {
   void *data;
   int nin;
   int gemm;           /* implicit_dot: operand 0 is read along row y, operand 1 down columns */
+  int gather;         /* a gather kernel: args[0] is its leaf's ms_gather, dims = {n, y, x0} */
   int kind[MS_CHAIN_MAX + 2];   /* operands 0..nin-1, then the output at index nin */
   int idx[MS_CHAIN_MAX + 2];
   npy_intp step[MS_CHAIN_MAX + 2]; /* bytes between elements for registers and scalars (0) */
@@ -37,6 +38,7 @@ typedef struct {
                                   row y starts at ptr + sum_k ((y / mdiv[k]) % mmod[k]) * mstride[k]
                                   (the index of each leading axis times its byte stride) */
   npy_intp mdiv[MS_VIEW_MAXDIM], mmod[MS_VIEW_MAXDIM], mstride[MS_VIEW_MAXDIM];
+  const ms_gather *gather;     /* a gather leaf's sources and parameters (mshadow/gather.h) */
 } ms_leaf;
 
 typedef struct {
@@ -60,7 +62,7 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
     const ms_inst *in = &p->inst[k];
     char *args[MS_CHAIN_MAX + 2];
     npy_intp steps[MS_CHAIN_MAX + 2];
-    npy_intp dims[2] = {n, 0};
+    npy_intp dims[3] = {n, 0, 0};
     for (j = 0; j <= in->nin; ++j) {
       const int id = in->idx[j];
       switch (in->kind[j]) {
@@ -85,6 +87,11 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
           args[j] = p->scalars + 16 * id;
           steps[j] = 0;
       }
+    }
+    if (in->gather) {
+      args[0] = (char *)p->leaf[in->idx[0]].gather;
+      dims[1] = y;
+      dims[2] = x0;
     }
     if (in->gemm) {   /* out[x] = sum_k lhs(y, k) * rhs(k, x0 + x) */
       const ms_leaf *A = &p->leaf[in->idx[0]], *B = &p->leaf[in->idx[1]];

@@ -1,0 +1,64 @@
+# Gather leaves (included by _core.pyx): the sources and integer parameters of a gather
+# kernel (mshadow/include/mshadow/gather.h), checked before anything is stored.
+
+cdef class GatherLeaf:
+    """Sources (up to 3 tensors), parameters and output shape of one gather."""
+    cdef readonly str kernel          # the kernel's name in ms_gather_table ("g_take", ...)
+    cdef readonly tuple srcs
+    cdef readonly tuple params
+    cdef readonly object shape
+    cdef readonly tuple index         # (source position, exclusive bound) of an index tensor
+    cdef tuple snapshot
+
+    def check(self):
+        """Sources alive, unchanged since the expression was built, indices in range."""
+        cdef Tensor t
+        for t, snap in zip(self.srcs, self.snapshot):
+            t.data()
+            if (t.shape, t.stride) != snap:
+                raise ShapeError(f"a source of {self.kernel[2:]} changed from shape {snap[0]} "
+                                 f"(stride {snap[1]}) to {t.shape} (stride {t.stride}) since the "
+                                 f"expression was built")
+        if self.index is not None:
+            pos, bound = self.index
+            idx = (<Tensor> self.srcs[pos]).numpy()
+            if idx.size:
+                lo, hi = idx.min(), idx.max()
+                if np.isnan(lo) if idx.dtype.kind == "f" else False:
+                    raise IndexError(f"{self.kernel[2:]}: the index holds NaN")
+                if int(lo) < 0 or int(hi) >= bound:
+                    raise IndexError(f"{self.kernel[2:]}: index values must lie in [0, {bound}), "
+                                     f"got [{lo}, {hi}]")
+
+    cdef int bind(self, ms_gather *g) except -1:
+        cdef Tensor t
+        cdef int i
+        for i in range(3):
+            g.src[i] = NULL
+            g.rowstep[i] = 0
+            g.code[i] = 0
+        for i, t in enumerate(self.srcs):
+            g.src[i] = t.data()
+            # a 1-D source (an index or a value vector) is read one element per "row"
+            g.rowstep[i] = (t.stride if len(t.shape) > 1 else 1) * t.itemsize
+            g.code[i] = t.type_flag
+        for i, v in enumerate(self.params):
+            g.p[i] = v
+        return 0
+
+
+def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None):
+    """A GatherLeaf for ``kernel``; ``index`` = (position in srcs, bound) of an index tensor."""
+    if kernel not in _KERNELS:
+        raise ValueError(f"unknown gather kernel {kernel!r}")
+    if len(srcs) > 3 or len(params) > MS_GATHER_PARAMS:
+        raise ValueError(f"a gather takes at most 3 sources and {MS_GATHER_PARAMS} parameters")
+    cdef GatherLeaf g = GatherLeaf.__new__(GatherLeaf)
+    g.kernel = kernel
+    g.srcs = srcs
+    g.params = tuple(int(p) for p in params)
+    g.shape = as_shape(shape)
+    g.index = index
+    g.snapshot = tuple(((<Tensor> t).shape, (<Tensor> t).stride) for t in srcs)
+    g.check()
+    return g

@@ -1,0 +1,155 @@
+"""Extensions whose elements come from computed addresses (pad.h, take.h, choose.h, fill.h,
+spatial_upsampling_nearest.h, one_hot.h, range.h, concat.h, mask.h).
+
+Each builds a GatherLeaf: its sources and integer parameters for a kernel of
+mshadow/include/mshadow/gather.h, which fills a block of a row at a time. Index tensors are
+checked before anything is stored: an index out of range is an IndexError (mshadow reads
+out of bounds), never a read outside the source.
+"""
+import math
+import struct
+
+from .. import _core
+from ..errors import DTypeError, ShapeError
+from ..expr import _CODE_BY_FLAG, kChainer, new_node
+from ..shape import Shape, as_shape
+from ..dtypes import as_dtype, type_flag
+from .views import _tensor, broadcast
+
+Tensor = _core.Tensor
+
+
+class GatherExp(_core.Exp):
+    """An extension expression evaluated by a gather kernel."""
+
+    __slots__ = ("leaf",)
+
+
+def _gather(kernel, srcs, params, shape, code, index=None):
+    leaf = _core.gather_leaf(kernel, tuple(srcs), tuple(params), shape, index)
+    node = new_node(GatherExp, ("X", kernel, code), leaf.shape, code, (leaf,), (), kChainer)
+    node.leaf = leaf
+    return node
+
+
+def _code(t):
+    return _CODE_BY_FLAG[t.type_flag]
+
+
+def pad(src, py, px=None):
+    """Zero padding of the last two axes: ``py`` rows above and below, ``px`` columns each side."""
+    src = _tensor(src, "pad")
+    px = py if px is None else px
+    if src.ndim < 2:
+        raise ShapeError(f"pad needs at least 2 axes, got shape {src.shape}")
+    if py < 0 or px < 0:
+        raise ShapeError(f"pad: padding must be non-negative, got ({py}, {px})")
+    H, W = src.shape[-2], src.shape[-1]
+    shape = Shape(tuple(src.shape[:-2]) + (H + 2 * py, W + 2 * px))
+    return _gather("g_pad", [src], [src.itemsize, H, W, py, px, H + 2 * py, W + 2 * px],
+                   shape, _code(src))
+
+
+def take(index, src):
+    """``take(index, src)``: rows of the 2-D ``src`` picked by the 1-D ``index``."""
+    index = _tensor(index, "take", 1)
+    src = _tensor(src, "take", 2)
+    shape = Shape(index.shape[0], src.shape[1])
+    return _gather("g_take", [src, index], [src.itemsize, src.shape[0]], shape, _code(src),
+                   index=(1, src.shape[0]))
+
+
+def mat_choose_row_element(src, index):
+    """``out[i] = src[i][index[i]]`` (a 1-D result)."""
+    src = _tensor(src, "mat_choose_row_element", 2)
+    index = _tensor(index, "mat_choose_row_element", 1)
+    if index.shape[0] != src.shape[0]:
+        raise ShapeError(f"mat_choose_row_element: index {index.shape} must have one entry per "
+                         f"row of {src.shape}")
+    return _gather("g_choose_row", [src, index], [src.itemsize, src.shape[1]],
+                   Shape(src.shape[0]), _code(src), index=(1, src.shape[1]))
+
+
+def mat_fill_row_element(src, val, index):
+    """A copy of ``src`` with ``src[i][index[i]] = val[i]``."""
+    src = _tensor(src, "mat_fill_row_element", 2)
+    val = _tensor(val, "mat_fill_row_element", 1)
+    index = _tensor(index, "mat_fill_row_element", 1)
+    if not index.shape[0] == val.shape[0] == src.shape[0]:
+        raise ShapeError(f"mat_fill_row_element: src {src.shape}, val {val.shape} and index "
+                         f"{index.shape} must agree on the number of rows")
+    if val.dtype != src.dtype:
+        raise DTypeError(f"mat_fill_row_element: val has dtype {val.dtype}, src {src.dtype}")
+    return _gather("g_fill_row", [src, index, val], [src.itemsize, src.shape[1]], src.shape,
+                   _code(src), index=(1, src.shape[1]))
+
+
+def upsampling_nearest(src, scale):
+    """Nearest-neighbour upsampling of the last two axes by an integer ``scale``."""
+    src = _tensor(src, "upsampling_nearest")
+    if src.ndim < 2 or scale < 1:
+        raise ShapeError(f"upsampling_nearest needs >= 2 axes and scale >= 1, got {src.shape}, "
+                         f"{scale}")
+    H, W = src.shape[-2], src.shape[-1]
+    shape = Shape(tuple(src.shape[:-2]) + (H * scale, W * scale))
+    return _gather("g_upsample", [src], [src.itemsize, H, scale, H * scale], shape, _code(src))
+
+
+def one_hot_encode(index, num_choices, dtype=None):
+    """An (n, num_choices) matrix of 0/1 with a 1 at ``index[i]`` (mshadow fixes float32)."""
+    index = _tensor(index, "one_hot_encode", 1)
+    dt = as_dtype("float32" if dtype is None else dtype)
+    code = _CODE_BY_FLAG[type_flag(dt)]
+    return _gather("g_one_hot_" + code, [index], [0, num_choices],
+                   Shape(index.shape[0], num_choices), code, index=(0, num_choices))
+
+
+def range(start, stop, step=1, repeat=1, dtype=None):
+    """``start + (i / repeat) * step`` for i in [0, length): mshadow's range<DType>."""
+    dt = as_dtype("float32" if dtype is None else dtype)
+    if step == 0:
+        raise ValueError("RangeExp does not support step=0, received 0")
+    if repeat <= 0:
+        raise ValueError(f"RangeExp only supports repeat > 0, received {repeat}")
+    if step > 0 and not start < stop:
+        raise ValueError(f"RangeExp does not support (start, stop, step) = ({start}, {stop}, "
+                         f"{step}): start must be < stop for a positive step")
+    if step < 0 and not start > stop:
+        raise ValueError(f"RangeExp does not support (start, stop, step) = ({start}, {stop}, "
+                         f"{step}): start must be > stop for a negative step")
+    # mshadow's float formula; for integers the count is the same but exact (mshadow's integer
+    # formula is wrong for negative steps, quirk 10)
+    n = repeat * int(math.ceil((stop - start) / step))
+    code = _CODE_BY_FLAG[type_flag(dt)]
+    bits = [struct.unpack("<q", struct.pack("<d", float(v)))[0] for v in (start, step)]
+    return _gather("g_range_" + code, [], [0, repeat] + bits, Shape(n), code)
+
+
+def concat(a, b, dim):
+    """``concat<dim>(a, b)``: a and b joined along ``dim`` (any rank; mshadow only 4-D)."""
+    a = _tensor(a, "concat")
+    b = _tensor(b, "concat")
+    nd = a.ndim
+    if b.ndim != nd or not 0 <= dim < nd or a.dtype != b.dtype or any(
+            a.shape[k] != b.shape[k] for k in builtins_range(nd) if k != dim):
+        raise ShapeError(f"ConcatExp: shape mismatch: {a.shape} and {b.shape} along axis {dim}")
+    shape = list(a.shape)
+    shape[dim] += b.shape[dim]
+    if dim == nd - 1:
+        params = [a.itemsize, a.shape[-1], 1, 0, 0]
+    else:   # rows of a and b alternate in groups of prod(shape[dim:-1]) rows
+        ra = Shape(a.shape).prod_shape(dim, nd - 1)
+        rb = Shape(b.shape).prod_shape(dim, nd - 1)
+        params = [a.itemsize, 0, 0, ra, rb]
+    return _gather("g_concat", [a, b], params, shape, _code(a))
+
+
+def mask(index, src):
+    """``out[y][x] = src[y][x] * index[y]``: a strided view, no gather needed."""
+    index = _tensor(index, "mask", 1)
+    src = _tensor(src, "mask", 2)
+    return src * broadcast(index, src.shape, 0)
+
+
+import builtins as _builtins  # noqa: E402  (this module defines its own range)
+builtins_range = _builtins.range
