@@ -43,6 +43,9 @@ cdef extern from "mshadow/gather.h":
     int ms_gather_error
     const ms_kernel_entry ms_gather_table[]
 
+cdef extern from "mshadow/gather_spatial.h":
+    const ms_kernel_entry ms_gather_spatial_table[]
+
 cdef extern from "mshadow/plan_exec.h":
     enum:
         MS_OPD_REG, MS_OPD_LEAF, MS_OPD_SCALAR
@@ -90,6 +93,10 @@ while ms_kernel_table[_k].name != NULL:
 _k = 0
 while ms_gather_table[_k].name != NULL:
     _KERNELS[ms_gather_table[_k].name.decode()] = <size_t> ms_gather_table[_k].fn
+    _k += 1
+_k = 0
+while ms_gather_spatial_table[_k].name != NULL:
+    _KERNELS[ms_gather_spatial_table[_k].name.decode()] = <size_t> ms_gather_spatial_table[_k].fn
     _k += 1
 
 _ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
