@@ -15,3 +15,15 @@ def test_basic_demo():
     assert "0.95 0.95 0.95" in out                        # one SGD step: 1 - 0.1*(0.5 + 0.01)
     assert "dst = chain_f32[" in out                      # the fused plan listing
     assert "after free_space: tensor memory was released" in out
+
+
+def test_readme_taste_runs():
+    import re
+    text = open(os.path.join(ROOT, "README.md")).read()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    env = {}
+    exec(compile(code, "README.md", "exec"), env)
+    import numpy as np
+    y, x = env["y"], env["x"]
+    want = np.maximum(x.numpy() + np.arange(8, dtype=np.float32)[None, :, None, None], 0)
+    np.testing.assert_array_equal(y.numpy(), want)
