@@ -1,0 +1,357 @@
+"""Reductions of reduceto1d.h and reduce_with_axis.h as kComplex expressions and their engine.
+
+Evaluated by numpy reductions over zero-copy views; the small result is stored through the engine.
+"""
+# Design: the reduction never writes the destination itself; every store goes through
+# mshadow.engine.assign with the assignment's saver, so dtype, read-only and freed-tensor rules
+# live in one place. A source that is a tensor, ``t.T`` or a strided view extension is read in
+# place; any other expression is first evaluated into a temporary TensorContainer (that path
+# allocates the source's size). mshadow's reduce_with_axis/reduce_keepdim are chainers that nest
+# in element-wise expressions; here they are evaluated by this engine and must be assigned to a
+# tensor first.
+import numbers
+
+import numpy as np
+
+from .. import _core
+from ..device import cpu
+from ..engine import assign, register_complex
+from ..errors import DeviceError, DTypeError, ShapeError
+from ..expr import (Exp, ScalarExp, TransposeExp, _CODE_BY_FLAG, _NP_BY_CODE, _code_of_dtype,
+                    describe, kComplex)
+from ..op import _Reducer, red
+from ..shape import Shape
+from .views import ViewExp
+
+Tensor = _core.Tensor
+
+__all__ = ["ReduceExp", "sumall_except_dim", "reduce_except_dim", "sum_rows",
+           "reduce_with_axis", "reduce_keepdim", "reduce_into"]
+
+_INT_CODES = ("u8", "i8", "i32", "i64")
+_UFUNC = {"sum": np.add, "maximum": np.maximum, "minimum": np.minimum}
+_ARG = {"maximum": np.argmax, "minimum": np.argmin}
+SAVERS = ("saveto", "plusto", "minusto", "multo", "divto")
+
+
+def check_reducer(reducer, where):
+    """``reducer`` must be one of ms.red.sum / maximum / minimum."""
+    if not isinstance(reducer, _Reducer) or reducer.name not in _UFUNC:
+        raise TypeError(f"{where}: reducer must be ms.red.sum, ms.red.maximum or "
+                        f"ms.red.minimum, got {reducer!r}")
+    return reducer
+
+
+def check_saver(saver, where):
+    if saver not in SAVERS:
+        raise ValueError(f"{where}: saver must be one of {', '.join(SAVERS)} (ms.sv.*), "
+                         f"got {saver!r}")
+    return saver
+
+
+def source(exp, where):
+    """(operand, shape, code) of something a reduction can read: a Tensor, an array, an Exp."""
+    if isinstance(exp, np.ndarray):
+        exp = _core.from_numpy(exp)
+    if isinstance(exp, Tensor):
+        return exp, exp.shape, _CODE_BY_FLAG[exp.type_flag]
+    if isinstance(exp, Exp):
+        return exp, exp.shape, exp.code
+    raise TypeError(f"{where}: cannot reduce {type(exp).__name__} {exp!r} (expected a Tensor, "
+                    f"an expression or a numpy array)")
+
+
+def scale_value(v, code, where):
+    """A scale as mshadow's ``DType scale``: real; integer-valued and wrapped for integer types."""
+    if isinstance(v, ScalarExp):
+        if v.dtype is not None and _code_of_dtype(v.dtype) != code:
+            raise DTypeError(f"{where}: scalar of dtype {v.dtype} scales a reduction of dtype "
+                             f"{np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
+        v = v.value
+    if (isinstance(v, (bool, np.bool_, complex, np.complexfloating))
+            or not isinstance(v, (numbers.Real, np.number))):
+        raise TypeError(f"{where}: a reduction can only be scaled by a real scalar, got {v!r}")
+    if code in _INT_CODES:
+        if not float(v).is_integer():
+            raise DTypeError(f"{where}: scale {v!r} is not representable in "
+                             f"{np.dtype(_NP_BY_CODE[code])} (integer reductions take integer "
+                             f"scales)")
+        info = np.iinfo(_NP_BY_CODE[code])
+        # C conversion to DType wraps: -sum_rows(u8) scales by 255, as mshadow's DType(-1)
+        w = (int(v) - int(info.min)) % (1 << info.bits) + int(info.min)
+        return w
+    return float(v)
+
+
+# named here, not read from Exp.__slots__: Exp is a compiled (cdef) class without one
+_FIELDS = ("key", "shape", "code", "leaves", "scalars", "exp_type",
+           "src", "form", "reducer", "axis", "mask", "scale", "where")
+
+
+class ReduceExp(Exp):
+    """A lazy reduction (kComplex): ``form`` is "except_dim" (keep ``axis``, reduce the rest),
+    "with_axis" (remove ``axis``) or "keepdim" (``axis`` kept with size 1)."""
+
+    __slots__ = ("src", "form", "reducer", "axis", "mask", "scale", "where")
+
+    def _scaled(self, s):
+        node = type(self).__new__(type(self))
+        for f in _FIELDS:
+            setattr(node, f, getattr(self, f))
+        s = scale_value(s, self.code, self.where)
+        if self.code in _INT_CODES:
+            info = np.iinfo(_NP_BY_CODE[self.code])
+            node.scale = (self.scale * s - int(info.min)) % (1 << info.bits) + int(info.min)
+        else:
+            node.scale = self.scale * s    # chains accumulate: e * 2 * 3 has scale 6
+        node.scalars = (node.scale,)
+        return node
+
+    def __mul__(self, o):
+        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
+            return self._scaled(o)
+        return Exp.__mul__(self, o)    # refuses: a kComplex operand cannot be nested
+
+    def __rmul__(self, o):
+        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
+            return self._scaled(o)
+        return Exp.__rmul__(self, o)
+
+    def __neg__(self):
+        return self._scaled(-1)
+
+    def __repr__(self):
+        scale = "" if self.scale == 1 else f" * {self.scale!r}"
+        return (f"ReduceExp({self.where}({describe(_key_of(self.src))}){scale}, "
+                f"shape={self.shape}, dtype={self.code})")
+
+
+def _key_of(x):
+    return ("L", _CODE_BY_FLAG[x.type_flag], False) if isinstance(x, Tensor) else x.key
+
+
+def _node(src, code, shape, form, reducer, axis, mask, where):
+    node = ReduceExp.__new__(ReduceExp)
+    node.key = ("reduce", code, form, reducer.name, axis, mask, _key_of(src))
+    node.shape = Shape(*shape)
+    node.code = code
+    node.leaves = (src,) if isinstance(src, Tensor) else tuple(src.leaves)
+    node.scale = 1 if code in _INT_CODES else 1.0
+    node.scalars = (node.scale,)
+    node.exp_type = kComplex
+    node.src, node.form, node.reducer, node.axis = src, form, reducer, axis
+    node.mask, node.where = mask, where
+    return node
+
+
+def _axis(axis, nd, where, what):
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (numbers.Integral,)):
+        raise TypeError(f"{where}: {what} must be an integer, got {axis!r}")
+    if not -nd <= axis < nd:
+        raise ShapeError(f"{where}: {what} {axis} out of range for a {nd}-D expression")
+    return int(axis) % nd
+
+
+def check_keep_lowest(shape, where):
+    """mshadow's MapReduceKeepLowest has no init value: it needs at least one row."""
+    rows = 1
+    for n in shape[:-1]:
+        rows *= n
+    if rows == 0:
+        raise ShapeError(f"{where}: can not reduce over empty tensor (shape {tuple(shape)} "
+                         f"has no rows to keep the last axis of)")
+
+
+def _except_dim(exp, dimkeep, reducer, where):
+    check_reducer(reducer, where)
+    src, shape, code = source(exp, where)
+    d = _axis(dimkeep, len(shape), where, "dimkeep")
+    if d == len(shape) - 1:
+        check_keep_lowest(shape, where)
+    return _node(src, code, (shape[d],), "except_dim", reducer, d, False, where)
+
+
+def reduce_except_dim(exp, dimkeep, reducer):
+    """``reduce_except_dim<dimkeep, Reducer>(exp)``: a 1-D result of length shape[dimkeep].
+
+    Keeping the last axis follows MapReduceKeepLowest (starts from row 0, so an empty
+    source is a ShapeError); any other axis MapReduceKeepHighDim (starts from the
+    reducer's init value: 0, -inf, +inf; integer types their min/max).
+    """
+    check_reducer(reducer, "reduce_except_dim")
+    return _except_dim(exp, dimkeep, reducer, f"reduce_except_dim<{dimkeep}, red::{reducer.name}>")
+
+
+def sumall_except_dim(exp, dimkeep):
+    """``sumall_except_dim<dimkeep>(exp)``: the sum over every axis but ``dimkeep`` (1-D)."""
+    return _except_dim(exp, dimkeep, red.sum, f"sumall_except_dim<{dimkeep}>")
+
+
+def sum_rows(exp):
+    """``sum_rows(exp)`` of a 2-D expression: the column sums, ``sumall_except_dim<1>``."""
+    src, shape, code = source(exp, "sum_rows")
+    if len(shape) != 2:
+        raise ShapeError(f"sum_rows: expects a 2-D expression, got shape {tuple(shape)}")
+    return _except_dim(src, 1, red.sum, "sum_rows")
+
+
+def _with_axis(src, axis, reducer, mask, keepdim, name):
+    check_reducer(reducer, name)
+    src, shape, code = source(src, name)
+    where = f"{name}<red::{reducer.name}, {'true' if mask else 'false'}>"
+    if isinstance(axis, (numbers.Integral,)) and not isinstance(axis, bool) \
+            and axis >= len(shape):
+        raise ShapeError(f"{where}: reduce axis out of bound: axis {axis} for a "
+                         f"{len(shape)}-D expression of shape {tuple(shape)}")
+    a = _axis(axis, len(shape), where, "axis")
+    if mask and reducer.name == "sum":
+        raise ValueError(f"{where}: mask=True returns the index of the maximum or minimum; "
+                         f"it needs ms.red.maximum or ms.red.minimum, got ms.red.sum")
+    if not keepdim and len(shape) == 1:
+        raise ShapeError(f"{where}: a 1-D source would reduce to a 0-D result; use "
+                         f"reduce_keepdim (shape (1,)) or reduce_except_dim")
+    out = list(shape)
+    if keepdim:
+        out[a] = 1
+    else:
+        del out[a]
+    return _node(src, code, out, "keepdim" if keepdim else "with_axis", reducer, a,
+                 bool(mask), where)
+
+
+def reduce_with_axis(src, axis, reducer, mask=False):
+    """``reduce_with_axis<Reducer, mask>(src, axis)``: reduce ``axis`` away.
+
+    ``mask=True`` gives the index (as the dtype) of the first maximum/minimum. Evaluated by
+    the reduction engine: assign it to a tensor before using it in another expression.
+    """
+    return _with_axis(src, axis, reducer, mask, False, "reduce_with_axis")
+
+
+def reduce_keepdim(src, axis, reducer, mask=False):
+    """``reduce_keepdim<Reducer, mask>(src, axis)``: as reduce_with_axis, ``axis`` kept as 1."""
+    return _with_axis(src, axis, reducer, mask, True, "reduce_keepdim")
+
+
+# ---- the engine -------------------------------------------------------------------------
+def _leaf_device(leaf):
+    dev = getattr(leaf, "device", None)
+    return dev if dev is not None else getattr(getattr(leaf, "src", None), "device", cpu)
+
+
+def source_devices(src):
+    """The devices of every tensor a source reads (a view leaf reports its tensor's)."""
+    leaves = (src,) if isinstance(src, Tensor) else src.leaves
+    return [_leaf_device(x) for x in leaves]
+
+
+def _array(src):
+    """src's values as a numpy array: a zero-copy view where one exists."""
+    if isinstance(src, Tensor):
+        return src.numpy()
+    if isinstance(src, ViewExp):
+        return src.view.numpy()
+    if isinstance(src, TransposeExp) and src.key[0] == "L":
+        a = src.leaves[0].numpy()
+        return a.T if a.ndim == 2 else a.reshape(tuple(src.shape))   # 1-D t.T: a column
+    # no view describes it: evaluate once into a temporary (allocates the source's size)
+    tmp = _core.TensorContainer(tuple(src.shape), init=None, pad=False,
+                                dtype=_NP_BY_CODE[src.code])
+    assign(tmp, src, "saveto")
+    return tmp.numpy()
+
+
+def _init_value(name, dtype):
+    """The reducer's SetInitValue (MXNet's: -inf/+inf for floats, the type's limits for ints)."""
+    if name == "sum":
+        return 0
+    if dtype.kind == "f":
+        return -np.inf if name == "maximum" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if name == "maximum" else info.max
+
+
+def compute(a, code, form, reducer_name, axis, mask, scale):
+    """The reduced values (a fresh contiguous array of the storage dtype, scale applied).
+
+    float16 accumulates and scales in float32 and is rounded once; integer sums wrap as C
+    does; maximum/minimum propagate NaN (MXNet's red::maximum, numpy's np.maximum).
+    """
+    dtype = np.dtype(_NP_BY_CODE[code])
+    acc = np.dtype(np.float32) if code == "f16" else dtype
+    if form == "except_dim":
+        axes = tuple(k for k in range(a.ndim) if k != axis)
+    else:
+        axes = (axis,)
+    keep = form == "keepdim"
+    if mask:
+        if a.shape[axis] == 0:
+            shape = list(a.shape)
+            if keep:
+                shape[axis] = 1
+            else:
+                del shape[axis]
+            res = np.zeros(shape, dtype=acc)   # mshadow's idx starts at 0
+        else:
+            # argmax/argmin: first occurrence wins; a NaN counts as the extreme (first NaN)
+            res = _ARG[reducer_name](a, axis=axis, keepdims=keep).astype(acc)
+    elif reducer_name == "sum":
+        res = np.add.reduce(a, axis=axes, dtype=acc, keepdims=keep)
+    else:
+        res = _UFUNC[reducer_name].reduce(a, axis=axes, keepdims=keep,
+                                          initial=_init_value(reducer_name, dtype))
+        res = np.asarray(res, dtype=acc)
+    res = np.ascontiguousarray(res)
+    if scale != 1:
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.multiply(res, np.asarray(scale).astype(acc), out=res)
+    return res.astype(dtype, copy=False)
+
+
+def check_dst(dst, exp_code, devices, where):
+    """The checks that precede any store: a live, writable CPU tensor of the right dtype."""
+    if not isinstance(dst, Tensor):
+        raise TypeError(f"{where}: destination must be a Tensor, got {type(dst).__name__}")
+    if dst.device is not cpu or any(d is not cpu for d in devices):
+        raise DeviceError(f"{where}: reductions run on the CPU; destination on {dst.device}, "
+                          f"source on {', '.join(sorted({str(d) for d in devices})) or 'cpu'}")
+    dst.dptr    # raises FreedTensorError before anything is computed
+    if dst.readonly:
+        raise ValueError(f"{where}: assignment destination is read-only")
+    if _CODE_BY_FLAG[dst.type_flag] != exp_code:
+        raise DTypeError(f"{where}: reduction of dtype {np.dtype(_NP_BY_CODE[exp_code])} into a "
+                         f"tensor of dtype {dst.dtype}; use ms.tcast")
+
+
+def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver, where):
+    """``dst <saver> scale * reduce(src)`` once every check has passed."""
+    res = compute(_array(src), _code_of_src(src), form, reducer_name, axis, mask, scale)
+    assign(dst, _core.from_numpy(res), saver)
+
+
+def _code_of_src(src):
+    return _CODE_BY_FLAG[src.type_flag] if isinstance(src, Tensor) else src.code
+
+
+def _eval(dst, exp, saver):
+    """The complex engine: ``dst <saver> exp`` for a ReduceExp."""
+    where = exp.where
+    check_dst(dst, exp.code, source_devices(exp.src), where)
+    if exp.form == "except_dim":
+        if len(dst.shape) != 1 or dst.shape[0] != exp.shape[0]:
+            raise ShapeError(f"{where}: the result is 1-D of length {exp.shape[0]} "
+                             f"(axis {exp.axis} of {tuple(_source_shape(exp))}); it can only be "
+                             f"assigned to a 1-D tensor of that length, got shape "
+                             f"{tuple(dst.shape)}")
+    elif dst.shape != exp.shape:
+        raise ShapeError(f"{where}: result shape {tuple(exp.shape)} does not match the "
+                         f"destination shape {tuple(dst.shape)}")
+    reduce_into(dst, exp.src, exp.form, exp.reducer.name, exp.axis, exp.mask, exp.scale,
+                check_saver(saver, where), where)
+
+
+def _source_shape(exp):
+    return exp.src.shape
+
+
+register_complex("reduce", _eval)
