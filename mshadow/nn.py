@@ -1,0 +1,374 @@
+"""mshadow's neural-network free functions: Softmax, SoftmaxGrad, AddTakeGrad, SortByKey, ...
+
+Each works in place on the destination's zero-copy numpy view; checks run before the first store.
+"""
+# Design: these are tensor_cpu-inl.h's free functions (not expressions). They compute with
+# numpy ufuncs writing through ``out=`` into dst's view, so the only temporaries are the
+# per-row (or per-index) ones: softmax keeps the row maxima and sums, the scatter functions
+# gather the rows they add. Every argument is validated (shapes, dtypes, devices, label and
+# index ranges, a writable destination) before anything is written. The C++ spellings are
+# the table at the bottom.
+import numbers
+
+import numpy as np
+
+from . import _core
+from .device import cpu
+from .errors import DeviceError, DTypeError, ShapeError
+from .extension.reduce import (check_dst, check_keep_lowest, check_reducer, check_saver,
+                               reduce_into, scale_value, source, source_devices)
+from .op import red
+
+Tensor = _core.Tensor
+
+__all__ = ["softmax", "softmax_grad", "smooth_softmax_grad", "add_take_grad",
+           "add_take_grad_large_batch", "index_fill", "sort_by_key", "vectorized_sort",
+           "map_reduce_keep_lowest", "map_reduce_keep_high_dim"]
+
+
+# ---- argument checks --------------------------------------------------------------------
+def _tensor(x, where, what, ndims=None):
+    if isinstance(x, np.ndarray):
+        x = _core.from_numpy(x)
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{where}: {what} must be a Tensor (or a numpy array), got "
+                        f"{type(x).__name__}")
+    if x.device is not cpu:
+        raise DeviceError(f"{where}: {what} is a {x.device.name} tensor; this function runs on "
+                          f"the CPU")
+    if ndims is not None and x.ndim not in ndims:
+        want = " or ".join(f"{n}-D" for n in ndims)
+        raise ShapeError(f"{where}: {what} must be {want}, got shape {tuple(x.shape)}")
+    return x
+
+
+def _writable(t, where, what):
+    t.dptr   # FreedTensorError for a freed tensor, before anything is written
+    if t.readonly:
+        raise ValueError(f"{where}: {what} is read-only")
+
+
+def _same_dtype(a, b, where, what_a, what_b):
+    if a.dtype != b.dtype:
+        raise DTypeError(f"{where}: {what_a} has dtype {a.dtype} but {what_b} has dtype "
+                         f"{b.dtype}; use ms.tcast")
+
+
+def _floating(t, where, what):
+    if t.dtype.kind != "f":
+        raise DTypeError(f"{where}: {what} must have a floating-point dtype (float16, float32, "
+                         f"float64), got {t.dtype}")
+
+
+def _real(v, where, what):
+    if (isinstance(v, (bool, np.bool_, complex, np.complexfloating))
+            or not isinstance(v, (numbers.Real, np.number))):
+        raise TypeError(f"{where}: {what} must be a real number, got {v!r}")
+    return v
+
+
+def _shape_eq(a, b, where, what_a, what_b, msg):
+    if a.shape != b.shape:
+        raise ShapeError(f"{where}: {msg}: {what_a} {tuple(a.shape)}, {what_b} "
+                         f"{tuple(b.shape)}")
+
+
+def _int_values(t, where, what):
+    """An index/label tensor's values as float64 (truncated, C's int cast) or int64."""
+    v = t.numpy()
+    if v.dtype.kind == "f":
+        finite = np.isfinite(v)
+        if not finite.all():
+            pos = tuple(int(i) for i in np.argwhere(~finite)[0])
+            raise ValueError(f"{where}: {what} {float(v[pos])!r} at {pos} is not finite (expected an "
+                             f"integer index)")
+        return np.trunc(v.astype(np.float64))
+    return v.astype(np.int64)
+
+
+def _in_range(v, n, where, what, err=IndexError, keep=None):
+    """``v`` (from _int_values) as intp after checking every used entry is in [0, n)."""
+    bad = (v < 0) | (v >= n)
+    if keep is not None:
+        bad &= keep
+    if bad.any():
+        pos = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise err(f"{where}: {what} {v[pos]:g} at {pos} out of range [0, {n})")
+    out = v if keep is None else np.where(keep, v, 0)
+    return out.astype(np.intp)
+
+
+def _acc(dtype):
+    """float16 is computed in float32 (mshadow's half_t arithmetic); others as they are."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+# ---- softmax ----------------------------------------------------------------------------
+def softmax(dst, energy):
+    """``Softmax(dst, energy)``: max-subtracted softmax over the last axis (1-D, 2-D rows) or
+    over axis 1 of a 3-D tensor (``dst[y][:][n]``). ``dst`` may be ``energy`` (in place)."""
+    where = "Softmax"
+    d_t = _tensor(dst, where, "dst", (1, 2, 3))
+    e_t = _tensor(energy, where, "energy", (1, 2, 3))
+    _shape_eq(d_t, e_t, where, "dst", "energy", "shape mismatch")
+    _same_dtype(d_t, e_t, where, "dst", "energy")
+    _floating(d_t, where, "dst")
+    _writable(d_t, where, "dst")
+    e = e_t.numpy()
+    d = d_t.numpy()
+    if d.size == 0:
+        return
+    axis = 0 if d.ndim == 1 else 1
+    m = np.max(e, axis=axis, keepdims=True)   # one value a row: the only temporaries
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.subtract(e, m, out=d)
+        np.exp(d, out=d)
+        s = np.add.reduce(d, axis=axis, dtype=_acc(d.dtype), keepdims=True)
+        np.divide(d, s, out=d, casting="same_kind")
+
+
+# ---- softmax gradients ------------------------------------------------------------------
+def _grad_args(where, dst, src, label, ignore_label):
+    d_t = _tensor(dst, where, "dst", (2, 3))
+    s_t = _tensor(src, where, "src", (2, 3))
+    _shape_eq(d_t, s_t, where, "dst", "src", "shape mismatch")
+    _same_dtype(d_t, s_t, where, "dst", "src")
+    _floating(d_t, where, "dst")
+    want = (d_t.shape[0],) if d_t.ndim == 2 else (d_t.shape[0], d_t.shape[2])
+    l_t = _tensor(label, where, "label", (d_t.ndim - 1,))
+    if tuple(l_t.shape) != want:
+        raise ShapeError(f"{where}: label shape {tuple(l_t.shape)} does not match dst "
+                         f"{tuple(d_t.shape)} (expected {want})")
+    _writable(d_t, where, "dst")
+    lab = _int_values(l_t, where, "label")
+    ncls = d_t.shape[1]
+    keep = None
+    if ignore_label is not None:
+        _real(ignore_label, where, "ignore_label")
+        if not np.isfinite(ignore_label):
+            raise ValueError(f"{where}: ignore_label {ignore_label!r} is not finite")
+        # mshadow compares static_cast<int>(ignore_label) with the int-cast label
+        keep = lab != np.trunc(ignore_label)
+    # mshadow skips an out-of-range label silently (the row is copied unchanged): an error here
+    k = _in_range(lab, ncls, where, "label", ValueError, keep)
+    if keep is None:
+        keep = np.ones(lab.shape, dtype=bool)
+    return d_t, s_t, k, keep
+
+
+def _positions(d, k, keep):
+    """Index arrays of dst's target-class elements, and of the ignored rows (all classes)."""
+    if d.ndim == 2:
+        rows = np.nonzero(keep)[0]
+        return (rows, k[rows]), (np.nonzero(~keep)[0], slice(None))
+    y, n = np.nonzero(keep)
+    iy, inn = np.nonzero(~keep)
+    return (y, k[y, n], n), (iy, slice(None), inn)
+
+
+def softmax_grad(dst, src, label, ignore_label=None):
+    """``SoftmaxGrad(dst, src, label[, ignore_label])``: ``dst = src`` and 1 subtracted at
+    each row's label (2-D with a 1-D label; 3-D, classes on axis 1, with a 2-D label).
+
+    Labels are cast to int (truncated); rows whose label equals ``ignore_label`` become 0.
+    A label outside [0, classes) is a ValueError (mshadow leaves that row as ``src``).
+    """
+    where = "SoftmaxGrad"
+    d_t, s_t, k, keep = _grad_args(where, dst, src, label, ignore_label)
+    d, s = d_t.numpy(), s_t.numpy()
+    target, ignored = _positions(d, k, keep)
+    np.copyto(d, s)
+    d[target] -= 1
+    d[ignored] = 0
+
+
+def smooth_softmax_grad(dst, src, label, alpha, ignore_label=None):
+    """``SmoothSoftmaxGrad(dst, src, label, alpha[, ignore_label])``: label smoothing.
+
+    The labelled class gets ``src - 1 + alpha``, every other ``src - alpha / (C - 1)``
+    (alpha and the share in float, as mshadow); ignored rows become 0.
+    """
+    where = "SmoothSoftmaxGrad"
+    _real(alpha, where, "alpha")
+    d_t, s_t, k, keep = _grad_args(where, dst, src, label, ignore_label)
+    d, s = d_t.numpy(), s_t.numpy()
+    cdt = _acc(d.dtype)
+    ncls = d.shape[1]
+    a32 = np.float32(alpha)
+    # mshadow: const float smooth_grad = alpha / (C - 1); with one class it is never used
+    share = a32 / np.float32(ncls - 1) if ncls > 1 else np.float32(0)
+    target, ignored = _positions(d, k, keep)
+    picked = s[target].astype(cdt)     # read before dst (which may be src) is written
+    np.subtract(s, share.astype(cdt), out=d, casting="same_kind")
+    d[target] = (picked - cdt.type(1)) + a32.astype(cdt)
+    d[ignored] = 0
+
+
+# ---- take gradients, index fill ---------------------------------------------------------
+def _scatter_args(where, dst, index, src):
+    d_t = _tensor(dst, where, "dst", (2,))
+    i_t = _tensor(index, where, "index", (1,))
+    s_t = _tensor(src, where, "src", (2,))
+    _same_dtype(d_t, s_t, where, "dst", "src")
+    if d_t.shape[1] != s_t.shape[1]:
+        raise ShapeError(f"{where}: dst {tuple(d_t.shape)} and src {tuple(s_t.shape)} must have "
+                         f"the same number of columns")
+    return d_t, i_t, s_t
+
+
+def _source_copy(d, s):
+    # numpy's add.at does not look for overlap: read an aliased source from a copy
+    return s.copy() if np.may_share_memory(d, s) else s
+
+
+def add_take_grad(dst, index, src):
+    """``AddTakeGrad(dst, index, src)``: ``dst[clip(index[i], 0, K-1)] += src[i]``.
+
+    Indices are clamped to the rows of dst, as mshadow does; repeated indices accumulate.
+    """
+    where = "AddTakeGrad"
+    d_t, i_t, s_t = _scatter_args(where, dst, index, src)
+    if i_t.shape[0] != s_t.shape[0]:
+        raise ShapeError(f"{where}: index length {i_t.shape[0]} does not match src rows "
+                         f"{tuple(s_t.shape)}")
+    if d_t.shape[0] == 0 and i_t.shape[0] > 0:
+        raise ShapeError(f"{where}: dst {tuple(d_t.shape)} has no rows to add into")
+    _writable(d_t, where, "dst")
+    idx = np.clip(_int_values(i_t, where, "index"), 0, max(d_t.shape[0] - 1, 0)).astype(np.intp)
+    d = d_t.numpy()
+    np.add.at(d, idx, _source_copy(d, s_t.numpy()))
+
+
+def add_take_grad_large_batch(dst, sorted, index, src):   # noqa: A002  mshadow's name
+    """``AddTakeGradLargeBatch(dst, sorted, index, src)``: ``dst[sorted[i]] += src[index[i]]``.
+
+    No clamping (out-of-range indices are an IndexError); ``sorted`` need not be ascending.
+    """
+    where = "AddTakeGradLargeBatch"
+    d_t, i_t, s_t = _scatter_args(where, dst, index, src)
+    o_t = _tensor(sorted, where, "sorted", (1,))
+    if o_t.shape[0] != i_t.shape[0]:
+        raise ShapeError(f"{where}: sorted length {o_t.shape[0]} and index length "
+                         f"{i_t.shape[0]} differ")
+    _writable(d_t, where, "dst")
+    rows = _in_range(_int_values(o_t, where, "sorted"), d_t.shape[0], where, "sorted")
+    take = _in_range(_int_values(i_t, where, "index"), s_t.shape[0], where, "index")
+    d = d_t.numpy()
+    np.add.at(d, rows, s_t.numpy()[take])   # the gather copies, so aliasing is safe
+
+
+def index_fill(dst, index, src):
+    """``IndexFill(dst, index, src)``: ``dst[index[i]] = src[i]`` (rows; the last write of a
+    repeated index wins, as mshadow's loop). No clamping: out of range is an IndexError."""
+    where = "IndexFill"
+    d_t, i_t, s_t = _scatter_args(where, dst, index, src)
+    if i_t.shape[0] != s_t.shape[0]:
+        raise ShapeError(f"{where}: index length {i_t.shape[0]} does not match src rows "
+                         f"{tuple(s_t.shape)}")
+    _writable(d_t, where, "dst")
+    idx = _in_range(_int_values(i_t, where, "index"), d_t.shape[0], where, "index")
+    # numpy leaves the order of repeated fancy-index stores unspecified: keep each last one
+    uniq, first_rev = np.unique(idx[::-1], return_index=True)
+    d = d_t.numpy()
+    d[uniq] = s_t.numpy()[len(idx) - 1 - first_rev]
+
+
+# ---- sorting ----------------------------------------------------------------------------
+def _sort_args(where, keys, values, what=("keys", "values")):
+    k_t = _tensor(keys, where, what[0], (1,))
+    v_t = _tensor(values, where, what[1], (1,))
+    if k_t.shape[0] != v_t.shape[0]:
+        raise ShapeError(f"The sizes of key/value are not equal! keys_size: {k_t.shape[0]} "
+                         f"values_size: {v_t.shape[0]}")
+    _writable(k_t, where, what[0])
+    _writable(v_t, where, what[1])
+    return k_t.numpy(), v_t.numpy()
+
+
+def sort_by_key(keys, values, is_ascend=True):
+    """``SortByKey(keys, values, is_ascend)``: stable sort of 1-D ``keys`` in place, ``values``
+    permuted along. Equal keys keep their order in both directions; NaN keys go last
+    ascending and first descending."""
+    k, v = _sort_args("SortByKey", keys, values)
+    if is_ascend:
+        idx = np.argsort(k, kind="stable")
+    else:
+        # a stable descending order: stable-sort the reversed keys, reverse the result
+        idx = (len(k) - 1) - np.argsort(k[::-1], kind="stable")[::-1]
+    sk, sv = k[idx], v[idx]   # gathered before either is written: keys may alias values
+    k[...] = sk
+    v[...] = sv
+
+
+def vectorized_sort(values, segments):
+    """``VectorizedSort(values, segments)``: sort ``values`` ascending within each segment.
+
+    As mshadow's two stable SortByKey calls, ``segments`` ends up sorted too (unchanged when
+    it already was ascending, the documented use)."""
+    v, s = _sort_args("VectorizedSort", values, segments, ("values", "segments"))
+    idx = np.lexsort((v, s))   # by segment, then value; stable like the two sorts
+    sv, ss = v[idx], s[idx]
+    v[...] = sv
+    s[...] = ss
+
+
+# ---- MapReduceKeepLowest / MapReduceKeepHighDim -----------------------------------------
+def _map_reduce_args(where, dst, exp, saver, reducer, scale):
+    check_saver(saver, where)
+    check_reducer(reducer, where)
+    src, shape, code = source(exp, where)
+    if not isinstance(dst, Tensor):
+        raise TypeError(f"{where}: dst must be a Tensor, got {type(dst).__name__}")
+    if dst.ndim != 1:
+        raise ShapeError(f"{where}: dst must be 1-D, got shape {tuple(dst.shape)}")
+    return src, shape, code, scale_value(scale, code, where)
+
+
+def map_reduce_keep_lowest(dst, exp, saver="saveto", reducer=red.sum, scale=1):
+    """``MapReduceKeepLowest<saver, reducer>(dst, exp, scale)``: ``exp`` seen as 2-D (R, C),
+    ``dst[c] <saver> scale * reduce_r exp[r][c]``, starting from row 0 (R must be > 0)."""
+    where = "MapReduceKeepLowest"
+    src, shape, code, scale = _map_reduce_args(where, dst, exp, saver, reducer, scale)
+    if shape[-1] != dst.shape[0]:
+        raise ShapeError(f"MapReduceKeepLowest::reduction dimension do not match: dst length "
+                         f"{dst.shape[0]}, expression shape {tuple(shape)} keeps "
+                         f"{shape[-1]}")
+    check_keep_lowest(shape, where)
+    check_dst(dst, code, source_devices(src), where)
+    reduce_into(dst, src, "except_dim", reducer.name, len(shape) - 1, False, scale, saver, where)
+
+
+def map_reduce_keep_high_dim(dst, exp, dimkeep, saver="saveto", reducer=red.sum, scale=1):
+    """``MapReduceKeepHighDim<saver, reducer, dimkeep>(dst, exp, scale)``: keep axis
+    ``dimkeep`` (not the last), reduce every other one from the reducer's init value."""
+    where = "MapReduceKeepHighDim"
+    src, shape, code, scale = _map_reduce_args(where, dst, exp, saver, reducer, scale)
+    if isinstance(dimkeep, (bool, np.bool_)) or not isinstance(dimkeep, numbers.Integral):
+        raise TypeError(f"{where}: dimkeep must be an integer, got {dimkeep!r}")
+    if not 0 <= dimkeep < len(shape) - 1:
+        raise ShapeError(f"{where}: dimkeep {dimkeep} must be an axis before the last of the "
+                         f"{len(shape)}-D expression {tuple(shape)} (use "
+                         f"map_reduce_keep_lowest to keep the last)")
+    if shape[dimkeep] != dst.shape[0]:
+        raise ShapeError(f"MapReduceKeepHighDim::reduction dimension do not match: dst length "
+                         f"{dst.shape[0]}, expression shape {tuple(shape)} axis {dimkeep} has "
+                         f"{shape[dimkeep]}")
+    check_dst(dst, code, source_devices(src), where)
+    reduce_into(dst, src, "except_dim", reducer.name, int(dimkeep), False, scale, saver, where)
+
+
+# ---- the C++ spellings ------------------------------------------------------------------
+_CPP_NAMES = {
+    "Softmax": softmax,
+    "SoftmaxGrad": softmax_grad,
+    "SmoothSoftmaxGrad": smooth_softmax_grad,
+    "AddTakeGrad": add_take_grad,
+    "AddTakeGradLargeBatch": add_take_grad_large_batch,
+    "IndexFill": index_fill,
+    "SortByKey": sort_by_key,
+    "VectorizedSort": vectorized_sort,
+    "MapReduceKeepLowest": map_reduce_keep_lowest,
+    "MapReduceKeepHighDim": map_reduce_keep_high_dim,
+}
+globals().update(_CPP_NAMES)
+__all__ += list(_CPP_NAMES)
