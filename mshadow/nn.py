@@ -335,7 +335,7 @@ def map_reduce_keep_lowest(dst, exp, saver="saveto", reducer=red.sum, scale=1):
                          f"{shape[-1]}")
     check_keep_lowest(shape, where)
     check_dst(dst, code, source_devices(src), where)
-    reduce_into(dst, src, "except_dim", reducer.name, len(shape) - 1, False, scale, saver, where)
+    reduce_into(dst, src, "except_dim", reducer.name, len(shape) - 1, False, scale, saver)
 
 
 def map_reduce_keep_high_dim(dst, exp, dimkeep, saver="saveto", reducer=red.sum, scale=1):
@@ -354,7 +354,7 @@ def map_reduce_keep_high_dim(dst, exp, dimkeep, saver="saveto", reducer=red.sum,
                          f"{dst.shape[0]}, expression shape {tuple(shape)} axis {dimkeep} has "
                          f"{shape[dimkeep]}")
     check_dst(dst, code, source_devices(src), where)
-    reduce_into(dst, src, "except_dim", reducer.name, int(dimkeep), False, scale, saver, where)
+    reduce_into(dst, src, "except_dim", reducer.name, int(dimkeep), False, scale, saver)
 
 
 # ---- the C++ spellings ------------------------------------------------------------------

@@ -323,7 +323,7 @@ def check_dst(dst, exp_code, devices, where):
                          f"tensor of dtype {dst.dtype}; use ms.tcast")
 
 
-def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver, where):
+def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
     """``dst <saver> scale * reduce(src)`` once every check has passed."""
     res = compute(_array(src), _code_of_src(src), form, reducer_name, axis, mask, scale)
     assign(dst, _core.from_numpy(res), saver)
@@ -340,18 +340,14 @@ def _eval(dst, exp, saver):
     if exp.form == "except_dim":
         if len(dst.shape) != 1 or dst.shape[0] != exp.shape[0]:
             raise ShapeError(f"{where}: the result is 1-D of length {exp.shape[0]} "
-                             f"(axis {exp.axis} of {tuple(_source_shape(exp))}); it can only be "
+                             f"(axis {exp.axis} of {tuple(exp.src.shape)}); it can only be "
                              f"assigned to a 1-D tensor of that length, got shape "
                              f"{tuple(dst.shape)}")
     elif dst.shape != exp.shape:
         raise ShapeError(f"{where}: result shape {tuple(exp.shape)} does not match the "
                          f"destination shape {tuple(dst.shape)}")
     reduce_into(dst, exp.src, exp.form, exp.reducer.name, exp.axis, exp.mask, exp.scale,
-                check_saver(saver, where), where)
-
-
-def _source_shape(exp):
-    return exp.src.shape
+                check_saver(saver, where))
 
 
 register_complex("reduce", _eval)
