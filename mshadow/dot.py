@@ -2,17 +2,15 @@
 
 Owns mshadow's kComplex DotEngine: products stay lazy until assigned, then go to BLAS (mshadow._blas).
 """
-import numbers
 
-import numpy as np
 
 from . import _core
 from . import _blas
 from .device import cpu
 from .engine import register_complex
 from .errors import DeviceError, DTypeError, ShapeError
-from .expr import (Exp, ScalarExp, TransposeExp, _CODE_BY_FLAG, _NP_BY_CODE, _as_operand,
-                   _code_of_dtype, describe, kComplex)
+from .expr import (ScaledExp, TransposeExp, scale_value, _CODE_BY_FLAG, _as_operand,
+                   describe, kComplex)
 from .shape import Shape
 
 Tensor = _core.Tensor
@@ -45,55 +43,15 @@ def _operand(x, where):
 
 
 def _scale_value(v, code, where):
-    """A Python scalar as a dot scale for storage ``code`` (integers must stay integers)."""
-    if isinstance(v, ScalarExp):
-        if v.dtype is not None and _code_of_dtype(v.dtype) != code:
-            raise DTypeError(f"{where}: scalar of dtype {v.dtype} scales a product of dtype "
-                             f"{np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
-        v = v.value
-    if (isinstance(v, (bool, np.bool_, complex, np.complexfloating))
-            or not isinstance(v, (numbers.Real, np.number))):
-        raise TypeError(f"{where}: a product can only be scaled by a real scalar, got {v!r}")
-    if code in _INT_CODES:
-        if not float(v).is_integer():
-            raise DTypeError(f"{where}: scale {v!r} is not representable in "
-                             f"{np.dtype(_NP_BY_CODE[code])} (integer products take integer "
-                             f"scales)")
-        return int(v)
-    return float(v)
+    return scale_value(v, code, where, "product")
 
 
-# named here, not read from Exp.__slots__: Exp may be a compiled (cdef) class without one
-_FIELDS = ("key", "shape", "code", "leaves", "scalars", "exp_type",
-           "lhs", "rhs", "ltrans", "rtrans", "scale")
-
-
-class _ProductExp(Exp):
+class _ProductExp(ScaledExp):
     """What DotExp and BatchDotExp share: operands, flags, and a scale that folds."""
 
-    __slots__ = ("lhs", "rhs", "ltrans", "rtrans", "scale")
-
-    def _scaled(self, s):
-        node = type(self).__new__(type(self))
-        for f in _FIELDS:
-            setattr(node, f, getattr(self, f))
-        # chains accumulate: dot(a, b) * 2 * 3 has scale 6
-        node.scale = self.scale * _scale_value(s, self.code, self.key[0])
-        node.scalars = (node.scale,)
-        return node
-
-    def __mul__(self, o):
-        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
-            return self._scaled(o)
-        return Exp.__mul__(self, o)    # refuses: a kComplex operand cannot be nested
-
-    def __rmul__(self, o):
-        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
-            return self._scaled(o)
-        return Exp.__rmul__(self, o)
-
-    def __neg__(self):
-        return self._scaled(-1)
+    __slots__ = ("lhs", "rhs", "ltrans", "rtrans")
+    _extra = ("lhs", "rhs", "ltrans", "rtrans", "scale")
+    _what = "product"
 
     def __repr__(self):
         lhs, rhs = _name(self.lhs, self.ltrans), _name(self.rhs, self.rtrans)

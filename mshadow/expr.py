@@ -69,6 +69,65 @@ def scalar(value, dtype=None):
     return ScalarExp(value, dtype)
 
 
+_INT_CODES = ("u8", "i8", "i32", "i64")
+
+
+def scale_value(v, code, where, what="expression"):
+    """A scale as mshadow's ``DType scale``: a real number; for integer types an integer,
+    wrapped as C's conversion to DType wraps (so -1 scales a uint8 result by 255)."""
+    if isinstance(v, ScalarExp):
+        if v.dtype is not None and _code_of_dtype(v.dtype) != code:
+            raise DTypeError(f"{where}: scalar of dtype {v.dtype} scales a {what} of dtype "
+                             f"{np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
+        v = v.value
+    if (isinstance(v, (bool, np.bool_, complex, np.complexfloating))
+            or not isinstance(v, (numbers.Real, np.number))):
+        raise TypeError(f"{where}: a {what} can only be scaled by a real scalar, got {v!r}")
+    if code in _INT_CODES:
+        if not float(v).is_integer():
+            raise DTypeError(f"{where}: scale {v!r} is not representable in "
+                             f"{np.dtype(_NP_BY_CODE[code])} (integer {what}s take integer "
+                             f"scales)")
+        return _wrap(int(v), code)
+    return float(v)
+
+
+def _wrap(v, code):
+    info = np.iinfo(_NP_BY_CODE[code])
+    return (v - int(info.min)) % (1 << info.bits) + int(info.min)
+
+
+class ScaledExp(Exp):
+    """A kComplex expression with a scale that ``* s``, ``s *`` and ``-`` fold into (dot's
+    alpha, a reduction's scale) instead of nesting; chains multiply: ``e * 2 * 3`` has 6."""
+
+    __slots__ = ("scale",)
+    _extra = ()              # a subclass's own slots, copied into each scaled node
+    _what = "expression"     # for messages: "product", "reduction"
+
+    def _scaled(self, s):
+        node = type(self).__new__(type(self))
+        for f in ("key", "shape", "code", "leaves", "scalars", "exp_type") + self._extra:
+            setattr(node, f, getattr(self, f))
+        s = scale_value(s, self.code, self.key[0], self._what)
+        node.scale = _wrap(self.scale * s, self.code) if self.code in _INT_CODES else self.scale * s
+        node.scalars = (node.scale,)
+        return node
+
+    def __mul__(self, o):
+        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
+            return self._scaled(o)
+        return Exp.__mul__(self, o)    # refuses: a kComplex operand cannot be nested
+
+    def __rmul__(self, o):
+        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
+            return self._scaled(o)
+        return Exp.__rmul__(self, o)
+
+    def __neg__(self):
+        return self._scaled(-1)
+
+
 def _code_of_dtype(dtype):
     from .dtypes import type_flag
     return _CODE_BY_FLAG[type_flag(dtype)]

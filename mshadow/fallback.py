@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _core
 from .ops_table import OPS_BY_NAME
-from .plan import SAVER_OPS, USER_OPS, compute_code, parse_composite, _COMPOSITES
+from .plan import SAVER_OPS, USER_OPS, compute_code, _COMPOSITES
 from .expr import _NP_BY_CODE
 
 BLOCK_ELEMS = 1 << 16

@@ -12,7 +12,7 @@ import struct
 from .. import _core
 from ..errors import DTypeError, ShapeError
 from ..expr import _CODE_BY_FLAG, kChainer, new_node
-from ..shape import Shape, as_shape
+from ..shape import Shape
 from ..dtypes import as_dtype, type_flag
 from .views import _tensor, broadcast
 

@@ -17,7 +17,7 @@ from .. import _core
 from ..device import cpu
 from ..engine import assign, register_complex
 from ..errors import DeviceError, DTypeError, ShapeError
-from ..expr import (Exp, ScalarExp, TransposeExp, _CODE_BY_FLAG, _NP_BY_CODE, _code_of_dtype,
+from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
                     describe, kComplex)
 from ..op import _Reducer, red
 from ..shape import Shape
@@ -62,63 +62,16 @@ def source(exp, where):
 
 
 def scale_value(v, code, where):
-    """A scale as mshadow's ``DType scale``: real; integer-valued and wrapped for integer types."""
-    if isinstance(v, ScalarExp):
-        if v.dtype is not None and _code_of_dtype(v.dtype) != code:
-            raise DTypeError(f"{where}: scalar of dtype {v.dtype} scales a reduction of dtype "
-                             f"{np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
-        v = v.value
-    if (isinstance(v, (bool, np.bool_, complex, np.complexfloating))
-            or not isinstance(v, (numbers.Real, np.number))):
-        raise TypeError(f"{where}: a reduction can only be scaled by a real scalar, got {v!r}")
-    if code in _INT_CODES:
-        if not float(v).is_integer():
-            raise DTypeError(f"{where}: scale {v!r} is not representable in "
-                             f"{np.dtype(_NP_BY_CODE[code])} (integer reductions take integer "
-                             f"scales)")
-        info = np.iinfo(_NP_BY_CODE[code])
-        # C conversion to DType wraps: -sum_rows(u8) scales by 255, as mshadow's DType(-1)
-        w = (int(v) - int(info.min)) % (1 << info.bits) + int(info.min)
-        return w
-    return float(v)
+    return _scale_value(v, code, where, "reduction")
 
 
-# named here, not read from Exp.__slots__: Exp is a compiled (cdef) class without one
-_FIELDS = ("key", "shape", "code", "leaves", "scalars", "exp_type",
-           "src", "form", "reducer", "axis", "mask", "scale", "where")
-
-
-class ReduceExp(Exp):
+class ReduceExp(ScaledExp):
     """A lazy reduction (kComplex): ``form`` is "except_dim" (keep ``axis``, reduce the rest),
     "with_axis" (remove ``axis``) or "keepdim" (``axis`` kept with size 1)."""
 
-    __slots__ = ("src", "form", "reducer", "axis", "mask", "scale", "where")
-
-    def _scaled(self, s):
-        node = type(self).__new__(type(self))
-        for f in _FIELDS:
-            setattr(node, f, getattr(self, f))
-        s = scale_value(s, self.code, self.where)
-        if self.code in _INT_CODES:
-            info = np.iinfo(_NP_BY_CODE[self.code])
-            node.scale = (self.scale * s - int(info.min)) % (1 << info.bits) + int(info.min)
-        else:
-            node.scale = self.scale * s    # chains accumulate: e * 2 * 3 has scale 6
-        node.scalars = (node.scale,)
-        return node
-
-    def __mul__(self, o):
-        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
-            return self._scaled(o)
-        return Exp.__mul__(self, o)    # refuses: a kComplex operand cannot be nested
-
-    def __rmul__(self, o):
-        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
-            return self._scaled(o)
-        return Exp.__rmul__(self, o)
-
-    def __neg__(self):
-        return self._scaled(-1)
+    __slots__ = ("src", "form", "reducer", "axis", "mask", "where")
+    _extra = ("src", "form", "reducer", "axis", "mask", "scale", "where")
+    _what = "reduction"
 
     def __repr__(self):
         scale = "" if self.scale == 1 else f" * {self.scale!r}"
