@@ -1,0 +1,197 @@
+"""Spatial extensions: pool/unpool, chpool/ch_unpool, unpack_patch2col (im2col), pack_col2patch.
+Each is a gather leaf for a kernel of mshadow/include/mshadow/gather_spatial.h; shapes checked here."""
+import operator
+
+from ..errors import DTypeError, ShapeError
+from ..op import _Reducer, red
+from ..shape import as_shape
+from .gather import _code, _gather
+from .views import _tensor
+
+_REDUCER_ID = {"sum": 0, "maximum": 1, "minimum": 2}
+
+
+def _reducer(reducer, where):
+    if not isinstance(reducer, _Reducer) or reducer.name not in _REDUCER_ID:
+        raise TypeError(f"{where}: reducer must be ms.red.sum, ms.red.maximum or "
+                        f"ms.red.minimum, got {reducer!r}")
+    return _REDUCER_ID[reducer.name]
+
+
+def _positive(where, **values):
+    """Kernel sizes, strides and dilations: integers >= 1 (mshadow divides by them)."""
+    out = []
+    for name, v in values.items():
+        v = operator.index(v)
+        if v < 1:
+            raise ShapeError(f"{where}: {name} must be >= 1, got {v}")
+        out.append(v)
+    return out
+
+
+def _source(src, where, min_ndim):
+    src = _tensor(src, where)
+    if src.ndim < min_ndim:
+        raise ShapeError(f"{where}: the source must have at least {min_ndim} axes, got shape "
+                         f"{src.shape}")
+    return src
+
+
+def _same_dtype(where, *tensors):
+    if len({t.dtype for t in tensors}) != 1:
+        raise DTypeError(f"{where}: data_src, data_pooled and grad_pooled must share one dtype, "
+                         f"got {', '.join(str(t.dtype) for t in tensors)}")
+
+
+# ---- spatial_pool.h / spatial_unpool.h ----------------------------------------------------
+
+def pool(src, ky, kx, sy, sx, reducer=red.maximum, pshape=None):
+    """``pool<Reducer>(src, [pshape,] ky, kx, sy, sx)`` over the last two axes.
+
+    The output is ``(H - ky) // sy + 1`` by ``(W - kx) // sx + 1`` unless ``pshape`` gives
+    it; windows are clipped at the border and start from the reducer's init value.
+    """
+    r = _reducer(reducer, "pool")
+    src = _source(src, "pool", 2)
+    ky, kx, sy, sx = _positive("pool", ky=ky, kx=kx, sy=sy, sx=sx)
+    H, W = src.shape[-2], src.shape[-1]
+    if not (W >= kx and H >= ky):
+        raise ShapeError("PoolingExp: kernel must be smaller than image")
+    if pshape is None:
+        oh, ow = (H - ky) // sy + 1, (W - kx) // sx + 1
+    else:
+        pshape = tuple(as_shape(pshape))
+        if len(pshape) != 2:
+            raise ShapeError(f"pool: pshape must have 2 entries, got {pshape}")
+        oh, ow = pshape
+    shape = tuple(src.shape[:-2]) + (oh, ow)
+    return _gather("g_sp_pool_" + _code(src), [src], [r, H, W, ky, kx, sy, sx, oh], shape,
+                   _code(src))
+
+
+def unpool(data_src, data_pooled, grad_pooled, ky, kx, sy, sx, reducer=red.maximum):
+    """``unpool<Reducer>(data_src, data_pooled, grad_pooled, ky, kx, sy, sx)``: the gradient
+    of pool, shaped like ``data_src``; every tied maximum (minimum) gets the gradient."""
+    r = _reducer(reducer, "unpool")
+    data_src = _source(data_src, "unpool", 2)
+    data_pooled = _source(data_pooled, "unpool", 2)
+    grad_pooled = _source(grad_pooled, "unpool", 2)
+    _same_dtype("unpool", data_src, data_pooled, grad_pooled)
+    ky, kx, sy, sx = _positive("unpool", ky=ky, kx=kx, sy=sy, sx=sx)
+    if tuple(grad_pooled.shape) != tuple(data_pooled.shape):
+        raise ShapeError("UnPoolingExp: pooled shape mismatch")
+    if (data_pooled.ndim != data_src.ndim
+            or tuple(data_pooled.shape[:-2]) != tuple(data_src.shape[:-2])):
+        raise ShapeError("UnPoolingExp: pool and src shape mismatch")
+    pH, pW = data_pooled.shape[-2], data_pooled.shape[-1]
+    return _gather("g_sp_unpool_" + _code(data_src), [data_src, data_pooled, grad_pooled],
+                   [r, data_src.shape[-2], ky, kx, sy, sx, pH, pW], data_src.shape,
+                   _code(data_src))
+
+
+# ---- channel_pool.h / channel_unpool.h ----------------------------------------------------
+
+def _channel_params(where, nsize, stride, pad, odd_check):
+    nsize, stride = _positive(where, nsize=nsize, stride=stride)
+    if pad is None:
+        if odd_check and nsize % 2 != 1:
+            raise ShapeError("chpool: if no pad is specified, local size must be odd")
+        pad = nsize // 2
+    pad = operator.index(pad)
+    if pad < 0:
+        raise ShapeError(f"{where}: pad must be >= 0, got {pad}")
+    return nsize, stride, pad
+
+
+def chpool(src, nsize, reducer, stride=1, pad=None):
+    """``chpool<Reducer>(src, nsize[, stride, pad])``: reduce over neighbouring channels (axis -3).
+
+    Without ``pad`` it is ``nsize // 2`` and ``nsize`` must be odd. Output channels are
+    ``(C - nsize + 2 * pad + 1) // stride``; the window ``[c*stride - pad, +nsize)`` is
+    clipped to the output channel count (mshadow's quirk 11) and to C.
+    """
+    r = _reducer(reducer, "chpool")
+    src = _source(src, "chpool", 3)
+    nsize, stride, pad = _channel_params("chpool", nsize, stride, pad, True)
+    C, H = src.shape[-3], src.shape[-2]
+    if C < nsize:
+        raise ShapeError("chpool: local size must be smaller than nchannels")
+    oC = (C - nsize + 2 * pad + 1) // stride
+    shape = tuple(src.shape[:-3]) + (oC,) + tuple(src.shape[-2:])
+    return _gather("g_sp_chpool_" + _code(src), [src], [r, C, oC, H, nsize, stride, pad], shape,
+                   _code(src))
+
+
+def ch_unpool(data_src, data_pooled, grad_pooled, nsize, reducer, stride=1, pad=None):
+    """``ch_unpool<Reducer>(data_src, data_pooled, grad_pooled, nsize[, stride, pad])``: the
+    gradient of chpool, shaped like ``data_src`` (``pad`` defaults to ``nsize // 2``)."""
+    r = _reducer(reducer, "ch_unpool")
+    data_src = _source(data_src, "ch_unpool", 3)
+    data_pooled = _source(data_pooled, "ch_unpool", 3)
+    grad_pooled = _source(grad_pooled, "ch_unpool", 3)
+    _same_dtype("ch_unpool", data_src, data_pooled, grad_pooled)
+    nsize, stride, pad = _channel_params("ch_unpool", nsize, stride, pad, False)
+    if tuple(grad_pooled.shape) != tuple(data_pooled.shape):
+        raise ShapeError("ChannelUnPoolingExp: data and grad shape mismatch")
+    ps, ss = tuple(data_pooled.shape), tuple(data_src.shape)
+    for k in range(-len(ss), 0):
+        if k == -3:
+            continue
+        if len(ps) != len(ss) or ps[k] != ss[k]:
+            raise ShapeError(f"ChannelUnPoolingExp: pooled tensor and src tensor shape mismatch"
+                             f"{ps[k] if len(ps) == len(ss) else ps} vs "
+                             f"{ss[k] if len(ps) == len(ss) else ss}")
+    C, H = ss[-3], ss[-2]
+    return _gather("g_sp_ch_unpool_" + _code(data_src), [data_src, data_pooled, grad_pooled],
+                   [r, C, ps[-3], H, nsize, stride, pad], data_src.shape, _code(data_src))
+
+
+# ---- unpack_patch2col.h / pack_col2patch.h ------------------------------------------------
+
+def _patch_params(where, ky, kx, sy, sx, dy, dx):
+    sx = sy if sx is None else sx
+    dx = dy if dx is None else dx
+    return _positive(where, ky=ky, kx=kx, sy=sy, sx=sx, dy=dy, dx=dx)
+
+
+def _out_extent(size, k, s, d):
+    # the dilated patch spans d*(k-1)+1 pixels (mshadow writes k*d-1, the same for d <= 2)
+    return (size - (d * (k - 1) + 1)) // s + 1
+
+
+def unpack_patch2col(img, ky, kx, sy, sx=None, dy=1, dx=None):
+    """im2col of a ``(..., C, H, W)`` image: a ``(C*ky*kx, N*oh*ow)`` matrix whose row
+    ``(c*ky + i)*kx + j`` and column ``(n*oh + oy)*ow + ox`` hold
+    ``img(n, c, oy*sy + i*dy, ox*sx + j*dx)``; ``oh = (H - (dy*(ky-1)+1)) // sy + 1``."""
+    img = _source(img, "unpack_patch2col", 3)
+    ky, kx, sy, sx, dy, dx = _patch_params("unpack_patch2col", ky, kx, sy, sx, dy, dx)
+    C, H, W = img.shape[-3], img.shape[-2], img.shape[-1]
+    if not (W >= dx * (kx - 1) + 1 and H >= dy * (ky - 1) + 1):
+        raise ShapeError("UnpackPatchToCol:image shape smaller than patch size")
+    N = as_shape(img.shape).prod_shape(0, img.ndim - 3)
+    oh, ow = _out_extent(H, ky, sy, dy), _out_extent(W, kx, sx, dx)
+    return _gather("g_sp_im2col", [img], [img.itemsize, C, H, W, ky, kx, sy, sx, dy, dx, oh, ow],
+                   (C * ky * kx, N * oh * ow), _code(img))
+
+
+def pack_col2patch(mat, imshape, ky, kx, sy, sx=None, dy=1, dx=None):
+    """col2im: an image of ``imshape`` where each pixel is the sum of every entry of the
+    ``(C*ky*kx, N*oh*ow)`` matrix ``mat`` that unpack_patch2col would read from it."""
+    mat = _source(mat, "pack_col2patch", 2)
+    if mat.ndim != 2:
+        raise ShapeError(f"pack_col2patch: the source must be 2-D, got shape {mat.shape}")
+    imshape = tuple(as_shape(imshape))
+    if len(imshape) < 3:
+        raise ShapeError(f"pack_col2patch: imshape must have at least 3 axes, got {imshape}")
+    ky, kx, sy, sx, dy, dx = _patch_params("pack_col2patch", ky, kx, sy, sx, dy, dx)
+    C, H, W = imshape[-3:]
+    if not (W >= dx * (kx - 1) + 1 and H >= dy * (ky - 1) + 1):
+        raise ShapeError("PackColToPatch:image shape smaller than patch size")
+    N = as_shape(imshape).prod_shape(0, len(imshape) - 3)
+    oh, ow = _out_extent(H, ky, sy, dy), _out_extent(W, kx, sx, dx)
+    if mat.shape[1] != oh * ow * N:
+        raise ShapeError("PackColToPatchExp: src.size(1) mismatch")
+    if mat.shape[0] != ky * kx * C:
+        raise ShapeError("PackColToPatchExp: src.size(0) mismatch")
+    return _gather("g_sp_col2im_" + _code(mat), [mat], [C, H, ky, kx, sy, sx, dy, dx, oh, ow],
+                   imshape, _code(mat))
