@@ -38,7 +38,7 @@ def _packet_fn(op, code, ctype, isa):
     lines = [f"static {_TARGET[isa]}void ms_pk_{op.name}_{code}_{isa}("
              f"char *rp, char **in, npy_intp n, int smask) {{",
              f"  {ctype} *r = ({ctype} *)rp;",
-             f"  npy_intp i = 0;"]
+             "  npy_intp i = 0;"]
     for k in range(n):
         lines.append(f"  const {ctype} *{_ARGS[k].upper()} = (const {ctype} *)in[{k}];")
     lines.append("  switch (smask) {")

@@ -13,7 +13,7 @@ import numpy as np
 
 import mshadow as ms
 from mshadow.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES
-from mshadow.ops_table import OPS, OPS_BY_NAME
+from mshadow.ops_table import OPS_BY_NAME
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "INT_DTYPES", "SAVERS", "compute_dtype", "c_cast",
            "ref_apply", "assert_exact", "assert_within", "assert_ulp", "Domain", "OP_SPECS",
@@ -618,7 +618,6 @@ class _Gen:
                 parent, region, ptensor = pinfo
                 if ptensor is not None and region != (Ellipsis,) and len(shape) >= 1:
                     # another (overlapping) slice of the destination's parent tensor
-                    off = region[0].start
                     room = ptensor.shape[0] - shape[0]
                     off2 = self.draw(st.integers(0, room))
                     v2 = parent[off2:off2 + shape[0]].astype(cc)
