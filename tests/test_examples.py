@@ -27,3 +27,20 @@ def test_readme_taste_runs():
     y, x = env["y"], env["x"]
     want = np.maximum(x.numpy() + np.arange(8, dtype=np.float32)[None, :, None, None], 0)
     np.testing.assert_array_equal(y.numpy(), want)
+
+
+def test_defop_demo():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "defop.py")],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    # max(mat + 1 + 0.5, mat2) with mat = 0..5, mat2 = [[3,3,3],[1,10,1]]
+    assert out.startswith("3.0 3.0 3.5\n4.5 10.0 6.5\n")
+
+
+def test_neuralnet_demo_learns():
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    try:
+        import neuralnet
+    finally:
+        sys.path.pop(0)
+    errs = neuralnet.train(epochs=2, verbose=False)
+    assert errs[-1] < 0.15          # four separable clusters: chance would be 0.75
