@@ -1,0 +1,480 @@
+"""Spatial extensions (pool, unpool, chpool, ch_unpool, unpack_patch2col, pack_col2patch):
+numpy loop references written from mshadow's definitions, the reference's verified examples."""
+import itertools
+
+import numpy as np
+import pytest
+
+import mshadow as ms
+
+RED = {"sum": ms.red.sum, "maximum": ms.red.maximum, "minimum": ms.red.minimum}
+DTYPES = [np.float32, np.float64, np.float16, np.int32]
+
+
+def T(a):
+    return ms.from_numpy(np.ascontiguousarray(a))
+
+
+def padded(a):
+    """A pitched copy of ``a`` (rows rounded up to 16 bytes when the width allows)."""
+    t = ms.new_tensor(a.shape, dtype=a.dtype, pad=True)
+    t.numpy()[...] = a
+    return t
+
+
+def run(e, shape, dtype):
+    dst = ms.new_tensor(shape, dtype=dtype, pad=True)
+    dst[:] = e
+    return dst.numpy().copy()
+
+
+def check(got, want, dtype):
+    if dtype == np.float16:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                   rtol=2e-3, atol=2e-2)
+    elif np.dtype(dtype).kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def data(shape, dtype, seed=0, lo=-9, hi=10):
+    """Small integers (exact in every dtype, with ties for max/min), as ``dtype``."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "u":
+        lo = 0
+    return rng.integers(lo, hi, size=shape).astype(dtype)
+
+
+def init_value(name, dtype):
+    """SetInitValue as MXNet's red:: (-inf/+inf for floats, the type's limits for integers)."""
+    if name == "sum":
+        return 0
+    if np.dtype(dtype).kind == "f":
+        return -np.inf if name == "maximum" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if name == "maximum" else info.max
+
+
+def combine(name, acc, v):
+    if name == "sum":
+        return acc + v
+    if np.isnan(acc) or np.isnan(v):
+        return np.nan
+    return max(acc, v) if name == "maximum" else min(acc, v)
+
+
+def lead(a, k):
+    """``a`` as (prod of the leading axes, last k axes)."""
+    return a.reshape((-1,) + a.shape[a.ndim - k:])
+
+
+# ---- numpy references ---------------------------------------------------------------------
+
+def ref_pool(a, ky, kx, sy, sx, name, oshape=None):
+    H, W = a.shape[-2:]
+    oh, ow = oshape or ((H - ky) // sy + 1, (W - kx) // sx + 1)
+    src = lead(a, 2).astype(np.float64 if a.dtype.kind == "f" else object)
+    out = np.empty((src.shape[0], oh, ow), dtype=src.dtype)
+    for n, py, px in itertools.product(range(src.shape[0]), range(oh), range(ow)):
+        acc = init_value(name, a.dtype)
+        for y in range(py * sy, min(py * sy + ky, H)):
+            for x in range(px * sx, min(px * sx + kx, W)):
+                acc = combine(name, acc, src[n, y, x])
+        out[n, py, px] = acc
+    return wrap(out, a.dtype).reshape(a.shape[:-2] + (oh, ow))
+
+
+def wrap(out, dtype):
+    """Integers wrap modulo the type's width, as mshadow's DType arithmetic does."""
+    if np.dtype(dtype).kind == "f":
+        return out.astype(dtype)
+    bits = np.iinfo(dtype).bits
+    f = np.vectorize(lambda v: (int(v) + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+                     if np.dtype(dtype).kind == "i" else int(v) % (1 << bits), otypes=[object])
+    return f(out).astype(dtype)
+
+
+def ref_unpool(src, pooled, grad, ky, kx, sy, sx, name):
+    """Scatter: each pooled window gives PartialGrad * grad to every pixel it covers."""
+    H, W = src.shape[-2:]
+    s, p, g = lead(src, 2), lead(pooled, 2), lead(grad, 2)
+    out = np.zeros(s.shape, dtype=np.float64 if src.dtype.kind == "f" else object)
+    for n, py, px in itertools.product(range(p.shape[0]), range(p.shape[1]), range(p.shape[2])):
+        for y in range(py * sy, min(py * sy + ky, H)):
+            for x in range(px * sx, min(px * sx + kx, W)):
+                pg = 1 if name == "sum" or s[n, y, x] == p[n, py, px] else 0
+                out[n, y, x] += pg * g[n, py, px].item()
+    return wrap(out, src.dtype).reshape(src.shape)
+
+
+def ref_chpool(a, nsize, name, stride=1, pad=None):
+    pad = nsize // 2 if pad is None else pad
+    C = a.shape[-3]
+    oC = (C - nsize + 2 * pad + 1) // stride
+    src = lead(a, 3).astype(np.float64 if a.dtype.kind == "f" else object)
+    out = np.empty((src.shape[0], oC) + src.shape[2:], dtype=src.dtype)
+    for n, c in itertools.product(range(src.shape[0]), range(oC)):
+        acc = np.full(src.shape[2:], init_value(name, a.dtype), dtype=src.dtype)
+        # quirk 11: the window is clipped by the output channel count (and by C)
+        for cc in range(max(c * stride - pad, 0), min(c * stride - pad + nsize, oC, C)):
+            acc = np.vectorize(lambda u, v: combine(name, u, v), otypes=[src.dtype])(acc, src[n, cc])
+        out[n, c] = acc
+    return wrap(out, a.dtype).reshape(a.shape[:-3] + (oC,) + a.shape[-2:])
+
+
+def ref_ch_unpool(src, pooled, grad, nsize, name, stride=1, pad=None):
+    pad = nsize // 2 if pad is None else pad
+    C = src.shape[-3]
+    s, p, g = lead(src, 3), lead(pooled, 3), lead(grad, 3)
+    out = np.zeros(s.shape, dtype=np.float64 if src.dtype.kind == "f" else object)
+    for n, cc in itertools.product(range(p.shape[0]), range(p.shape[1])):
+        for c in range(max(cc * stride - pad, 0), min(cc * stride - pad + nsize, C)):
+            for y, x in itertools.product(range(s.shape[2]), range(s.shape[3])):
+                pg = 1 if name == "sum" or s[n, c, y, x] == p[n, cc, y, x] else 0
+                out[n, c, y, x] += pg * g[n, cc, y, x].item()
+    return wrap(out, src.dtype).reshape(src.shape)
+
+
+def im2col_index(imshape, ky, kx, sy, sx, dy, dx):
+    """(row, col) -> (n, c, y, x) of every im2col entry that reads the image."""
+    C, H, W = imshape[-3:]
+    N = int(np.prod(imshape[:-3]))
+    oh, ow = (H - (dy * (ky - 1) + 1)) // sy + 1, (W - (dx * (kx - 1) + 1)) // sx + 1
+    for c, i, j, n, oy, ox in itertools.product(range(C), range(ky), range(kx), range(N),
+                                                range(oh), range(ow)):
+        y, x = oy * sy + i * dy, ox * sx + j * dx
+        if y < H and x < W:
+            yield (c * ky + i) * kx + j, (n * oh + oy) * ow + ox, (n, c, y, x)
+
+
+def ref_im2col(img, ky, kx, sy, sx, dy, dx):
+    C, H, W = img.shape[-3:]
+    N = int(np.prod(img.shape[:-3]))
+    oh, ow = (H - (dy * (ky - 1) + 1)) // sy + 1, (W - (dx * (kx - 1) + 1)) // sx + 1
+    out = np.zeros((C * ky * kx, N * oh * ow), dtype=img.dtype)
+    src = lead(img, 3)
+    for r, c, idx in im2col_index(img.shape, ky, kx, sy, sx, dy, dx):
+        out[r, c] = src[idx]
+    return out
+
+
+def ref_col2im(mat, imshape, ky, kx, sy, sx, dy, dx):
+    C, H, W = imshape[-3:]
+    out = np.zeros((int(np.prod(imshape[:-3])), C, H, W),
+                   dtype=np.float64 if mat.dtype.kind == "f" else object)
+    for r, c, idx in im2col_index(imshape, ky, kx, sy, sx, dy, dx):
+        out[idx] += mat[r, c].item()
+    return wrap(out, mat.dtype).reshape(imshape)
+
+
+# ---- verified examples (mshadow-reference.md) ---------------------------------------------
+
+def test_verified_examples():
+    img = T(np.arange(9, dtype=np.float32).reshape(1, 3, 3))
+    cols = ms.new_tensor((4, 4))
+    cols[:] = ms.unpack_patch2col(img, 2, 2, 1)
+    back = run(ms.pack_col2patch(cols, (1, 3, 3), 2, 2, 1), (1, 3, 3), np.float32)
+    np.testing.assert_array_equal(back.ravel(), [0, 2, 2, 6, 16, 10, 6, 14, 8])
+    ch = T(np.arange(1, 5, dtype=np.float32).reshape(4, 1, 1))
+    np.testing.assert_array_equal(run(ms.chpool(ch, 3, ms.red.sum), (4, 1, 1), np.float32)
+                                  .ravel(), [3, 6, 9, 7])
+    ones = T(np.ones((2, 2), np.float32))
+    got = run(ms.unpool(ones, T(np.ones((1, 1), np.float32)), T(np.full((1, 1), 5, np.float32)),
+                        2, 2, 2, 2, ms.red.maximum), (2, 2), np.float32)
+    np.testing.assert_array_equal(got.ravel(), [5, 5, 5, 5])
+
+
+# ---- pool / unpool --------------------------------------------------------------------------
+
+POOL_CASES = [((5, 7), 2, 2, 2, 2), ((2, 6, 5), 3, 2, 1, 2), ((2, 1, 4, 9), 2, 3, 2, 3),
+              ((3, 3), 3, 3, 1, 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(RED))
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_pool(dtype, name, case):
+    shape, ky, kx, sy, sx = case
+    a = data(shape, dtype)
+    want = ref_pool(a, ky, kx, sy, sx, name)
+    check(run(ms.pool(padded(a), ky, kx, sy, sx, RED[name]), want.shape, dtype), want, dtype)
+    check(run(ms.pool(T(a), ky, kx, sy, sx, RED[name]), want.shape, dtype), want, dtype)
+
+
+def test_pool_default_reducer_is_maximum():
+    a = data((4, 6), np.float32)
+    np.testing.assert_array_equal(run(ms.pool(T(a), 2, 2, 2, 2), (2, 3), np.float32),
+                                  ref_pool(a, 2, 2, 2, 2, "maximum"))
+
+
+@pytest.mark.parametrize("name", list(RED))
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+def test_pool_pshape_past_the_border_keeps_the_init_value(name, dtype):
+    a = data((2, 4, 5), dtype)
+    want = ref_pool(a, 2, 2, 2, 2, name, oshape=(3, 4))   # row 2 and column 3 are empty windows
+    got = run(ms.pool(padded(a), 2, 2, 2, 2, RED[name], pshape=(3, 4)), (2, 3, 4), dtype)
+    check(got, want, dtype)
+    if np.dtype(dtype).kind == "f":
+        assert got[0, 2, 0] == init_value(name, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int64])
+def test_pool_other_integer_types_and_wrapping_sums(dtype):
+    a = data((3, 6, 6), dtype, lo=-100, hi=120)      # int8 / uint8 sums of 4 overflow
+    for name in RED:
+        want = ref_pool(a, 2, 2, 2, 2, name)
+        np.testing.assert_array_equal(run(ms.pool(padded(a), 2, 2, 2, 2, RED[name]),
+                                          want.shape, dtype), want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_pool_nan_propagates_through_maximum_and_minimum(dtype):
+    a = data((4, 4), dtype)
+    a[1, 1] = np.nan
+    for name in ("maximum", "minimum"):
+        got = run(ms.pool(T(a), 2, 2, 2, 2, RED[name]), (2, 2), dtype)
+        assert np.isnan(got[0, 0]) and not np.isnan(got[1:, :]).any() and not np.isnan(got[0, 1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(RED))
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_unpool(dtype, name, case):
+    shape, ky, kx, sy, sx = case
+    a = data(shape, dtype, lo=-2, hi=3)              # many ties
+    pooled = ref_pool(a, ky, kx, sy, sx, name)
+    grad = data(pooled.shape, dtype, seed=1)
+    want = ref_unpool(a, pooled, grad, ky, kx, sy, sx, name)
+    e = ms.unpool(padded(a), padded(pooled), padded(grad), ky, kx, sy, sx, RED[name])
+    check(run(e, a.shape, dtype), want, dtype)
+
+
+def test_unpool_sum_is_the_adjoint_of_pool():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 7, 8))
+    g = rng.standard_normal((2, 3, 2))
+    px = run(ms.pool(T(x), 3, 3, 2, 3, ms.red.sum), g.shape, np.float64)
+    ux = run(ms.unpool(T(x), T(px), T(g), 3, 3, 2, 3, ms.red.sum), x.shape, np.float64)
+    np.testing.assert_allclose(np.sum(px * g), np.sum(x * ux), rtol=1e-12)
+
+
+def test_fused_with_arithmetic():
+    a = data((2, 6, 6), np.float32)
+    b = data((2, 3, 3), np.float32, seed=2)
+    want = ref_pool(a, 2, 2, 2, 2, "maximum") * 2 + b
+    got = run(ms.pool(padded(a), 2, 2, 2, 2, ms.red.maximum) * 2 + T(b), b.shape, np.float32)
+    np.testing.assert_array_equal(got, want)
+    plan = ms.plan_for(ms.new_tensor(b.shape), ms.pool(T(a), 2, 2, 2, 2) * 2 + T(b))
+    assert "g_sp_pool_f32" in plan.disassemble()
+    dst = T(b.copy())
+    dst[:] = dst - ms.pool(T(a), 2, 2, 2, 2, ms.red.sum) / 4      # reads its destination too
+    np.testing.assert_allclose(dst.numpy(), b - ref_pool(a, 2, 2, 2, 2, "sum") / 4, rtol=1e-6)
+    # two gathers in one expression, and a saver
+    dst = T(np.ones((4, 9), np.float32))
+    img = data((1, 4, 4), np.float32)
+    dst += ms.unpack_patch2col(T(img), 2, 2, 1) * ms.unpack_patch2col(T(img), 2, 2, 1)
+    np.testing.assert_array_equal(dst.numpy(), 1 + ref_im2col(img, 2, 2, 1, 1, 1, 1) ** 2)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threads(threads):
+    old = ms.get_num_threads()
+    ms.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(4)
+        a = rng.standard_normal((4, 4, 130, 130)).astype(np.float32)  # 67600 outputs: 2 blocks
+        got = run(ms.pool(padded(a), 2, 2, 2, 2, ms.red.maximum) + 1, (4, 4, 65, 65), np.float32)
+        want = a.reshape(4, 4, 65, 2, 65, 2).max(axis=(3, 5)) + 1
+        np.testing.assert_array_equal(got, want)
+        ug = run(ms.unpool(T(a), T(want - 1), T(np.ones_like(want)), 2, 2, 2, 2), a.shape,
+                 np.float32)
+        np.testing.assert_array_equal(ug, (a == np.repeat(np.repeat(want - 1, 2, 2), 2, 3)))
+        img = rng.standard_normal((2, 3, 40, 40)).astype(np.float32)
+        cols = run(ms.unpack_patch2col(padded(img), 3, 3, 1), (27, 2 * 38 * 38), np.float32)
+        taps = [img[:, :, i:i + 38, j:j + 38] for i in range(3) for j in range(3)]
+        want_cols = np.stack(taps, 1).transpose(2, 1, 0, 3, 4).reshape(27, -1)
+        np.testing.assert_array_equal(cols, want_cols)
+    finally:
+        ms.set_num_threads(old)
+
+
+# ---- chpool / ch_unpool ---------------------------------------------------------------------
+
+CH_CASES = [((5, 2, 3), 3, 1, None), ((2, 5, 2, 2), 5, 1, None), ((2, 6, 1, 3), 3, 2, 1),
+            ((4, 2, 2), 2, 1, 0), ((3, 1, 2), 2, 1, 3)]   # last: pad makes oC > C
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(RED))
+@pytest.mark.parametrize("case", CH_CASES)
+def test_chpool(dtype, name, case):
+    shape, nsize, stride, pad = case
+    a = data(shape, dtype)
+    want = ref_chpool(a, nsize, name, stride, pad)
+    e = ms.chpool(padded(a), nsize, RED[name]) if pad is None else \
+        ms.chpool(padded(a), nsize, RED[name], stride, pad)
+    check(run(e, want.shape, dtype), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(RED))
+@pytest.mark.parametrize("case", CH_CASES)
+def test_ch_unpool(dtype, name, case):
+    shape, nsize, stride, pad = case
+    a = data(shape if len(shape) == 4 else (1,) + shape, dtype, lo=-2, hi=3)
+    pooled = ref_chpool(a, nsize, name, stride, pad)
+    grad = data(pooled.shape, dtype, seed=1)
+    want = ref_ch_unpool(a, pooled, grad, nsize, name, stride, pad)
+    args = () if pad is None else (stride, pad)
+    e = ms.ch_unpool(padded(a), padded(pooled), padded(grad), nsize, RED[name], *args)
+    check(run(e, a.shape, dtype), want, dtype)
+
+
+def test_ch_unpool_sum_is_the_adjoint_of_chpool():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 3, 4))
+    g = rng.standard_normal((2, 6, 3, 4))
+    px = run(ms.chpool(T(x), 5, ms.red.sum), g.shape, np.float64)
+    ux = run(ms.ch_unpool(T(x), T(px), T(g), 5, ms.red.sum), x.shape, np.float64)
+    np.testing.assert_allclose(np.sum(px * g), np.sum(x * ux), rtol=1e-12)
+
+
+# ---- unpack_patch2col / pack_col2patch ------------------------------------------------------
+
+PATCH_CASES = [((1, 3, 3), (2, 2, 1, 1, 1, 1)), ((2, 2, 5, 6), (3, 2, 1, 2, 1, 1)),
+               ((2, 7, 7), (3, 3, 2, 2, 1, 1)), ((1, 2, 7, 8), (2, 3, 1, 2, 2, 3)),
+               ((3, 1, 9, 9), (3, 2, 2, 1, 3, 2)), ((2, 1, 2, 4, 4), (2, 2, 2, 2, 1, 1))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [np.uint8, np.int8, np.int64])
+@pytest.mark.parametrize("case", PATCH_CASES)
+def test_unpack_patch2col(dtype, case):
+    shape, (ky, kx, sy, sx, dy, dx) = case
+    img = data(shape, dtype)
+    want = ref_im2col(img, ky, kx, sy, sx, dy, dx)
+    got = run(ms.unpack_patch2col(padded(img), ky, kx, sy, sx, dy, dx), want.shape, dtype)
+    np.testing.assert_array_equal(got, want)
+    if sx == sy and dx == dy:     # the 5-argument form
+        got = run(ms.unpack_patch2col(T(img), ky, kx, sy, dy=dy), want.shape, dtype)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [np.int8])
+@pytest.mark.parametrize("case", PATCH_CASES)
+def test_pack_col2patch(dtype, case):
+    shape, (ky, kx, sy, sx, dy, dx) = case
+    rows, cols = ref_im2col(np.zeros(shape), ky, kx, sy, sx, dy, dx).shape
+    mat = data((rows, cols), dtype, lo=-60, hi=60)
+    want = ref_col2im(mat, shape, ky, kx, sy, sx, dy, dx)
+    got = run(ms.pack_col2patch(padded(mat), shape, ky, kx, sy, sx, dy, dx), shape, dtype)
+    check(got, want, dtype)
+
+
+def test_pack_col2patch_is_the_adjoint_of_unpack_patch2col():
+    rng = np.random.default_rng(6)
+    shape, ky, kx, sy, sx, dy, dx = (2, 3, 9, 8), 3, 2, 2, 1, 2, 3
+    x = rng.standard_normal(shape)
+    ux = run(ms.unpack_patch2col(T(x), ky, kx, sy, sx, dy, dx),
+             ref_im2col(x, ky, kx, sy, sx, dy, dx).shape, np.float64)
+    m = rng.standard_normal(ux.shape)
+    pm = run(ms.pack_col2patch(T(m), shape, ky, kx, sy, sx, dy, dx), shape, np.float64)
+    np.testing.assert_allclose(np.sum(ux * m), np.sum(x * pm), rtol=1e-12)
+
+
+def test_convolution_through_im2col_and_dot():
+    """guide/neuralnet/convnet: conv = dot(weight, unpack_patch2col(img)), then max-pool."""
+    rng = np.random.default_rng(7)
+    img = rng.standard_normal((2, 3, 8, 8)).astype(np.float64)
+    w = rng.standard_normal((4, 3 * 3 * 3))
+    cols = ms.new_tensor((27, 2 * 36), dtype=np.float64)
+    cols[:] = ms.unpack_patch2col(T(img), 3, 3, 1)
+    out = ms.new_tensor((4, 72), dtype=np.float64)
+    out[:] = ms.dot(T(w), cols)
+    conv = np.zeros((4, 2, 6, 6))
+    for o, n, y, x in itertools.product(range(4), range(2), range(6), range(6)):
+        conv[o, n, y, x] = np.sum(w[o].reshape(3, 3, 3) * img[n, :, y:y + 3, x:x + 3])
+    np.testing.assert_allclose(out.numpy().reshape(4, 2, 6, 6), conv, rtol=1e-10)
+    out4 = ms.new_tensor((4, 2, 6, 6), dtype=np.float64)
+    out4[:] = ms.reshape(out, (4, 2, 6, 6))
+    pooled = run(ms.pool(out4, 2, 2, 2, 2), (4, 2, 3, 3), np.float64)
+    np.testing.assert_allclose(pooled, conv.reshape(4, 2, 3, 2, 3, 2).max(axis=(3, 5)),
+                               rtol=1e-10)
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+def _errors():
+    f = np.float32
+    x2, x3, x4 = T(np.zeros((4, 4), f)), T(np.zeros((3, 4, 4), f)), T(np.zeros((1, 3, 4, 4), f))
+    p22, p33 = T(np.zeros((2, 2), f)), T(np.zeros((3, 3), f))
+    return [
+        (lambda: ms.pool(x2 + 1, 2, 2, 2, 2), TypeError, "assign the expression to a tensor first"),
+        (lambda: ms.pool(T(np.zeros(4, f)), 2, 2, 2, 2), ms.ShapeError, "at least 2 axes"),
+        (lambda: ms.pool(x2, 5, 2, 1, 1), ms.ShapeError,
+         "PoolingExp: kernel must be smaller than image"),
+        (lambda: ms.pool(x2, 2, 5, 1, 1), ms.ShapeError,
+         "PoolingExp: kernel must be smaller than image"),
+        (lambda: ms.pool(x2, 2, 2, 0, 1), ms.ShapeError, "pool: sy must be >= 1, got 0"),
+        (lambda: ms.pool(x2, 0, 2, 1, 1), ms.ShapeError, "pool: ky must be >= 1, got 0"),
+        (lambda: ms.pool(x2, 2, 2, 1, 1, "max"), TypeError,
+         "pool: reducer must be ms.red.sum, ms.red.maximum or ms.red.minimum, got 'max'"),
+        (lambda: ms.pool(x2, 2, 2, 1, 1, pshape=(1, 2, 3)), ms.ShapeError,
+         r"pool: pshape must have 2 entries, got \(1, 2, 3\)"),
+        (lambda: ms.unpool(x2, p22, p33, 2, 2, 2, 2), ms.ShapeError,
+         "UnPoolingExp: pooled shape mismatch"),
+        (lambda: ms.unpool(x3, p22, p22, 2, 2, 2, 2), ms.ShapeError,
+         "UnPoolingExp: pool and src shape mismatch"),
+        (lambda: ms.unpool(x2, p22, T(np.zeros((2, 2), np.float64)), 2, 2, 2, 2), ms.DTypeError,
+         "unpool: data_src, data_pooled and grad_pooled must share one dtype, got float32, "
+         "float32, float64"),
+        (lambda: ms.unpool(x2, p22 * 2, p22, 2, 2, 2, 2), TypeError, "unpool: the source must"),
+        (lambda: ms.unpool(x2, p22, p22, 2, 2, 2, 2, ms.red), TypeError, "unpool: reducer"),
+        (lambda: ms.chpool(x2, 3, ms.red.sum), ms.ShapeError,
+         r"chpool: the source must have at least 3 axes, got shape \(4,4\)"),
+        (lambda: ms.chpool(x3, 2, ms.red.sum), ms.ShapeError,
+         "chpool: if no pad is specified, local size must be odd"),
+        (lambda: ms.chpool(x3, 5, ms.red.sum), ms.ShapeError,
+         "chpool: local size must be smaller than nchannels"),
+        (lambda: ms.chpool(x3, 3, ms.red.sum, 0, 1), ms.ShapeError,
+         "chpool: stride must be >= 1, got 0"),
+        (lambda: ms.chpool(x3, 3, ms.red.sum, 1, -1), ms.ShapeError,
+         "chpool: pad must be >= 0, got -1"),
+        (lambda: ms.chpool(x3, 3, None), TypeError, "chpool: reducer"),
+        (lambda: ms.ch_unpool(x4, x4, T(np.zeros((1, 2, 4, 4), f)), 3, ms.red.sum), ms.ShapeError,
+         "ChannelUnPoolingExp: data and grad shape mismatch"),
+        (lambda: ms.ch_unpool(x4, T(np.zeros((1, 3, 4, 5), f)), T(np.zeros((1, 3, 4, 5), f)), 3,
+                              ms.red.sum), ms.ShapeError,
+         "ChannelUnPoolingExp: pooled tensor and src tensor shape mismatch5 vs 4"),
+        (lambda: ms.ch_unpool(x4, x3, x3, 3, ms.red.sum), ms.ShapeError,
+         "ChannelUnPoolingExp: pooled tensor and src tensor shape mismatch"),
+        (lambda: ms.ch_unpool(x4, x4, x4 + 0, 3, ms.red.sum), TypeError,
+         "ch_unpool: the source must be a tensor"),
+        (lambda: ms.unpack_patch2col(x2, 2, 2, 1), ms.ShapeError,
+         "unpack_patch2col: the source must have at least 3 axes"),
+        (lambda: ms.unpack_patch2col(x3, 5, 2, 1), ms.ShapeError,
+         "UnpackPatchToCol:image shape smaller than patch size"),
+        (lambda: ms.unpack_patch2col(x3, 3, 3, 1, 1, 2), ms.ShapeError,     # dilated: 5 > 4
+         "UnpackPatchToCol:image shape smaller than patch size"),
+        (lambda: ms.unpack_patch2col(x3, 2, 2, 1, 1, 0), ms.ShapeError,
+         "unpack_patch2col: dy must be >= 1, got 0"),
+        (lambda: ms.pack_col2patch(x3, (3, 4, 4), 2, 2, 1), ms.ShapeError,
+         r"pack_col2patch: the source must be 2-D, got shape \(3,4,4\)"),
+        (lambda: ms.pack_col2patch(x2, (4, 4), 2, 2, 1), ms.ShapeError,
+         "pack_col2patch: imshape must have at least 3 axes"),
+        (lambda: ms.pack_col2patch(x2, (1, 4, 4), 5, 2, 1), ms.ShapeError,
+         "PackColToPatch:image shape smaller than patch size"),
+        (lambda: ms.pack_col2patch(x2, (1, 4, 4), 2, 2, 1), ms.ShapeError,
+         r"PackColToPatchExp: src.size\(1\) mismatch"),
+        (lambda: ms.pack_col2patch(T(np.zeros((3, 9), f)), (1, 4, 4), 2, 2, 1), ms.ShapeError,
+         r"PackColToPatchExp: src.size\(0\) mismatch"),
+        (lambda: ms.pack_col2patch(x2 * 1, (1, 4, 4), 2, 2, 1), TypeError,
+         "pack_col2patch: the source must be a tensor"),
+    ]
+
+
+@pytest.mark.parametrize("k", range(len(_errors())))
+def test_errors(k):
+    fn, exc, msg = _errors()[k]
+    with pytest.raises(exc, match=msg):
+        fn()
