@@ -90,14 +90,20 @@ cdef int _k = 0
 while ms_kernel_table[_k].name != NULL:
     _KERNELS[ms_kernel_table[_k].name.decode()] = <size_t> ms_kernel_table[_k].fn
     _k += 1
-_k = 0
-while ms_gather_table[_k].name != NULL:
-    _KERNELS[ms_gather_table[_k].name.decode()] = <size_t> ms_gather_table[_k].fn
-    _k += 1
-_k = 0
-while ms_gather_spatial_table[_k].name != NULL:
-    _KERNELS[ms_gather_spatial_table[_k].name.decode()] = <size_t> ms_gather_spatial_table[_k].fn
-    _k += 1
+# gather kernels take an ms_gather, not data pointers: they are known by their tables
+cdef set _GATHER_KERNELS = set()
+
+
+cdef _load_gathers(const ms_kernel_entry *table):
+    cdef int k = 0
+    while table[k].name != NULL:
+        _KERNELS[table[k].name.decode()] = <size_t> table[k].fn
+        _GATHER_KERNELS.add(table[k].name.decode())
+        k += 1
+
+
+_load_gathers(ms_gather_table)
+_load_gathers(ms_gather_spatial_table)
 
 _ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
 
@@ -252,7 +258,7 @@ cdef class Plan:
                 ins.data = <void *> <size_t> data
             ins.nin = len(instr.ins)
             ins.gemm = instr.kernel[1].startswith("implicit_gemm")
-            ins.gather = instr.kernel[1].startswith("g_")
+            ins.gather = instr.kernel[1] in _GATHER_KERNELS
             for j, opd in enumerate(list(instr.ins) + [instr.out]):
                 if opd[0] == "reg":
                     ins.kind[j] = MS_OPD_REG

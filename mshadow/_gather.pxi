@@ -49,7 +49,7 @@ cdef class GatherLeaf:
 
 def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None):
     """A GatherLeaf for ``kernel``; ``index`` = (position in srcs, bound) of an index tensor."""
-    if kernel not in _KERNELS:
+    if kernel not in _GATHER_KERNELS:
         raise ValueError(f"unknown gather kernel {kernel!r}")
     if len(srcs) > 3 or len(params) > MS_GATHER_PARAMS:
         raise ValueError(f"a gather takes at most 3 sources and {MS_GATHER_PARAMS} parameters")
