@@ -32,7 +32,8 @@ from .random import Random
 from .config import show_config
 from . import param
 from .dot import dot, batch_dot, vector_dot, batch_gemm, DotExp, BatchDotExp
-from .extension.reduce import sumall_except_dim, reduce_except_dim, sum_rows, reduce_with_axis, reduce_keepdim
+from .extension import (sumall_except_dim, reduce_except_dim, sum_rows, reduce_with_axis,
+                        reduce_keepdim, pool, unpool, chpool, ch_unpool, unpack_patch2col,
+                        pack_col2patch)
 from . import nn
 from .nn import softmax, softmax_grad
-from .extension.spatial import pool, unpool, chpool, ch_unpool, unpack_patch2col, pack_col2patch

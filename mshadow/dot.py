@@ -5,7 +5,7 @@ Owns mshadow's kComplex DotEngine: products stay lazy until assigned, then go to
 
 
 from . import _core
-from . import _blas
+import importlib
 from .device import cpu
 from .engine import register_complex
 from .errors import DeviceError, DTypeError, ShapeError
@@ -20,6 +20,11 @@ _INT_CODES = ("u8", "i8", "i32", "i64")
 # saver -> (sign of alpha, beta): mshadow's Saver::AlphaBLAS / BetaBLAS
 _BLAS_CONSTANTS = {"saveto": (1, 0), "plusto": (1, 1), "minusto": (-1, 1)}
 _SAVER_SYMBOL = {"multo": "*=", "divto": "/="}
+
+
+def _blas():
+    """mshadow._blas, imported on the first product: it loads scipy.linalg (~0.2 s)."""
+    return importlib.import_module("mshadow._blas")
 
 
 def _name(t, trans):
@@ -213,9 +218,9 @@ def _eval(dst, exp, saver):
     alpha = sign * exp.scale
     nthreads = _core.get_num_threads()
     if where == "dot":
-        _blas.gemm(dst, exp.lhs, exp.ltrans, exp.rhs, exp.rtrans, alpha, beta, nthreads)
+        _blas().gemm(dst, exp.lhs, exp.ltrans, exp.rhs, exp.rtrans, alpha, beta, nthreads)
     else:
-        _blas.batch_gemm(dst, exp.lhs, exp.ltrans, exp.rhs, exp.rtrans, alpha, beta, nthreads)
+        _blas().batch_gemm(dst, exp.lhs, exp.ltrans, exp.rhs, exp.rtrans, alpha, beta, nthreads)
 
 
 register_complex("dot", _eval)
@@ -259,4 +264,4 @@ def batch_gemm(dst, lhs, rhs, alpha, beta, transpose_left=False, transpose_right
     _check_dst(d, exp, "BatchGEMM")
     alpha = _scale_value(alpha, code, "BatchGEMM alpha")
     beta = _scale_value(beta, code, "BatchGEMM beta")
-    _blas.batch_gemm(d, a, ta, b, tb, alpha, beta, _core.get_num_threads())
+    _blas().batch_gemm(d, a, ta, b, tb, alpha, beta, _core.get_num_threads())
