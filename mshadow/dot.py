@@ -22,9 +22,15 @@ _BLAS_CONSTANTS = {"saveto": (1, 0), "plusto": (1, 1), "minusto": (-1, 1)}
 _SAVER_SYMBOL = {"multo": "*=", "divto": "/="}
 
 
+_blas_module = None
+
+
 def _blas():
     """mshadow._blas, imported on the first product: it loads scipy.linalg (~0.2 s)."""
-    return importlib.import_module("mshadow._blas")
+    global _blas_module
+    if _blas_module is None:
+        _blas_module = importlib.import_module("mshadow._blas")
+    return _blas_module
 
 
 def _name(t, trans):
