@@ -4,6 +4,8 @@
 layout, saver, expression tree over every operator of ops_table.OPS, scalars, tcast, .T,
 sliced/pitched/read-only operands) together with its numpy oracle: the value each element
 must take and, where transcendentals make it inexact, a rigorous bound on the difference.
+With ``extensions=True`` leaves are also extension expressions (views, gathers, mask,
+implicit_dot; ``EXT_KINDS``), over fresh sources or over the destination's own memory.
 """
 import warnings
 from dataclasses import dataclass, field
@@ -17,7 +19,8 @@ from mshadow.ops_table import OPS_BY_NAME
 
 __all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "INT_DTYPES", "SAVERS", "compute_dtype", "c_cast",
            "ref_apply", "assert_exact", "assert_within", "assert_ulp", "Domain", "OP_SPECS",
-           "USER_OPS", "KNOWN_BUGS", "c_idiv", "expression_cases", "Case", "simd_levels", "TRANSCENDENTAL_ULP"]
+           "USER_OPS", "KNOWN_BUGS", "c_idiv", "expression_cases", "Case", "simd_levels", "TRANSCENDENTAL_ULP",
+           "EXT_KINDS"]
 
 SAVERS = ("saveto", "plusto", "minusto", "multo", "divto")
 _SAVER_OP = {"plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
@@ -446,13 +449,516 @@ class Case:
         return got
 
 
+# ---- extension leaves ---------------------------------------------------------------------
+# Leaves that are extension expressions (mshadow/extension/views.py, gather.py, implicit_dot)
+# over freshly drawn sources; each oracle is numpy's own spelling of the same data movement
+# (np.broadcast_to, slicing, np.transpose, np.pad, fancy indexing, np.repeat, np.eye, ...),
+# never the engine's strides. Pure data movement is bit-exact; mask is one multiplication and
+# implicit_dot adds in k order in the operand dtype (-ffp-contract=off), so both are too.
+
+EXT_KINDS = ("broadcast", "broadcast_scalar", "repmat", "broadcast_with_axis",
+             "broadcast_keepdim", "broadcast_to", "flip", "mirror", "transpose_axes",
+             "swapaxis", "crop", "slice_axis", "reshape", "pad", "take",
+             "mat_choose_row_element", "mat_fill_row_element", "upsampling_nearest",
+             "one_hot_encode", "range", "concat", "mask", "implicit_dot")
+_ONE_RANK = ("repmat", "take", "mat_fill_row_element", "one_hot_encode", "mask", "implicit_dot",
+             "mat_choose_row_element", "range")
+_INDEX_DTYPES = ("float32", "float64", "int32", "int64", "uint8")
+
+
+def _ext_fits(kind, shape, storage):
+    nd = len(shape)
+    if kind in ("repmat", "take", "mat_fill_row_element", "one_hot_encode", "mask"):
+        return nd == 2
+    if kind == "implicit_dot":
+        return nd == 2 and np.dtype(storage) != np.float16
+    if kind in ("mat_choose_row_element", "range"):
+        return nd == 1
+    if kind in ("broadcast_with_axis", "crop", "pad", "upsampling_nearest"):
+        return nd >= 2
+    if kind == "concat":
+        return any(d >= 2 for d in shape)
+    return True
+
+
+def _short(idx):
+    return str(idx.tolist()) if len(idx) <= 12 else f"[{', '.join(map(str, idx[:12]))}, ...]"
+
+
+def _rev(nd, axis):
+    return tuple(slice(None, None, -1) if k == axis else slice(None) for k in range(nd))
+
+
+class _ExtLeaves:
+    """Mixed into _Gen: ``ext_leaf`` builds one extension leaf and its oracle."""
+
+    def ext_leaf(self, shape, storage, dom):
+        draw, st = self.draw, self.st
+        storage = np.dtype(storage)
+        shape = tuple(int(d) for d in shape)
+        # drawn with the rng (hypothesis favours a list's first entries); the kinds that only
+        # fit one rank three times as often, so the gathers and implicit_dot are not rare
+        kinds = [k for k in EXT_KINDS if _ext_fits(k, shape, storage)]
+        w = np.array([3.0 if k in _ONE_RANK else 1.0 for k in kinds])
+        kind = kinds[int(self.rng.choice(len(kinds), p=w / w.sum()))]
+        # read the destination's own memory (at other positions, mostly) one time in three
+        self._want_alias = (self.alias is not None and self.alias[0].dtype == storage
+                            and tuple(self.alias[0].shape) == shape
+                            and draw(st.integers(0, 2)) == 0)
+        self._aliased = False
+        self._dom = dom
+        exp, val, desc = getattr(self, "_x_" + kind)(shape, storage)
+        val = np.asarray(val).astype(compute_dtype(storage))
+        assert val.shape == shape, (kind, val.shape, shape)
+        node = Node(exp, val, None, storage, desc,
+                    is_leaf=kind not in ("mask", "implicit_dot"))
+        if not self.ok(node, dom, False):
+            raise _Reject
+        self.ops.add("ext." + kind)
+        if self._aliased:
+            self.layouts.add("ext_alias." + kind)
+        return node
+
+    # sources ---------------------------------------------------------------------------
+    def _src(self, shape, storage, dom=None, contiguous=False):
+        """A fresh source tensor in a random layout (or a contiguous one); (tensor, data).
+        Its values lie in ``dom`` (default: the leaf's own domain, for data movement)."""
+        shape = tuple(int(d) for d in shape)
+        dom = self._dom if dom is None else dom
+        data = self.values(shape, storage, dom)
+        if contiguous:
+            t = ms.new_tensor(shape, init=None, dtype=storage)
+            t.numpy()[...] = data
+            parent = t.numpy()
+            self.layouts.add("ext_src.contig")
+        else:
+            t, (parent, _, _) = self.tensor(shape, storage, data, "leaf")
+        self.keep.append((parent, parent.copy()))
+        return t, data
+
+    def _index(self, n, hi):
+        """A fresh index tensor of ``n`` values in [0, hi) of a random dtype; (tensor, ints)."""
+        dt = np.dtype(self.draw(self.st.sampled_from(
+            [d for d in _INDEX_DTYPES if np.dtype(d) != np.uint8 or hi <= 256])))
+        idx = self.rng.integers(0, hi, n)
+        t, (parent, _, _) = self.tensor((n,), dt, idx.astype(dt), "leaf")
+        self.keep.append((parent, parent.copy()))
+        return t, idx
+
+    def _dst(self):
+        """The destination and its initial contents (storage dtype), if it may be read."""
+        if not self._want_alias:
+            return None
+        t, val, _ = self.alias
+        self._aliased = True
+        return t, val.astype(t.dtype)
+
+    def _dst_parent(self, shape):
+        """(parent tensor, its contents, dst offset) when dst is a row slice of a bigger
+        tensor whose other axes match ``shape``'s."""
+        if not self._want_alias:
+            return None
+        t, _, (parent, region, ptensor) = self.alias
+        if ptensor is None or region == (Ellipsis,) or tuple(ptensor.shape[1:]) != shape[1:]:
+            return None
+        self._aliased = True
+        return ptensor, parent.copy(), region[0].start
+
+    def _dst_row(self):
+        """A 1-D tensor over one row of the destination (length shape[-1]), or None."""
+        d = self._dst()
+        if d is None:
+            return None
+        t, data = d
+        idx = []
+        while t.ndim > 1:
+            i = self.draw(self.st.integers(0, t.shape[0] - 1))
+            t, data = t[i], data[i]
+            idx.append(i)
+        return t, data, idx
+
+    # views -----------------------------------------------------------------------------
+    def _x_broadcast(self, shape, storage):
+        nd = len(shape)
+        dimcast = self.draw(self.st.integers(0, nd - 1))
+        row = self._dst_row() if shape[dimcast] == shape[-1] else None
+        if row is not None:
+            src, data, where = row[0], row[1], f"dst{row[2]}"
+        else:
+            src, data = self._src((shape[dimcast],), storage)
+            where = "src"
+        val = np.broadcast_to(data.reshape([-1 if k == dimcast else 1 for k in range(nd)]), shape)
+        return ms.broadcast(src, shape, dimcast), val, f"broadcast({where}, {shape}, {dimcast})"
+
+    def _x_broadcast_scalar(self, shape, storage):
+        row = self._dst_row()
+        if row is not None:
+            r, rdata, where = row[0], row[1], f"dst{row[2]}"
+            j = self.draw(self.st.integers(0, r.shape[0] - 1))
+            src, data = r.slice(j, j + 1), rdata[j:j + 1]
+        else:
+            src, data = self._src((1,), storage)
+            where = "src"
+        return (ms.broadcast_scalar(src, shape), np.full(shape, data[0], dtype=storage),
+                f"broadcast_scalar({where}, {shape})")
+
+    def _x_repmat(self, shape, storage):
+        row = self._dst_row()
+        if row is not None:
+            src, data, where = row[0], row[1], f"dst{row[2]}"
+        else:
+            (src, data), where = self._src((shape[1],), storage), "src"
+        return (ms.repmat(src, shape[0]), np.tile(data, (shape[0], 1)),
+                f"repmat({where}, {shape[0]})")
+
+    def _x_broadcast_with_axis(self, shape, storage):
+        nd = len(shape)
+        p = self.draw(self.st.integers(0, nd - 1))     # where the new axis goes
+        d = self._dst() if p == 0 else None
+        if d is not None:
+            i = self.draw(self.st.integers(0, shape[0] - 1))
+            src, data, where = d[0][i], d[1][i], f"dst[{i}]"
+        else:
+            src, data = self._src(shape[:p] + shape[p + 1:], storage)
+            where = "src"
+        val = np.broadcast_to(np.expand_dims(data, p), shape)
+        return (ms.broadcast_with_axis(src, p - 1, shape[p]), val,
+                f"broadcast_with_axis({where}, {p - 1}, {shape[p]})")
+
+    def _x_broadcast_keepdim(self, shape, storage):
+        nd = len(shape)
+        axis = self.draw(self.st.integers(0, nd - 1))
+        d = self._dst() if axis == 0 else None
+        if d is not None:
+            i = self.draw(self.st.integers(0, shape[0] - 1))
+            src, data, where = d[0].slice(i, i + 1), d[1][i:i + 1], f"dst[{i}:{i + 1}]"
+        else:
+            src, data = self._src(tuple(1 if k == axis else s for k, s in enumerate(shape)),
+                                  storage)
+            where = "src"
+        spelled = axis - nd if self.draw(self.st.booleans()) else axis
+        return (ms.broadcast_keepdim(src, spelled, shape[axis]), np.broadcast_to(data, shape),
+                f"broadcast_keepdim({where}, {spelled}, {shape[axis]})")
+
+    def _x_broadcast_to(self, shape, storage):
+        d = self._dst()
+        if d is not None:
+            if self.draw(self.st.booleans()):
+                i = self.draw(self.st.integers(0, shape[0] - 1))
+                src, data, where = d[0].slice(i, i + 1), d[1][i:i + 1], f"dst[{i}:{i + 1}]"
+            else:
+                src, data, where = d[0], d[1], "dst"
+        else:
+            ones = [self.draw(self.st.booleans()) for _ in shape]
+            src, data = self._src(tuple(1 if o else s for o, s in zip(ones, shape)), storage)
+            where = "src"
+        return (ms.broadcast_to(src, shape), np.broadcast_to(data, shape),
+                f"broadcast_to({where}{tuple(src.shape)}, {shape})")
+
+    def _same_shape_src(self, shape, storage):
+        d = self._dst()
+        if d is not None:
+            return d[0], d[1], "dst"
+        src, data = self._src(shape, storage)
+        return src, data, "src"
+
+    def _x_flip(self, shape, storage):
+        nd = len(shape)
+        dim = self.draw(self.st.integers(-nd, nd - 1))
+        src, data, where = self._same_shape_src(shape, storage)
+        return ms.flip(src, dim), data[_rev(nd, dim % nd)], f"flip({where}, {dim})"
+
+    def _x_mirror(self, shape, storage):
+        src, data, where = self._same_shape_src(shape, storage)
+        return ms.mirror(src), data[..., ::-1], f"mirror({where})"
+
+    def _x_transpose_axes(self, shape, storage):
+        nd = len(shape)
+        d = self._dst()
+        if d is not None:   # a permutation that keeps the shape: swap two equal axes
+            axes = list(range(nd))
+            pairs = [(i, j) for i in range(nd) for j in range(i + 1, nd) if shape[i] == shape[j]]
+            if pairs:
+                i, j = self.draw(self.st.sampled_from(pairs))
+                axes[i], axes[j] = axes[j], axes[i]
+            src, data, where = d[0], d[1], "dst"
+        else:
+            axes = list(self.draw(self.st.permutations(range(nd))))
+            sshape = [0] * nd
+            for i, a in enumerate(axes):
+                sshape[a] = shape[i]
+            src, data = self._src(tuple(sshape), storage)
+            where = "src"
+        return (ms.transpose_axes(src, axes), np.transpose(data, axes),
+                f"transpose_axes({where}, {tuple(axes)})")
+
+    def _x_swapaxis(self, shape, storage):
+        nd = len(shape)
+        d = self._dst()
+        if d is not None:
+            pairs = [(i, j) for i in range(nd) for j in range(nd) if shape[i] == shape[j]]
+            a1, a2 = self.draw(self.st.sampled_from(pairs))
+            src, data, where = d[0], d[1], "dst"
+        else:
+            a1 = self.draw(self.st.integers(-nd, nd - 1))
+            a2 = self.draw(self.st.integers(-nd, nd - 1))
+            sshape = list(shape)
+            sshape[a1], sshape[a2] = sshape[a2], sshape[a1]
+            src, data = self._src(tuple(sshape), storage)
+            where = "src"
+        return ms.swapaxis(src, a1, a2), np.swapaxes(data, a1, a2), \
+            f"swapaxis({where}, {a1}, {a2})"
+
+    def _x_crop(self, shape, storage):
+        h, w = shape[-2:]
+        pp = self._dst_parent(shape) if len(shape) == 2 else None
+        if pp is not None:
+            src, data, off = pp
+            sh = self.draw(self.st.integers(0, src.shape[0] - h))
+            sw, where = 0, "parent"
+        else:
+            d = self._dst()
+            if d is not None:
+                src, data, where = d[0], d[1], "dst"
+            else:
+                H = h + self.draw(self.st.integers(0, 3))
+                W = w + self.draw(self.st.integers(0, 3))
+                src, data = self._src(shape[:-2] + (H, W), storage)
+                where = "src"
+            H, W = src.shape[-2], src.shape[-1]
+            if self.draw(self.st.booleans()):
+                sh = sw = None
+            else:
+                sh = self.draw(self.st.integers(0, H - h))
+                sw = self.draw(self.st.integers(0, W - w))
+        H, W = src.shape[-2], src.shape[-1]
+        ah = (H - h) // 2 if sh is None else sh
+        aw = (W - w) // 2 if sw is None else sw
+        e = ms.crop(src, (h, w)) if sh is None else ms.crop(src, (h, w), sh, sw)
+        return e, data[..., ah:ah + h, aw:aw + w], f"crop({where}, {(h, w)}, {sh}, {sw})"
+
+    def _x_slice_axis(self, shape, storage):
+        nd = len(shape)
+        pp = self._dst_parent(shape)
+        if pp is not None:
+            src, data, off = pp
+            axis, where = 0, "parent"
+        else:
+            axis = self.draw(self.st.integers(-nd, nd - 1))
+            d = self._dst()
+            if d is not None:
+                src, data, where = d[0], d[1], "dst"
+            else:
+                sshape = list(shape)
+                sshape[axis] += self.draw(self.st.integers(0, 4))
+                src, data = self._src(tuple(sshape), storage)
+                where = "src"
+        n = shape[axis]
+        begin = self.draw(self.st.integers(0, src.shape[axis] - n))
+        idx = tuple(slice(begin, begin + n) if k == axis % nd else slice(None) for k in range(nd))
+        return (ms.slice_axis(src, axis, begin, begin + n), data[idx],
+                f"slice_axis({where}, {axis}, {begin}, {begin + n})")
+
+    def _x_reshape(self, shape, storage):
+        d = self._dst()
+        if d is not None:
+            return ms.reshape(d[0], shape), d[1].reshape(shape), "reshape(dst)"
+        size = int(np.prod(shape))
+        keep_last = self.draw(self.st.booleans())
+        last = shape[-1] if keep_last else self.draw(self.st.sampled_from(
+            [k for k in range(1, size + 1) if size % k == 0]))
+        rest = size // last
+        leads = [(), (1,)] if rest == 1 else [(rest,)] + [
+            (a, rest // a) for a in range(2, min(rest, 10)) if rest % a == 0]
+        sshape = self.draw(self.st.sampled_from(leads)) + (last,)
+        # a pitched source can only regroup its rows
+        src, data = self._src(sshape, storage, contiguous=not keep_last)
+        return ms.reshape(src, shape), data.reshape(shape), f"reshape(src{sshape}, {shape})"
+
+    # gathers ---------------------------------------------------------------------------
+    def _x_pad(self, shape, storage):
+        nd = len(shape)
+        h, w = shape[-2:]
+        py = self.draw(self.st.integers(0, (h - 1) // 2))
+        px = self.draw(self.st.integers(0, (w - 1) // 2))
+        d = self._dst() if nd == 2 and px == 0 else None
+        if d is not None:
+            a = self.draw(self.st.integers(0, 2 * py))
+            src, data, where = d[0].slice(a, a + h - 2 * py), d[1][a:a + h - 2 * py], \
+                f"dst[{a}:{a + h - 2 * py}]"
+        else:
+            src, data = self._src(shape[:-2] + (h - 2 * py, w - 2 * px), storage)
+            where = "src"
+        same = px == py and self.draw(self.st.booleans())
+        e = ms.pad(src, py) if same else ms.pad(src, py, px)
+        val = np.pad(data, [(0, 0)] * (nd - 2) + [(py, py), (px, px)])
+        return e, val, f"pad({where}, {py}, {px})"
+
+    def _x_take(self, shape, storage):
+        n, w = shape
+        d = self._dst()
+        if d is not None:
+            src, data, where = d[0], d[1], "dst"
+        else:
+            src, data = self._src((self.draw(self.st.integers(1, 6)), w), storage)
+            where = "src"
+        it, idx = self._index(n, src.shape[0])
+        return ms.take(it, src), data[idx], f"take({where}, {_short(idx)})"
+
+    def _x_mat_choose_row_element(self, shape, storage):
+        n = shape[0]
+        src, data = self._src((n, self.draw(self.st.integers(1, 6))), storage)
+        it, idx = self._index(n, src.shape[1])
+        return (ms.mat_choose_row_element(src, it), data[np.arange(n), idx],
+                f"mat_choose_row_element(src{tuple(src.shape)}, {_short(idx)})")
+
+    def _x_mat_fill_row_element(self, shape, storage):
+        n, w = shape
+        src, data, where = self._same_shape_src(shape, storage)
+        d = self._dst() if w == n else None
+        if d is not None:
+            i = self.draw(self.st.integers(0, n - 1))
+            vt, vdata, vwhere = d[0][i], d[1][i], f"dst[{i}]"
+        else:
+            (vt, vdata), vwhere = self._src((n,), storage), "val"
+        it, idx = self._index(n, w)
+        val = data.copy()
+        val[np.arange(n), idx] = vdata
+        return (ms.mat_fill_row_element(src, vt, it), val,
+                f"mat_fill_row_element({where}, {vwhere}, {_short(idx)})")
+
+    def _x_upsampling_nearest(self, shape, storage):
+        h, w = shape[-2:]
+        s = self.draw(self.st.sampled_from([k for k in (1, 2, 3, 4) if h % k == 0 and w % k == 0]))
+        src, data = self._src(shape[:-2] + (h // s, w // s), storage)
+        return (ms.upsampling_nearest(src, s), data.repeat(s, axis=-2).repeat(s, axis=-1),
+                f"upsampling_nearest(src, {s})")
+
+    def _x_one_hot_encode(self, shape, storage):
+        n, k = shape
+        it, idx = self._index(n, k)
+        if storage == np.float32 and self.draw(self.st.booleans()):
+            e = ms.one_hot_encode(it, k)
+        else:
+            e = ms.one_hot_encode(it, k, dtype=storage)
+        if k <= 512:
+            val = np.eye(k, dtype=storage)[idx]
+        else:   # (np.eye would be k x k)
+            val = np.zeros(shape, dtype=storage)
+            val[np.arange(n), idx] = 1
+        return e, val, f"one_hot_encode({_short(idx)}, {k})"
+
+    def _x_range(self, shape, storage):
+        n = shape[0]
+        repeat = self.draw(self.st.sampled_from([k for k in range(1, n + 1) if n % k == 0]))
+        count = n // repeat
+        steps = [1, 2, 3, -1, -2, -3]
+        if storage.kind == "f":
+            steps += [0.5, -0.5, 0.25, -1.5]
+        step = self.draw(self.st.sampled_from(steps))
+        start = self.draw(self.st.integers(-20, 20))
+        if storage.kind == "f" and self.draw(self.st.booleans()):
+            start = start + 0.5
+        if storage.kind == "u" and step < 0:
+            start = int(-step * count)
+        stop = start + count * step
+        vals = start + (np.arange(n) // repeat) * np.float64(step)
+        lo, hi = (_int_range(storage) if storage.kind in "iu" else
+                  (-2048.0, 2048.0) if storage == np.float16 else (-1e6, 1e6))   # all exact
+        if vals.min() < lo or vals.max() > hi:
+            raise _Reject
+        if storage == np.float32 and self.draw(self.st.booleans()):
+            e = ms.range(start, stop, step, repeat)
+        else:
+            e = ms.range(start, stop, step, repeat, dtype=storage)
+        return e, vals.astype(storage), f"range({start}, {stop}, {step}, {repeat})"
+
+    def _x_concat(self, shape, storage):
+        nd = len(shape)
+        dim = self.draw(self.st.sampled_from([k for k in range(nd) if shape[k] >= 2]))
+        k = self.draw(self.st.integers(1, shape[dim] - 1))
+        d = self._dst() if dim == 0 else None
+        if d is not None:   # the destination's rows rotated
+            n = shape[0]
+            t, data = d
+            a, ad = t.slice(n - k, n), data[n - k:]
+            b, bd = t.slice(0, n - k), data[:n - k]
+            where = f"dst[{n - k}:], dst[:{n - k}]"
+        else:
+            sa, sb = list(shape), list(shape)
+            sa[dim], sb[dim] = k, shape[dim] - k
+            a, ad = self._src(tuple(sa), storage)
+            b, bd = self._src(tuple(sb), storage)
+            where = "a, b"
+        return ms.concat(a, b, dim), np.concatenate([ad, bd], axis=dim), \
+            f"concat({where}, {dim})"
+
+    def _x_mask(self, shape, storage):
+        n, w = shape
+        fdom = Domain(-100, 100) if storage.kind == "f" else ANY
+        d = self._dst()
+        if d is not None:
+            src, data, where = d[0], d[1], "dst"
+        else:
+            (src, data), where = self._src(shape, storage, fdom), "src"
+        if d is not None and w == n and self.draw(self.st.booleans()):
+            i = self.draw(self.st.integers(0, n - 1))
+            mt, mdata, mwhere = d[0][i], d[1][i], f"dst[{i}]"
+        else:
+            (mt, mdata), mwhere = self._src((n,), storage, fdom), "m"
+        cc = compute_dtype(storage)
+        val = ref_apply("mul", [data.astype(cc), mdata.astype(cc)[:, None]], cc, self.flags)
+        return ms.mask(mt, src), val, f"mask({mwhere}, {where})"
+
+    def _gemm_operand(self, rows, cols, storage):
+        """A fresh (rows, cols) operand: a tensor, or the .T of a (cols, rows) tensor."""
+        fdom = Domain(-16, 16) if storage.kind == "f" else ANY
+        if self.draw(self.st.booleans()):
+            t, data = self._src((cols, rows), storage, fdom)
+            return t.T, data.T, "b.T"
+        t, data = self._src((rows, cols), storage, fdom)
+        return t, data, "b"
+
+    def _x_implicit_dot(self, shape, storage):
+        m, n = shape
+        sides = [s for s, ok in (("lhs", n <= 64), ("rhs", m <= 64), ("both", m == n <= 64)) if ok]
+        d = self._dst() if sides else None     # (the other operand is square: keep it small)
+        if d is not None:
+            t, data = d
+            side = self.draw(self.st.sampled_from(sides))
+            if side == "lhs":          # dst (m, n) @ b (n, n)
+                lhs, ld, lw = t, data, "dst"
+                rhs, rd, rw = self._gemm_operand(n, n, storage)
+            elif side == "rhs":        # b (m, m) @ dst (m, n)
+                lhs, ld, lw = self._gemm_operand(m, m, storage)
+                rhs, rd, rw = t, data, "dst"
+            else:
+                lhs, ld, lw = t, data, "dst"
+                if self.draw(self.st.booleans()):
+                    rhs, rd, rw = t.T, data.T, "dst.T"
+                else:
+                    rhs, rd, rw = t, data, "dst"
+        else:
+            k = self.draw(self.st.integers(1, 6))
+            lhs, ld, lw = self._gemm_operand(m, k, storage)
+            rhs, rd, rw = self._gemm_operand(k, n, storage)
+        cc = compute_dtype(storage)
+        ld, rd = ld.astype(cc), rd.astype(cc)
+        out = np.zeros(shape, dtype=cc)
+        with np.errstate(all="ignore"):
+            for k in range(ld.shape[1]):       # in k order, in the operand dtype
+                out = (out + ld[:, k:k + 1] * rd[k:k + 1, :]).astype(cc)
+        return ms.implicit_dot(lhs, rhs), out, f"implicit_dot({lw}, {rw})"
+
+
 _DST_LAYOUTS = ("contig", "pitched", "slice", "np_rows", "np_cols", "np_step", "container")
 _SRC_LAYOUTS = _DST_LAYOUTS + ("readonly",)
 
 
-class _Gen:
-    def __init__(self, draw, st, rng, max_leaves, avoid=frozenset()):
+class _Gen(_ExtLeaves):
+    def __init__(self, draw, st, rng, max_leaves, avoid=frozenset(), extensions=False):
         self.avoid = avoid
+        self.extensions = extensions
         self.draw = draw
         self.st = st
         self.rng = rng
@@ -605,6 +1111,11 @@ class _Gen:
         st = self.st
         self.leaves_left -= 1
         cc = compute_dtype(storage)
+        if self.extensions and self.draw(st.integers(0, 2)) < 2:
+            try:
+                return self.ext_leaf(shape, storage, dom)
+            except _Reject:
+                pass
         if (self.alias is not None and len(shape) == 2 and shape[0] == shape[1]
                 and self.draw(st.integers(0, 3)) == 0):
             t, val, _ = self.alias
@@ -661,8 +1172,12 @@ class _Gen:
         if len(shape) != 2:
             raise _Reject
         c = self.node((shape[1], shape[0]), storage, depth - 1, dom, exact)
+        try:
+            e = c.exp.T
+        except TypeError:   # .T of a view / gather / implicit_dot is refused (documented)
+            raise _Reject
         self.ops.add(".T")
-        return Node(c.exp.T,
+        return Node(e,
                     np.ascontiguousarray(c.val.T), None if c.err is None else c.err.T,
                     storage, f"({c.desc}).T")
 
@@ -799,13 +1314,23 @@ def _shapes(st):
 #   user_op_reuse   a defined op that reads an argument twice (maxoftwo) on a computed value
 #   int_composite   sigmoid/softplus on integers expand in integer arithmetic
 #   abs_negzero     abs(-0.0) is -0.0 on the plain path, +0.0 with packets
-# All four were fixed; the knobs stay to bisect a regression. KNOWN_BUGS is what is open.
-KNOWN_BUGS = frozenset()
+# All four were fixed; the knobs stay to bisect a regression. KNOWN_BUGS is what is open:
+#   f16_alias_saver a float16 destination read at other positions (dst.T, an overlapping
+#                   slice, an extension over dst) with a compound saver (+=, -=, *=, /=):
+#                   the expression goes through a float16 temporary, so it is rounded to
+#                   float16 before the saver (twice in all); without aliasing it is not.
+#                   Steered around by not reading the destination in those assignments;
+#                   reproducer: test_expr_differential.py::test_float16_alias_compound_saver.
+KNOWN_BUGS = frozenset({"f16_alias_saver"})
 
 
 def expression_cases(dtypes=ALL_DTYPES, savers=SAVERS, shapes=None, max_depth=4, max_leaves=8,
-                     avoid=frozenset()):
-    """Hypothesis strategy of ``Case``: a random assignment with its oracle."""
+                     avoid=frozenset(), extensions=False):
+    """Hypothesis strategy of ``Case``: a random assignment with its oracle.
+
+    ``extensions=True``: about two leaves in three are extension expressions (EXT_KINDS: the
+    views, the gathers, mask and implicit_dot) over freshly drawn sources in random layouts,
+    or over the destination's own memory (``ext_alias.<kind>`` in ``Case.layouts``)."""
     from hypothesis import strategies as st
 
     shapes = _shapes(st) if shapes is None else shapes
@@ -816,7 +1341,8 @@ def expression_cases(dtypes=ALL_DTYPES, savers=SAVERS, shapes=None, max_depth=4,
         saver = draw(st.sampled_from(savers))
         shape = tuple(draw(shapes))
         seed = draw(st.integers(0, 2 ** 32 - 1))
-        g = _Gen(draw, st, np.random.default_rng(seed), max_leaves, frozenset(avoid))
+        g = _Gen(draw, st, np.random.default_rng(seed), max_leaves, frozenset(avoid),
+                 extensions)
         cc = compute_dtype(storage)
         kind = storage.kind
         # the destination, filled with values its saver accepts
@@ -824,6 +1350,8 @@ def expression_cases(dtypes=ALL_DTYPES, savers=SAVERS, shapes=None, max_depth=4,
         dst, (parent, region, ptensor) = g.tensor(shape, storage, dinit, "dst")
         dval = dinit.astype(cc)
         g.alias = (dst, dval, (parent, region, ptensor))
+        if "f16_alias_saver" in g.avoid and storage == np.float16 and saver != "saveto":
+            g.alias = None
         if saver == "divto" and kind == "f":
             root_dom = Domain(min_abs=1.0 / 16)
         elif saver == "multo" and kind == "f":
