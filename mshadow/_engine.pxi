@@ -403,10 +403,15 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
             alias = True
     if alias:
         # the expression reads the destination at other positions: evaluate into a
-        # temporary first, so blocks never see half-written results
-        tmp = TensorContainer(dst.shape, init=None, pad=False, dtype=dst.dtype)
-        _run(plan_for_copy(plan), tmp, leaves, scalars, contiguous)
-        _run(copy_plan(dst.dtype, plan.program.saver), dst, (tmp,), (), _dense(dst))
+        # temporary first, so blocks never see half-written results. The temporary holds
+        # the compute type (float32 for a float16 destination), so the value is rounded
+        # once, by the saver's store, as it would be without the temporary.
+        code = plan.program.dst_code
+        tcode = "f32" if code == "f16" else code
+        tmp = TensorContainer(dst.shape, init=None, pad=False, dtype=_NP_BY_CODE[tcode])
+        _run(_aux_plan(plan.program.key, tcode, "saveto"), tmp, leaves, scalars, contiguous)
+        _run(_aux_plan(("L", tcode, False), code, plan.program.saver), dst, (tmp,), (),
+             _dense(dst))
         return
     _run(plan, dst, leaves, scalars, contiguous and _dense(dst))
 
@@ -418,25 +423,13 @@ cdef inline bint _dense(Tensor t):
 cdef dict _aux_plans = {}
 
 
-cdef Plan plan_for_copy(Plan plan):
-    """The same program with saver saveto (for the temporary of an aliased assignment)."""
-    prog = plan.program
-    key = ("tmp", id(prog))
-    p = _aux_plans.get(key)
+cdef Plan _aux_plan(tuple key, str dst_code, str saver):
+    """The plans of an aliased assignment: the expression into the temporary, then the
+    temporary into the destination with the assignment's saver."""
+    p = _aux_plans.get((key, dst_code, saver))
     if p is None:
-        p = Plan(compile_plan(prog.key, prog.dst_code, "saveto"))
-        _aux_plans[key] = p
-    return p
-
-
-cdef Plan copy_plan(dtype, str saver):
-    from .ops_table import TYPE_CODE
-    code = TYPE_CODE[np.dtype(dtype)]
-    key = ("copy", code, saver)
-    p = _aux_plans.get(key)
-    if p is None:
-        p = Plan(compile_plan(("L", code, False), code, saver))
-        _aux_plans[key] = p
+        p = Plan(compile_plan(key, dst_code, saver))
+        _aux_plans[(key, dst_code, saver)] = p
     return p
 
 

@@ -121,10 +121,6 @@ def test_random_trees_with_extension_leaves_threaded_path(case):
     _check_ext(case)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: a float16 destination read at other "
-                   "positions goes through a float16 temporary, so with +=, -=, *=, /= the "
-                   "expression is rounded to float16 before the saver (KNOWN_BUGS "
-                   "'f16_alias_saver')")
 @pytest.mark.parametrize("source", ["flip", "T"])
 def test_float16_alias_compound_saver(source):
     """d += flip(d) * 0.3 must equal d += flip(copy of d) * 0.3 (one rounding to float16)."""
