@@ -4,7 +4,6 @@ import operator
 import numpy as np
 cimport cython
 cimport numpy as cnp
-from libc.string cimport memset
 from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from .shape import Shape, as_shape
@@ -16,7 +15,6 @@ cnp.import_array()
 
 ALIGN_BYTES = MS_ALIGN_BYTES
 
-cdef object _EMPTY_SHAPE = Shape()
 
 
 # Raw pointers must never be pickled (Cython's auto-pickle would turn ``ptr`` into bytes

@@ -172,14 +172,6 @@ def _fold(name, args):
 _core._bind_expr_module(ScalarExp, _fold)
 
 
-def unary(name, a):
-    return make_map(name, (a,))
-
-
-def binary(name, a, b):
-    return make_map(name, (a, b))
-
-
 def F(op, *args):
     """``F(op, a[, b[, c]])``: apply an operator (a name, an ms.op entry or a defined op)."""
     name = getattr(op, "name", op)
