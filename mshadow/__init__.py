@@ -18,7 +18,7 @@ from ._core import set_num_threads, get_num_threads, set_simd_level, simd_info
 from .expr import Exp, ScalarExp, scalar, F, tcast, transpose, where
 from . import op
 from .op import sv, red, types as type  # noqa: A001  ms.type is mshadow's namespace name
-from .engine import plan_for
+from .engine import plan_for, plan_cache_info, clear_plan_cache, set_plan_cache_size
 from .extension import (implicit_dot, broadcast, broadcast_keepdim, broadcast_scalar,
                         broadcast_to, broadcast_with_axis, crop, flip, mirror, repmat, reshape,
                         slice_axis, swapaxis, transpose_axes, concat, mask,

@@ -333,16 +333,20 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
                     (ma.ld, "lda"), (mb.ld, "ldb"), (mc.ld, "ldc")):
         _check_int(v, what)
     fa, fb, ia, ib = _scalars(flag, alpha, beta)
-    with nogil:
-        if _overlap(mc.p, mc.rows, mc.cols, mc.ld, ma.p, ma.rows, ma.cols, ma.ld, c.itemsize):
-            rc = _snapshot(&ma, 1, 0, c.itemsize, &abuf)
-        if rc == 0 and _overlap(mc.p, mc.rows, mc.cols, mc.ld, mb.p, mb.rows, mb.cols, mb.ld,
-                                c.itemsize):
-            rc = _snapshot(&mb, 1, 0, c.itemsize, &bbuf)
-        if rc == 0:
-            rc = _product(flag, mc, ma, mb, m, n, k, fa, fb, ia, ib, nthreads)
-        free(abuf)
-        free(bbuf)
+    _pin3(a, b, c)   # the memory outlives a free_space or resize from another thread
+    try:
+        with nogil:
+            if _overlap(mc.p, mc.rows, mc.cols, mc.ld, ma.p, ma.rows, ma.cols, ma.ld, c.itemsize):
+                rc = _snapshot(&ma, 1, 0, c.itemsize, &abuf)
+            if rc == 0 and _overlap(mc.p, mc.rows, mc.cols, mc.ld, mb.p, mb.rows, mb.cols, mb.ld,
+                                    c.itemsize):
+                rc = _snapshot(&mb, 1, 0, c.itemsize, &bbuf)
+            if rc == 0:
+                rc = _product(flag, mc, ma, mb, m, n, k, fa, fb, ia, ib, nthreads)
+            free(abuf)
+            free(bbuf)
+    finally:
+        _unpin3(a, b, c)
     if rc != 0:
         raise MemoryError("dot: could not allocate scratch memory")
 
@@ -350,12 +354,7 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
 def batch_gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthreads=1):
     """``c[i] = alpha * op(a[i]) @ op(b[i]) + beta * c[i]`` for every i of 3-D tensors."""
     cdef Mat mc, ma, mb
-    cdef Py_ssize_t m, n, k, k2, nb, i, sa, sb, sc
-    cdef char *abuf = NULL
-    cdef char *bbuf = NULL
-    cdef char *a0
-    cdef char *b0
-    cdef char *c0
+    cdef Py_ssize_t m, n, k, k2, nb, sa, sb, sc
     cdef int flag = c.type_flag, rc = 0
     cdef Py_ssize_t item = c.itemsize
     cdef double fa, fb
@@ -386,6 +385,40 @@ def batch_gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int 
     # elements from one matrix of the batch to the next
     sa, sb, sc = ma.rows * ma.ld, mb.rows * mb.ld, mc.rows * mc.ld
     fa, fb, ia, ib = _scalars(flag, alpha, beta)
+    _pin3(a, b, c)
+    try:
+        _batch_run(&mc, &ma, &mb, nb, sa, sb, sc, item, m, n, k, fa, fb, ia, ib, nthreads, flag,
+                   &rc)
+    finally:
+        _unpin3(a, b, c)
+    if rc != 0:
+        raise MemoryError("batch_dot: could not allocate scratch memory")
+
+
+cdef void _pin3(Tensor a, Tensor b, Tensor c):
+    a.mem.pin()
+    b.mem.pin()
+    c.mem.pin()
+
+
+cdef void _unpin3(Tensor a, Tensor b, Tensor c):
+    a.mem.unpin()
+    b.mem.unpin()
+    c.mem.unpin()
+
+
+cdef void _batch_run(Mat *pc, Mat *pa, Mat *pb, Py_ssize_t nb, Py_ssize_t sa, Py_ssize_t sb,
+                     Py_ssize_t sc, Py_ssize_t item, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
+                     double fa, double fb, uint64_t ia, uint64_t ib, int nthreads, int flag,
+                     int *prc) noexcept:
+    cdef Mat mc = pc[0], ma = pa[0], mb = pb[0]
+    cdef char *abuf = NULL
+    cdef char *bbuf = NULL
+    cdef char *a0
+    cdef char *b0
+    cdef char *c0
+    cdef Py_ssize_t i
+    cdef int rc = 0
     with nogil:
         if _overlap(mc.p, nb * mc.rows, mc.cols, mc.ld, ma.p, nb * ma.rows, ma.cols, ma.ld, item):
             rc = _snapshot(&ma, nb, sa, item, &abuf)
@@ -402,5 +435,4 @@ def batch_gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int 
             i += 1
         free(abuf)
         free(bbuf)
-    if rc != 0:
-        raise MemoryError("batch_dot: could not allocate scratch memory")
+    prc[0] = rc

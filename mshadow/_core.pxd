@@ -15,7 +15,11 @@ cdef class Allocation:
     cdef bint owned          # malloc'ed by us (new_tensor / alloc_space / TensorContainer)
     cdef object base         # what keeps foreign memory alive (a numpy array)
     cdef Py_ssize_t n_exports
+    cdef Py_ssize_t n_running   # evaluations using the bytes with the GIL released
+    cdef bint free_pending      # released while running: freed when the last one ends
     cdef void release(self) except *
+    cdef void pin(self) noexcept
+    cdef void unpin(self) noexcept
 
 
 cdef class Tensor:

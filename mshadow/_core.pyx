@@ -6,7 +6,7 @@ Allocation owns the bytes and is the single place that knows whether they are st
 so a freed tensor or any view of it raises instead of touching freed memory.
 """
 import numpy as np
-from .errors import ShapeError, DTypeError, DeviceError
+from .errors import ShapeError, DTypeError, DeviceError, BuildMismatchError
 from .device import cpu as _CPU_DEV
 from .dtypes import type_flag as _type_flag
 

@@ -20,7 +20,6 @@ cdef extern from "mshadow/kernels_gen.h":
         ms_loop_fn fn
     const ms_kernel_entry ms_kernel_table[]
     int ms_isa_level
-    int ms_fpe_flags
     enum:
         MS_CHAIN_MAX
     ctypedef struct ms_chain:
@@ -32,6 +31,12 @@ cdef extern from "mshadow/kernels_gen.h":
         int scalar[8]
     int ms_detect_isa() nogil
     int MS_X86
+    const char *MS_KERNELS_FINGERPRINT
+    ctypedef struct ms_chain_step:
+        const char *op
+        int swap
+        int scalar
+    const ms_chain_step ms_chain_step_table[]
 
 cdef extern from "mshadow/gather.h":
     ctypedef struct ms_gather:
@@ -40,7 +45,6 @@ cdef extern from "mshadow/gather.h":
         int code[3]
         npy_intp p[12]
     int MS_GATHER_PARAMS
-    int ms_gather_error
     const ms_kernel_entry ms_gather_table[]
 
 cdef extern from "mshadow/gather_spatial.h":
@@ -49,6 +53,8 @@ cdef extern from "mshadow/gather_spatial.h":
 cdef extern from "mshadow/plan_exec.h":
     enum:
         MS_OPD_REG, MS_OPD_LEAF, MS_OPD_SCALAR
+    enum:
+        MS_RUN_NOMEM, MS_RUN_IDIV0, MS_RUN_GATHER_OOB
     ctypedef struct ms_inst:
         ms_loop_fn fn
         void *data
@@ -107,8 +113,21 @@ _load_gathers(ms_gather_spatial_table)
 
 _ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
 
-from .codegen_cpu import chain_steps as _chain_steps
-cdef dict _CHAIN_CODE = {(op, swap, scalar): code for code, op, swap, scalar in _chain_steps()}
+from .codegen_cpu import fingerprint as _fingerprint
+if _fingerprint() != MS_KERNELS_FINGERPRINT.decode():
+    raise BuildMismatchError(
+        f"mshadow's compiled kernels were generated from other versions of ops_table.py, "
+        f"vmath.py or codegen_cpu.py than the ones in {os.path.dirname(__file__)} "
+        f"(fingerprint {MS_KERNELS_FINGERPRINT.decode()} built, {_fingerprint()} now): "
+        f"rebuild the extension (pip install -e . or python setup.py build_ext --inplace)")
+
+# fused-chain step codes, as the generated header numbers them
+cdef dict _CHAIN_CODE = {}
+_k = 0
+while ms_chain_step_table[_k].op != NULL:
+    _CHAIN_CODE[ms_chain_step_table[_k].op.decode(), bool(ms_chain_step_table[_k].swap),
+                bool(ms_chain_step_table[_k].scalar)] = _k
+    _k += 1
 cdef int _detected_isa = ms_detect_isa()
 
 
@@ -164,19 +183,6 @@ def have_openmp():
 
 cdef dict _CODE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "u8": 1, "i8": 1, "i32": 4, "i64": 8}
 cdef dict _CODE_NUM = {"f32": 0, "f64": 1, "f16": 2, "u8": 3, "i32": 4, "i8": 5, "i64": 6}
-
-
-cdef object _ufunc_loop(str name, str code):
-    """numpy's own inner loop of ufunc ``name`` for one float type, and its data pointer."""
-    cdef cnp.ufunc uf = getattr(np, name)
-    cdef int tnum = cnp.NPY_FLOAT if code == "f32" else cnp.NPY_DOUBLE
-    cdef int i, j
-    for i in range(uf.ntypes):
-        if all(uf.types[i * uf.nargs + j] == tnum for j in range(uf.nargs)):
-            if uf.functions[i] == NULL:
-                break
-            return <size_t> uf.functions[i], <size_t> uf.data[i]
-    raise RuntimeError(f"numpy's {name} has no inner loop for {code}")
 
 
 cdef class Plan:
@@ -249,13 +255,9 @@ cdef class Plan:
                     ch.scalar[j] = scalar
                 ins.fn = <ms_loop_fn> <size_t> _KERNELS[f"chain_{instr.kernel[1]}"]
                 ins.data = ch
-            elif instr.kernel[0] == "k":
+            else:
                 ins.fn = <ms_loop_fn> <size_t> _KERNELS[instr.kernel[1]]
                 ins.data = NULL
-            else:
-                fn, data = _ufunc_loop(instr.kernel[1], instr.kernel[2])
-                ins.fn = <ms_loop_fn> <size_t> fn
-                ins.data = <void *> <size_t> data
             ins.nin = len(instr.ins)
             ins.gemm = instr.kernel[1].startswith("implicit_gemm")
             ins.gather = instr.kernel[1] in _GATHER_KERNELS
@@ -330,12 +332,25 @@ cdef int _store_scalar(char *slot, int code, int ccode, object value) except -1:
     return 0
 
 
-cdef bint _overlaps(Tensor a, Tensor b):
-    """Whether the byte ranges spanned by two tensors of one allocation intersect."""
-    cdef Py_ssize_t a0 = a.offset, b0 = b.offset
-    cdef Py_ssize_t a1 = a0 + ((a.rows - 1) * a.stride + a.cols) * a.itemsize
-    cdef Py_ssize_t b1 = b0 + ((b.rows - 1) * b.stride + b.cols) * b.itemsize
-    return a.rows > 0 and b.rows > 0 and a0 < b1 and b0 < a1
+cdef bint _overlaps(Tensor a, Tensor b) except -1:
+    """Whether two tensors share any byte, whoever owns the memory: compare address ranges
+    (numpy's may_share_memory), then, for pitched layouts, the elements (shares_memory)."""
+    if a.rows == 0 or a.cols == 0 or b.rows == 0 or b.cols == 0:
+        return False
+    cdef size_t a0 = <size_t> a.data(), b0 = <size_t> b.data()
+    cdef size_t a1 = a0 + <size_t> (((a.rows - 1) * a.stride + a.cols) * a.itemsize)
+    cdef size_t b1 = b0 + <size_t> (((b.rows - 1) * b.stride + b.cols) * b.itemsize)
+    if not (a0 < b1 and b0 < a1):
+        return False
+    if _dense(a) and _dense(b):
+        return True
+    return bool(np.shares_memory(a._export(), b._export()))
+
+
+cdef bint _same_elements(Tensor a, Tensor b) except -1:
+    """``a`` is read at exactly the positions ``b`` is written: an in-place element-wise op."""
+    return (a.data() == b.data() and a.itemsize == b.itemsize
+            and (a.stride == b.stride or a.rows <= 1))
 
 
 def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
@@ -363,7 +378,7 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
                                  f"match target {dst.shape}")
             contiguous = False
             for src in gl.srcs:
-                if (<Tensor> src).mem is dst.mem and _overlaps(<Tensor> src, dst):
+                if _overlaps(<Tensor> src, dst):
                     alias = True
             continue
         if role == ROLE_VIEW:
@@ -375,7 +390,7 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
             if view_step_kind(vl.strides[-1], vl.src.itemsize) != plan.leaf_param[k + 1]:
                 raise ShapeError("a view's last-axis step does not match its compiled plan")
             contiguous = False
-            if vl.src.mem is dst.mem and _overlaps(vl.src, dst):
+            if _overlaps(vl.src, dst):
                 alias = True
             continue
         lf = <Tensor> leaves[k]
@@ -397,9 +412,8 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
                              f"eshape: {lf.shape} dshape:{dst.shape}")
         elif plan.leaf_t[k + 1] or not (lf.rows <= 1 or lf.stride == lf.cols):
             contiguous = False
-        if lf.mem is dst.mem and _overlaps(lf, dst) and (
-                role != ROLE_MAP or plan.leaf_t[k + 1] or lf.offset != dst.offset
-                or lf.stride != dst.stride):
+        if _overlaps(lf, dst) and (role != ROLE_MAP or plan.leaf_t[k + 1]
+                                   or not _same_elements(lf, dst)):
             alias = True
     if alias:
         # the expression reads the destination at other positions: evaluate into a
@@ -420,17 +434,28 @@ cdef inline bint _dense(Tensor t):
     return t.rows <= 1 or t.stride == t.cols
 
 
-cdef dict _aux_plans = {}
+from collections import OrderedDict
+cdef object _aux_plans = OrderedDict()   # bounded like the engine's cache
+DEF AUX_PLANS_MAX = 256
 
 
 cdef Plan _aux_plan(tuple key, str dst_code, str saver):
     """The plans of an aliased assignment: the expression into the temporary, then the
     temporary into the destination with the assignment's saver."""
-    p = _aux_plans.get((key, dst_code, saver))
+    ck = (key, dst_code, saver)
+    p = _aux_plans.get(ck)
     if p is None:
         p = Plan(compile_plan(key, dst_code, saver))
-        _aux_plans[(key, dst_code, saver)] = p
+        _aux_plans[ck] = p
+        if len(_aux_plans) > AUX_PLANS_MAX:
+            _aux_plans.popitem(last=False)
+    else:
+        _aux_plans.move_to_end(ck)
     return p
+
+
+def clear_aux_plans():
+    _aux_plans.clear()
 
 
 cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
@@ -455,8 +480,23 @@ cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
     return 0
 
 
+cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):
+    """Pin the allocation of every tensor a run reads or writes; returns them to unpin."""
+    cdef list held = [dst.mem]
+    for k in range(plan.nleaf):
+        role = plan.leaf_role[k + 1]
+        if role == ROLE_VIEW:
+            held.append((<ViewLeaf> leaves[k]).src.mem)
+        elif role == ROLE_GATHER:
+            held.extend((<Tensor> t).mem for t in (<GatherLeaf> leaves[k]).srcs)
+        else:
+            held.append((<Tensor> leaves[k]).mem)
+    for m in held:
+        (<Allocation> m).pin()
+    return held
+
+
 cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
-    global ms_fpe_flags, ms_gather_error
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef ms_leaf stack_leaf[16]
     cdef ms_gather stack_gather[16]
@@ -527,18 +567,23 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
             prog.block = BLOCK
         else:
             prog.block = max(BLOCK, (prog.cols + prog.nthreads - 1) // prog.nthreads)
-        ms_fpe_flags = 0
         if n < MIN_PER_THREAD:   # too short to be worth releasing the GIL
             rc = ms_run_program(&prog)
         else:
-            with nogil:
-                rc = ms_run_program(&prog)
-        if rc != 0:
+            # Without the GIL another thread may free_space or resize these tensors: pinned,
+            # their memory outlives this run (a free meanwhile happens when it ends).
+            held = _pin_all(plan, dst, leaves)
+            try:
+                with nogil:
+                    rc = ms_run_program(&prog)
+            finally:
+                for m in held:
+                    (<Allocation> m).unpin()
+        if rc & MS_RUN_NOMEM:
             raise MemoryError("could not allocate the per-thread registers of a plan")
-        if ms_gather_error:   # kernels never read out of range; indices were checked first
-            ms_gather_error = 0
+        if rc & MS_RUN_GATHER_OOB:   # kernels never read out of range; indices were checked first
             raise IndexError("an index read from a tensor was out of range during evaluation")
-        if ms_fpe_flags & 1:
+        if rc & MS_RUN_IDIV0:
             warnings.warn("integer division by zero (the result is 0 there)", RuntimeWarning,
                           stacklevel=3)
     finally:

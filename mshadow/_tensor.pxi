@@ -24,6 +24,7 @@ cdef class Allocation:
     """Owns (or borrows) the bytes of one or more tensors and knows whether they are valid."""
 
     def __dealloc__(self):
+        # an evaluation in flight holds references to its tensors, so n_running is 0 here
         if self.owned and self.ptr != NULL:
             ms_aligned_free(self.ptr)
             self.ptr = NULL
@@ -37,9 +38,24 @@ cdef class Allocation:
         if not self.owned:
             raise MShadowError("free_space: this tensor views memory it does not own "
                                "(from_numpy / from_dlpack); release the source object instead")
+        self.alive = False          # every later use raises FreedTensorError from now on
+        if self.n_running:          # an evaluation without the GIL still reads or writes
+            self.free_pending = True   # the bytes: the last one to finish frees them
+            return
         ms_aligned_free(self.ptr)
         self.ptr = NULL
-        self.alive = False
+
+    cdef void pin(self) noexcept:
+        """An evaluation is about to use the bytes without the GIL (call with the GIL)."""
+        self.n_running += 1
+
+    cdef void unpin(self) noexcept:
+        """That evaluation has ended (with the GIL); a free_space meanwhile happens now."""
+        self.n_running -= 1
+        if self.n_running == 0 and self.free_pending:
+            self.free_pending = False
+            ms_aligned_free(self.ptr)
+            self.ptr = NULL
 
 
 cdef Allocation _allocate(Py_ssize_t nbytes):
@@ -467,7 +483,7 @@ cdef object _expr():
 
 
 cdef object _engine_assign = None
-cdef dict _plan_cache = None
+cdef object _plan_cache = None    # engine._plans, an OrderedDict kept in LRU order
 
 
 cdef _assign(Tensor dst, object value, str saver):
@@ -486,8 +502,10 @@ cdef _assign(Tensor dst, object value, str saver):
     if type(value) is not Tensor and isinstance(value, Exp):
         e = <Exp> value
         if e.exp_type != 7 and e.shape == dst.shape:
-            plan = _plan_cache.get((e.key, _CODE_BY_FLAG[dst.type_flag], saver))
+            ck = (e.key, _CODE_BY_FLAG[dst.type_flag], saver)
+            plan = _plan_cache.get(ck)
             if type(plan) is Plan and e.code == _CODE_BY_FLAG[dst.type_flag]:
+                _plan_cache.move_to_end(ck)
                 run_plan(<Plan> plan, dst, e.leaves, e.scalars)
                 return
     _engine_assign(dst, value, saver)

@@ -3,6 +3,8 @@
 Element-wise expressions (kRValue, kMapper, kChainer) go to a cached MapPlan; kComplex
 ones (dot) go to their own engine. Every check runs before the first store.
 """
+from collections import OrderedDict, namedtuple
+
 import numpy as np
 
 from . import _core
@@ -15,9 +17,38 @@ Tensor = _core.Tensor
 _run_plan = _core.run_plan
 _Plan = _core.Plan
 
-# (key, dst code, saver) -> Plan
-_plans = {}
+# (key, dst code, saver) -> Plan, least recently used first. Bounded: a long-running process
+# that builds ever new structures keeps at most PLAN_CACHE_SIZE plans (a few KiB each).
+PLAN_CACHE_SIZE = 2048
+_plans = OrderedDict()
+_stats = {"hits": 0, "misses": 0}
 _complex_engines = {}
+
+CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize")
+
+
+def plan_cache_info():
+    """Hits and misses of the slow path's plan lookups, the bound and the plans held.
+
+    (The compiled fast path of ``t[:] = exp`` does not count its hits.)"""
+    return CacheInfo(_stats["hits"], _stats["misses"], PLAN_CACHE_SIZE, len(_plans))
+
+
+def clear_plan_cache():
+    """Drop every compiled plan (they are compiled again on next use)."""
+    _plans.clear()
+    _core.clear_aux_plans()
+    _stats["hits"] = _stats["misses"] = 0
+
+
+def set_plan_cache_size(n):
+    """Keep at most ``n`` >= 1 compiled plans (default 2048)."""
+    global PLAN_CACHE_SIZE
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_plan_cache_size: expected an int >= 1, got {n!r}")
+    PLAN_CACHE_SIZE = n
+    while len(_plans) > n:
+        _plans.popitem(last=False)
 
 
 def register_complex(tag, fn):
@@ -29,13 +60,20 @@ _FALLBACK = object()   # marks keys that hold an untraceable operator
 
 
 def get_plan(key, dst_code, saver):
-    plan = _plans.get((key, dst_code, saver))
+    ck = (key, dst_code, saver)
+    plan = _plans.get(ck)
     if plan is None:
+        _stats["misses"] += 1
         try:
             plan = _Plan(compile_plan(key, dst_code, saver))
         except UntracedOp:
             plan = _FALLBACK
-        _plans[(key, dst_code, saver)] = plan
+        _plans[ck] = plan
+        if len(_plans) > PLAN_CACHE_SIZE:
+            _plans.popitem(last=False)
+    else:
+        _stats["hits"] += 1
+        _plans.move_to_end(ck)
     return plan
 
 

@@ -44,3 +44,7 @@ class ParamError(MShadowError, ValueError):
         super().__init__(message)
         self.key = key
         self.value = value
+
+
+class BuildMismatchError(MShadowError, ImportError):
+    """The compiled core was built from other sources than the installed Python files."""

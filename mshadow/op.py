@@ -6,6 +6,7 @@ a body that cannot be traced (Python control flow on its inputs) runs on numpy v
 each block instead (mshadow/fallback.py), with a one-time warning.
 """
 import inspect
+import itertools
 import warnings
 
 from . import expr as _expr
@@ -108,6 +109,10 @@ class PyOp(Op):
 # PyOp registry by unique name, read by the fallback evaluator
 PY_OPS = {}
 
+# Serial numbers of defined operators. A name is never reused in a process: compiled plans
+# are cached by names, and id(fn) of a dead function comes back for the next one.
+_serial = itertools.count(1)
+
 
 def define(fn=None, *, name=None):
     """Decorator: turn ``def op(a[, b[, c]]): ...`` into an operator usable in ``F``."""
@@ -119,7 +124,7 @@ def define(fn=None, *, name=None):
     if not 1 <= arity <= 3:
         raise TypeError(f"define: an operator takes 1 to 3 arguments, {fn.__name__} takes {arity}")
     base = name or fn.__name__
-    uname = f"user.{base}.{id(fn):x}"   # unique: two ops may share a Python name
+    uname = f"user.{base}.{next(_serial)}"   # unique: two ops may share a Python name
     try:
         out = fn(*[Sym(v) for v in "abc"[:arity]])
         tree = _sym_tree(out)
@@ -137,7 +142,7 @@ def define(fn=None, *, name=None):
 def warn_untraced(op):
     if not op.warned:
         op.warned = True
-        warnings.warn(f"operator {op.name.split('.')[1]} could not be traced ({op.reason}); it runs "
+        warnings.warn(f"operator {op.name[5:].rpartition('.')[0]} could not be traced ({op.reason}); it runs "
                       f"on numpy views of each block on the CPU, single-threaded", RuntimeWarning,
                       stacklevel=4)
 

@@ -1,8 +1,8 @@
 """THE operator table: every element-wise operator of mshadow, once.
 
 Each row gives the operator's name and arity, its C scalar form (the plain path and the
-GPU code generator both read it), its SIMD packet form (float/double, mshadow/include),
-the numpy ufunc whose inner loop the CPU plan may call for transcendentals, a composite
+GPU code generator both read it), its SIMD packet form (float/double, mshadow/include; transcendentals
+are bodies of mshadow/vmath.py), a composite
 definition for operators built from others, and the numpy reference the tests use.
 The generated C kernels (kernels_gen.h), ``ms.op``, the plan compiler and the tests are all
 derived from this table: adding an operator is one row.
@@ -20,7 +20,6 @@ class OpDef:
     c: Optional[str] = None          # C expression in a, b, c of the compute type T
     c_int: Optional[str] = None      # integer override of ``c``
     packet: Optional[str] = None     # packet expression in a, b, c using P(fn)(...)
-    ufunc: Optional[str] = None      # numpy ufunc whose float loop does the work
     composite: Optional[str] = None  # definition in terms of other ops (expanded by the plan)
     float_only: bool = False         # integers are computed through float64
     cuda: Optional[str] = None       # CUDA C form when it differs from ``c``
@@ -90,11 +89,16 @@ OPS = (
     OpDef("minimum", 2, c="(a < b ? a : b)", packet="P(min)(a, b)",
           ref=lambda a, b: np.where(a < b, a, b)),
     OpDef("sqrt", 1, c="sqrt(a)", packet="P(sqrt)(a)", float_only=True, ref=np.sqrt),
-    OpDef("exp", 1, c="exp(a)", ufunc="exp", float_only=True, ref=np.exp),
-    OpDef("log", 1, c="log(a)", ufunc="log", float_only=True, ref=np.log),
-    OpDef("log1p", 1, c="log1p(a)", ufunc="log1p", float_only=True, ref=np.log1p),
-    OpDef("tanh", 1, c="tanh(a)", ufunc="tanh", float_only=True, ref=np.tanh),
-    OpDef("power", 2, c="pow(a, b)", c_int="ms_ipow_T(a, b)", ufunc="power", ref=_ipow),
+    # transcendentals: mshadow/vmath.py bodies, one per ISA, the same bits at every level
+    OpDef("exp", 1, c="ms_s_exp_T(a)", packet="P(exp)(a)", float_only=True, cuda="exp(a)",
+          ref=np.exp),
+    OpDef("log", 1, c="ms_s_log_T(a)", packet="P(log)(a)", float_only=True, cuda="log(a)",
+          ref=np.log),
+    OpDef("log1p", 1, c="ms_s_log1p_T(a)", packet="P(log1p)(a)", float_only=True,
+          cuda="log1p(a)", ref=np.log1p),
+    OpDef("tanh", 1, c="ms_s_tanh_T(a)", packet="P(tanh)(a)", float_only=True, cuda="tanh(a)",
+          ref=np.tanh),
+    OpDef("power", 2, c="pow(a, b)", c_int="ms_ipow_T(a, b)", ref=_ipow),
     OpDef("sigmoid", 1, composite="div(1, plus(1, exp(neg(a))))", float_only=True,
           ref=lambda a: 1 / (1 + np.exp(-a))),
     OpDef("softplus", 1, composite="log1p(exp(a))", float_only=True,
@@ -131,13 +135,11 @@ FLOAT_CODES = ("f32", "f64")
 def kernel_kind(op, code):
     """How the CPU plan evaluates ``op`` on compute type ``code``.
 
-    'composite' (expanded), 'via_f64' (integers through float64), 'ufunc' (numpy's loop),
-    or 'c' (a generated kernel, with a packet path where the op has one).
+    'composite' (expanded), 'via_f64' (integers through float64), or 'c' (a generated
+    kernel, with a packet path where the op has one).
     """
     if code not in FLOAT_CODES and op.float_only:
         return "via_f64"
     if op.composite:
         return "composite"
-    if op.ufunc and code in FLOAT_CODES:
-        return "ufunc"
     return "c"

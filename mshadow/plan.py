@@ -43,7 +43,7 @@ def compute_code(code):
 
 @dataclass
 class Instr:
-    kernel: Tuple          # ('k', name) generated kernel, or ('u', ufunc_name, type_code)
+    kernel: Tuple          # ('k', name) a generated kernel, or ('chain', code, steps)
     ins: List[Tuple]
     out: Tuple
 
@@ -55,8 +55,7 @@ class Instr:
                 parts.append(f"{op}(_)" if k is None else
                              (f"{op}({o}, _)" if swap else f"{op}(_, {o})"))
             return f"{_opd(self.out)} = chain_{self.kernel[1]}[{' -> '.join(parts)}]"
-        kname = self.kernel[1] if self.kernel[0] == "k" else f"np.{self.kernel[1]}.{self.kernel[2]}"
-        return f"{_opd(self.out)} = {kname}({', '.join(_opd(o) for o in self.ins)})"
+        return f"{_opd(self.out)} = {self.kernel[1]}({', '.join(_opd(o) for o in self.ins)})"
 
 
 @dataclass
@@ -74,6 +73,8 @@ class Program:
     scalar_codes: List[Tuple[str, str]] = field(default_factory=list)  # (storage, compute)
     dst_code: str = "f32"
     saver: str = "saveto"
+    # the defined operators inlined here, as they were traced: the plan owns what it runs
+    user_ops: dict = field(default_factory=dict)
 
 
 def _opd(o):
@@ -213,6 +214,7 @@ class _Compiler:
     def apply(self, name, args, cc):
         """Emit operator ``name`` on operands of compute type ``cc``."""
         if name in USER_OPS:
+            self.p.user_ops[name] = USER_OPS[name]
             return self.expand(USER_OPS[name][1], args, cc)
         op = OPS_BY_NAME.get(name)
         if op is None:
@@ -223,8 +225,6 @@ class _Compiler:
         if kind == "via_f64":
             res = self.apply(name, [self.cast(a, "f64") for a in args], "f64")
             return self.cast(res, cc)
-        if kind == "ufunc":
-            return self.instr(("u", op.ufunc, cc), args, cc)
         return self.instr(("k", f"{name}_{cc}"), args, cc)
 
     def expand(self, tree, args, cc):

@@ -25,7 +25,11 @@ typedef struct {
   npy_intp p[MS_GATHER_PARAMS];
 } ms_gather;
 
-static int ms_gather_error = 0;   /* set when an index read from a tensor is out of range */
+#ifndef MS_THREAD_LOCAL
+#define MS_THREAD_LOCAL __thread
+#endif
+/* set when an index read from a tensor is out of range; per thread, like ms_fpe_flags */
+static MS_THREAD_LOCAL int ms_gather_error = 0;
 
 /* An index stored in a tensor of TypeFlag `code`, truncated toward zero as mshadow's casts. */
 static inline npy_intp ms_read_index(const char *p, int code) {

@@ -23,6 +23,7 @@
 #define MS_ISA_AVX512 3
 
 #define MS_PACKET_INSIDE 1
+#include "packet/scalar.h"
 #if MS_X86
 #include "packet/sse2.h"
 #if defined(__GNUC__) || defined(__clang__)

@@ -108,7 +108,19 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
 
 #define MS_STACK_REGS 8   /* registers a single-threaded run keeps on the stack */
 
-/* Returns 0, or -1 when a thread could not get its registers. */
+/* What one run reports, OR-ed over its threads (the kernels' flags are thread-local). */
+enum { MS_RUN_NOMEM = 1, MS_RUN_IDIV0 = 2, MS_RUN_GATHER_OOB = 4 };
+
+static inline void ms_clear_thread_flags(void) {
+  ms_fpe_flags = 0;
+  ms_gather_error = 0;
+}
+
+static inline int ms_thread_flags(void) {
+  return ((ms_fpe_flags & 1) ? MS_RUN_IDIV0 : 0) | (ms_gather_error ? MS_RUN_GATHER_OOB : 0);
+}
+
+/* Returns the MS_RUN_* flags of this run (0: done, nothing to report). */
 static int ms_run_program(const ms_program *p) {
   const npy_intp nbx = (p->cols + p->block - 1) / p->block;
   const npy_intp total = p->rows * nbx;
@@ -121,11 +133,12 @@ static int ms_run_program(const ms_program *p) {
     char *regs = stack_regs;
     if (p->nreg * p->reg_bytes > (npy_intp)sizeof(stack_regs)) {
       regs = (char *)ms_aligned_malloc((size_t)(p->nreg * p->reg_bytes));
-      if (regs == NULL) return -1;
+      if (regs == NULL) return MS_RUN_NOMEM;
     }
+    ms_clear_thread_flags();
     for (b = 0; b < total; ++b) ms_run_block(p, regs, b, nbx);
     if (regs != stack_regs) ms_aligned_free(regs);
-    return 0;
+    return ms_thread_flags();
   }
 #ifdef _OPENMP
   int nt = p->nthreads;
@@ -134,7 +147,8 @@ static int ms_run_program(const ms_program *p) {
 #endif
   {
     char *regs = p->nreg ? (char *)ms_aligned_malloc((size_t)(p->nreg * p->reg_bytes)) : NULL;
-    if (p->nreg && regs == NULL) failed = 1;
+    if (p->nreg && regs == NULL) failed |= MS_RUN_NOMEM;
+    ms_clear_thread_flags();
 #ifdef _OPENMP
     #pragma omp for schedule(static)
 #endif
@@ -143,8 +157,9 @@ static int ms_run_program(const ms_program *p) {
       ms_run_block(p, regs, b, nbx);
     }
     if (regs) ms_aligned_free(regs);
+    failed |= ms_thread_flags();
   }
-  return failed ? -1 : 0;
+  return failed;
 }
 
 static int ms_max_threads(void) {

@@ -30,3 +30,31 @@ typedef __m256d ms_avx2_v_f64;
 
 MS_AVX2_DEF(float, f32, __m256, ps)
 MS_AVX2_DEF(double, f64, __m256d, pd)
+
+/* The transcendentals' vocabulary (see sse2.h): masks are vectors, sel is a blend. */
+typedef __m256 ms_avx2_m_f32;
+typedef __m256d ms_avx2_m_f64;
+#define MS_AVX2_MATH(T, t, V, s, I, ibits, ebias, magic_bits, iw, sw)                         \
+  MS_AVX2_FN V ms_avx2_lt_##t(V a, V b) { return _mm256_cmp_##s(a, b, _CMP_LT_OQ); }          \
+  MS_AVX2_FN V ms_avx2_gt_##t(V a, V b) { return _mm256_cmp_##s(a, b, _CMP_GT_OQ); }          \
+  MS_AVX2_FN V ms_avx2_eq_##t(V a, V b) { return _mm256_cmp_##s(a, b, _CMP_EQ_OQ); }          \
+  MS_AVX2_FN V ms_avx2_isnan_##t(V a) { return _mm256_cmp_##s(a, a, _CMP_UNORD_Q); }          \
+  MS_AVX2_FN V ms_avx2_mor_##t(V a, V b) { return _mm256_or_##s(a, b); }                      \
+  MS_AVX2_FN V ms_avx2_sel_##t(V m, V a, V b) { return _mm256_blendv_##s(b, a, m); }           \
+  MS_AVX2_FN V ms_avx2_pow2i_##t(V n) {                                                       \
+    const V magic = _mm256_castsi256_##s(_mm256_set1_epi##sw(magic_bits));                    \
+    __m256i k = _mm256_cast##s##_si256(_mm256_add_##s(n, magic));                            \
+    k = _mm256_add_epi##iw(k, _mm256_set1_epi##sw((I)(ebias) - (I)(magic_bits)));             \
+    return _mm256_castsi256_##s(_mm256_slli_epi##iw(k, ibits)); }                             \
+  MS_AVX2_FN V ms_avx2_frexpe_##t(V x) {                                                      \
+    const V magic = _mm256_castsi256_##s(_mm256_set1_epi##sw(magic_bits));                    \
+    __m256i k = _mm256_srli_epi##iw(_mm256_cast##s##_si256(x), ibits);                        \
+    k = _mm256_add_epi##iw(k, _mm256_set1_epi##sw((I)(magic_bits) - (I)(ebias) + 1));         \
+    return _mm256_sub_##s(_mm256_castsi256_##s(k), magic); }                                  \
+  MS_AVX2_FN V ms_avx2_frexpm_##t(V x) {                                                      \
+    const __m256i mant = _mm256_set1_epi##sw((I)(((I)1 << ibits) - 1));                       \
+    return _mm256_or_##s(_mm256_castsi256_##s(_mm256_and_si256(_mm256_cast##s##_si256(x), mant)), \
+                         _mm256_set1_##s((T)0.5)); }
+
+MS_AVX2_MATH(float, f32, __m256, ps, int32_t, 23, 127, 0x4B400000, 32, 32)
+MS_AVX2_MATH(double, f64, __m256d, pd, int64_t, 52, 1023, 0x4338000000000000LL, 64, 64x)

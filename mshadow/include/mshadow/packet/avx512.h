@@ -35,3 +35,32 @@ typedef __m512d ms_avx512_v_f64;
 
 MS_AVX512_DEF(float, f32, __m512, ps, __m512i, si512)
 MS_AVX512_DEF(double, f64, __m512d, pd, __m512i, si512)
+
+/* The transcendentals' vocabulary (see sse2.h): masks are AVX-512 mask registers. */
+typedef __mmask16 ms_avx512_m_f32;
+typedef __mmask8 ms_avx512_m_f64;
+#define MS_AVX512_MATH(T, t, V, M, s, I, ibits, ebias, magic_bits, iw, sw)                    \
+  MS_AVX512_FN M ms_avx512_lt_##t(V a, V b) { return _mm512_cmp_##s##_mask(a, b, _CMP_LT_OQ); } \
+  MS_AVX512_FN M ms_avx512_gt_##t(V a, V b) { return _mm512_cmp_##s##_mask(a, b, _CMP_GT_OQ); } \
+  MS_AVX512_FN M ms_avx512_eq_##t(V a, V b) { return _mm512_cmp_##s##_mask(a, b, _CMP_EQ_OQ); } \
+  MS_AVX512_FN M ms_avx512_isnan_##t(V a) { return _mm512_cmp_##s##_mask(a, a, _CMP_UNORD_Q); } \
+  MS_AVX512_FN M ms_avx512_mor_##t(M a, M b) { return (M)(a | b); }                            \
+  MS_AVX512_FN V ms_avx512_sel_##t(M m, V a, V b) { return _mm512_mask_blend_##s(m, b, a); }    \
+  MS_AVX512_FN V ms_avx512_pow2i_##t(V n) {                                                    \
+    const V magic = _mm512_castsi512_##s(_mm512_set1_epi##sw(magic_bits));                     \
+    __m512i k = _mm512_cast##s##_si512(_mm512_add_##s(n, magic));                              \
+    k = _mm512_add_epi##iw(k, _mm512_set1_epi##sw((I)(ebias) - (I)(magic_bits)));              \
+    return _mm512_castsi512_##s(_mm512_slli_epi##iw(k, ibits)); }                              \
+  MS_AVX512_FN V ms_avx512_frexpe_##t(V x) {                                                   \
+    const V magic = _mm512_castsi512_##s(_mm512_set1_epi##sw(magic_bits));                     \
+    __m512i k = _mm512_srli_epi##iw(_mm512_cast##s##_si512(x), ibits);                         \
+    k = _mm512_add_epi##iw(k, _mm512_set1_epi##sw((I)(magic_bits) - (I)(ebias) + 1));          \
+    return _mm512_sub_##s(_mm512_castsi512_##s(k), magic); }                                   \
+  MS_AVX512_FN V ms_avx512_frexpm_##t(V x) {                                                   \
+    const __m512i mant = _mm512_set1_epi##sw((I)(((I)1 << ibits) - 1));                        \
+    return _mm512_castsi512_##s(_mm512_or_si512(                                              \
+        _mm512_and_si512(_mm512_cast##s##_si512(x), mant),                                     \
+        _mm512_cast##s##_si512(_mm512_set1_##s((T)0.5)))); }
+
+MS_AVX512_MATH(float, f32, __m512, __mmask16, ps, int32_t, 23, 127, 0x4B400000, 32, 32)
+MS_AVX512_MATH(double, f64, __m512d, __mmask8, pd, int64_t, 52, 1023, 0x4338000000000000LL, 64, 64)

@@ -40,3 +40,35 @@ static inline double ms_sse2_sum_f64(__m128d v) {
   _mm_storeu_pd(t, v);
   return t[0] + t[1];
 }
+
+/* The vocabulary of the vectorised transcendentals (vmath_gen.h): comparisons give a mask,
+ * sel(m, a, b) picks a where m is set, and three exponent-field helpers for IEEE values.
+ * The integer tricks use the magic constant M = 1.5 * 2^(mantissa bits): for an integral
+ * value n with |n| < 2^(mantissa bits - 1), bits(n + M) - bits(M) == n. */
+typedef __m128 ms_sse2_m_f32;
+typedef __m128d ms_sse2_m_f64;
+#define MS_SSE2_MATH(T, t, V, s, I, ibits, ebias, magic_bits, iw, sw)                           \
+  static inline V ms_sse2_lt_##t(V a, V b) { return _mm_cmplt_##s(a, b); }                   \
+  static inline V ms_sse2_gt_##t(V a, V b) { return _mm_cmpgt_##s(a, b); }                   \
+  static inline V ms_sse2_eq_##t(V a, V b) { return _mm_cmpeq_##s(a, b); }                   \
+  static inline V ms_sse2_isnan_##t(V a) { return _mm_cmpunord_##s(a, a); }                  \
+  static inline V ms_sse2_mor_##t(V a, V b) { return _mm_or_##s(a, b); }                     \
+  static inline V ms_sse2_sel_##t(V m, V a, V b) {                                           \
+    return _mm_or_##s(_mm_and_##s(m, a), _mm_andnot_##s(m, b)); }                            \
+  static inline V ms_sse2_pow2i_##t(V n) {                                                   \
+    const V magic = _mm_castsi128_##s(_mm_set1_epi##sw(magic_bits));                         \
+    __m128i k = _mm_cast##s##_si128(_mm_add_##s(n, magic));                                  \
+    k = _mm_add_epi##iw(k, _mm_set1_epi##sw((I)(ebias) - (I)(magic_bits)));                  \
+    return _mm_castsi128_##s(_mm_slli_epi##iw(k, ibits)); }                                  \
+  static inline V ms_sse2_frexpe_##t(V x) {                                                  \
+    const V magic = _mm_castsi128_##s(_mm_set1_epi##sw(magic_bits));                         \
+    __m128i k = _mm_srli_epi##iw(_mm_cast##s##_si128(x), ibits);                             \
+    k = _mm_add_epi##iw(k, _mm_set1_epi##sw((I)(magic_bits) - (I)(ebias) + 1));              \
+    return _mm_sub_##s(_mm_castsi128_##s(k), magic); }                                       \
+  static inline V ms_sse2_frexpm_##t(V x) {                                                  \
+    const __m128i mant = _mm_set1_epi##sw((I)(((I)1 << ibits) - 1));                         \
+    return _mm_or_##s(_mm_castsi128_##s(_mm_and_si128(_mm_cast##s##_si128(x), mant)),         \
+                      _mm_set1_##s((T)0.5)); }
+
+MS_SSE2_MATH(float, f32, __m128, ps, int32_t, 23, 127, 0x4B400000, 32, 32)
+MS_SSE2_MATH(double, f64, __m128d, pd, int64_t, 52, 1023, 0x4338000000000000LL, 64, 64x)

@@ -1,0 +1,46 @@
+/* The scalar member of the packet family: the same functions as packet/sse2.h etc. on one
+ * value (ISA "s"). The vectorised transcendentals (vmath_gen.h) are generated once for
+ * every ISA including this one, so the plain path, the tails of the SIMD loops and every
+ * SIMD level compute the same bits. Built on every platform. */
+#ifndef MS_PACKET_INSIDE
+#error "include mshadow/packet.h, not packet/scalar.h"
+#endif
+#include <stdint.h>
+#include <string.h>
+
+typedef float ms_s_v_f32;
+typedef double ms_s_v_f64;
+typedef int ms_s_m_f32;
+typedef int ms_s_m_f64;
+
+#define MS_SCALAR_DEF(T, t, U, ibits, ebias, magic_bits)                                       \
+  static inline T ms_s_set1_##t(T x) { return x; }                                             \
+  static inline T ms_s_add_##t(T a, T b) { return a + b; }                                     \
+  static inline T ms_s_sub_##t(T a, T b) { return a - b; }                                     \
+  static inline T ms_s_mul_##t(T a, T b) { return a * b; }                                     \
+  static inline T ms_s_div_##t(T a, T b) { return a / b; }                                     \
+  static inline T ms_s_max_##t(T a, T b) { return a > b ? a : b; }                             \
+  static inline T ms_s_min_##t(T a, T b) { return a < b ? a : b; }                             \
+  static inline T ms_s_neg_##t(T a) { return -a; }                                             \
+  static inline T ms_s_abs_##t(T a) { U u; memcpy(&u, &a, sizeof u);                           \
+    u &= ~((U)1 << (sizeof(U) * 8 - 1)); memcpy(&a, &u, sizeof a); return a; }                 \
+  static inline int ms_s_lt_##t(T a, T b) { return a < b; }                                    \
+  static inline int ms_s_gt_##t(T a, T b) { return a > b; }                                    \
+  static inline int ms_s_eq_##t(T a, T b) { return a == b; }                                   \
+  static inline int ms_s_isnan_##t(T a) { return a != a; }                                     \
+  static inline int ms_s_mor_##t(int a, int b) { return a | b; }                               \
+  static inline T ms_s_sel_##t(int m, T a, T b) { return m ? a : b; }                          \
+  static inline T ms_s_pow2i_##t(T n) {                                                        \
+    U k, mb = (U)(magic_bits); T magic, r; memcpy(&magic, &mb, sizeof magic);                  \
+    n = n + magic; memcpy(&k, &n, sizeof k);                                                   \
+    k = (k + (U)(ebias) - mb) << ibits; memcpy(&r, &k, sizeof r); return r; }                 \
+  static inline T ms_s_frexpe_##t(T x) {                                                       \
+    U k, mb = (U)(magic_bits); T magic, r; memcpy(&magic, &mb, sizeof magic);                  \
+    memcpy(&k, &x, sizeof k); k = (k >> ibits) + mb - (U)(ebias) + 1;                          \
+    memcpy(&r, &k, sizeof r); return r - magic; }                                              \
+  static inline T ms_s_frexpm_##t(T x) {                                                       \
+    U k; T half = (T)0.5, r; U h; memcpy(&k, &x, sizeof k); memcpy(&h, &half, sizeof h);      \
+    k = (k & (((U)1 << ibits) - 1)) | h; memcpy(&r, &k, sizeof r); return r; }
+
+MS_SCALAR_DEF(float, f32, uint32_t, 23, 127, 0x4B400000u)
+MS_SCALAR_DEF(double, f64, uint64_t, 52, 1023, 0x4338000000000000ull)
