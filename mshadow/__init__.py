@@ -4,8 +4,19 @@ A port of mshadow (cxxnet, MXNet) and dmlc-core's Parameter system; see README.m
 """
 __version__ = "0.1.0"
 
+import os as _os
+
+# libgomp's idle threads spin for about 300,000 iterations by default (OMP_WAIT_POLICY unset).
+# On a machine where other processes compete for the cores, that spinning made 2 threads up
+# to 40x slower than 1. A short spin, then sleep, keeps the threaded default from losing
+# badly under contention (docs/threads.md; benchmarks/bench_threads.py). The user's own
+# OMP_WAIT_POLICY / GOMP_SPINCOUNT win; libgomp reads these once, when it is loaded by the
+# import of mshadow._core below (or earlier by another library, which then decides).
+if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["GOMP_SPINCOUNT"] = "10000"
+
 from .errors import (MShadowError, ShapeError, DTypeError, DeviceError, FreedTensorError,
-                     FormatError, CudaError, ParamError)
+                     FormatError, CudaError, ParamError, BuildMismatchError)
 from .dtypes import (float32, float64, float16, uint8, int8, int32, int64, default_real_t,
                      kFloat32, kFloat64, kFloat16, kUint8, kInt32, kInt8, kInt64,
                      default_type_flag, type_flag, dtype_from_flag)

@@ -165,12 +165,27 @@ def set_simd_level(level):
 cdef int _num_threads = ms_max_threads()
 
 
-def set_num_threads(int n):
-    """Threads used by one assignment (default: the cores OpenMP sees)."""
+MAX_THREADS = 1024
+
+
+def set_num_threads(n):
+    """Threads used by one assignment (default: the cores OpenMP sees).
+
+    Also caps the BLAS library's thread pool (through threadpoolctl, when installed), so
+    the two pools never oversubscribe the cores together."""
     global _num_threads
-    if n < 1:
-        raise ValueError(f"set_num_threads: expected n >= 1, got {n}")
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__} {n!r}") from None
+    if not 1 <= n <= MAX_THREADS:
+        raise ValueError(f"set_num_threads: expected 1 <= n <= {MAX_THREADS}, got {n}")
     _num_threads = n
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(limits=n, user_api="blas")
 
 
 def get_num_threads():

@@ -24,8 +24,9 @@ cdef class GatherLeaf:
             idx = (<Tensor> self.srcs[pos]).numpy()
             if idx.size:
                 lo, hi = idx.min(), idx.max()
-                if np.isnan(lo) if idx.dtype.kind == "f" else False:
-                    raise IndexError(f"{self.kernel[2:]}: the index holds NaN")
+                if idx.dtype.kind == "f" and not (np.isfinite(lo) and np.isfinite(hi)):
+                    raise IndexError(f"{self.kernel[2:]}: index values must be finite numbers "
+                                     f"in [0, {bound}), got [{lo}, {hi}]")
                 if int(lo) < 0 or int(hi) >= bound:
                     raise IndexError(f"{self.kernel[2:]}: index values must lie in [0, {bound}), "
                                      f"got [{lo}, {hi}]")

@@ -532,8 +532,21 @@ def free_space(Tensor t):
     t.mem.release()
 
 
+cdef _check_init(object init, object dtype, str where):
+    """``init`` must be a real number that a tensor of ``dtype`` can hold (or None)."""
+    if init is None:
+        return
+    if not _is_scalar(init) or isinstance(init, (np.complexfloating, np.datetime64, np.timedelta64)):
+        raise TypeError(f"{where}: init must be a real number or None, got "
+                        f"{type(init).__name__} {init!r:.40}")
+    if np.dtype(dtype).kind in "iu" and not np.isfinite(float(init)):
+        raise ValueError(f"{where}: init={init} cannot be stored in a {np.dtype(dtype).name} "
+                         f"tensor (expected a finite number)")
+
+
 def new_tensor(shape, init=0, bint pad=False, dtype=np.float32, device=cpu, stream=None):
     """Allocate a tensor of ``shape`` filled with ``init`` (``NewTensor``)."""
+    _check_init(init, as_dtype(dtype), "new_tensor")
     cdef Tensor t = Tensor(shape, dtype=dtype, device=device, stream=stream)
     alloc_space(t, pad)
     if init is not None:
@@ -625,6 +638,7 @@ cdef class TensorContainer(Tensor):
     def __init__(self, shape=None, init=0, pad=True, dtype=np.float32, device=cpu, stream=None):
         Tensor.__init__(self, (0,) if shape is None else shape, dtype=dtype, device=device,
                         stream=stream)
+        _check_init(init, self.dtype, "TensorContainer")
         self.pad = pad
         self.cap_rows = 0
         self.cap_pitch = 0
@@ -670,6 +684,7 @@ cdef class TensorContainer(Tensor):
     def resize(self, shape, init=None):
         """Reshape to ``shape``; memory is reused if large enough. Contents are not kept."""
         shape = as_shape(shape)
+        _check_init(init, self.dtype, "TensorContainer.resize")
         if len(shape) != len(self.shape) and self.shape.size() != 0:
             # an empty container (TensorContainer()) takes its rank from its first shape
             raise ShapeError(f"TensorContainer.resize: expected a {len(self.shape)}-D shape, "

@@ -373,6 +373,8 @@ def _cast_expr(src, dst, dst_ctype):
     if src == dst:
         return "a"
     val = "ms_half_to_float(a)" if src == "f16" else "a"
+    if dst == "f16" and src == "f64":
+        return "ms_double_to_half(a)"   # one rounding, not two through float
     if dst == "f16":
         return f"ms_float_to_half((float)({val}))"
     return f"({dst_ctype})({val})"

@@ -52,7 +52,10 @@ class _Eval:
         name, code = key[1], key[2]
         c = compute_code(code)
         args = [self.run(k, c) for k in key[3:]]
-        return apply(name, args, c)
+        res = apply(name, args, c)
+        if code == "f16":   # every half_t operator's result is a half, as compiled
+            res = res.astype(np.float16).astype(np.float32)
+        return res
 
 
 def apply(name, args, cc):
@@ -61,22 +64,102 @@ def apply(name, args, cc):
     if name in PY_OPS:
         op = PY_OPS[name]
         warn_untraced(op)
+        vals = [_Val(np.asarray(a, dtype=dt), cc) for a in args]
         if op.elementwise is None:
             try:   # numpy-vectorisable body (e.g. it calls numpy functions): one call a block
-                res = op.fn(*args)
+                res = op.fn(*vals)
                 op.elementwise = False
             except (ValueError, TypeError):   # it branches on values: one call an element
                 op.elementwise = True
         if op.elementwise:
-            res = np.vectorize(op.fn, otypes=[dt])(*args)
+            res = np.vectorize(lambda *xs: _unwrap(op.fn(*[_Val(np.asarray(x, dtype=dt), cc)
+                                                           for x in xs]), dt),
+                               otypes=[dt])(*args)
         else:
-            res = op.fn(*args)
-        return np.asarray(res).astype(dt, copy=False)
+            res = op.fn(*vals)
+        return _unwrap(res, dt)
     tree = USER_OPS[name][1] if name in USER_OPS else _COMPOSITES.get(name)
     if tree is not None:
         return _expand(tree, args, cc)
     with np.errstate(all="ignore"):
         return np.asarray(OPS_BY_NAME[name].ref(*args)).astype(dt, copy=False)
+
+
+def _unwrap(res, dt):
+    if isinstance(res, _Val):
+        res = res.v
+    res = np.asarray(res)
+    if res.dtype.kind not in "biuf":
+        raise TypeError(f"a defined operator returned {res.dtype} values; expected numbers")
+    with np.errstate(all="ignore"):
+        return res.astype(dt, copy=False)
+
+
+_UFUNC_OPS = {np.add: "plus", np.subtract: "minus", np.multiply: "mul", np.true_divide: "div",
+              np.negative: "neg", np.absolute: "abs", np.power: "power", np.maximum: "maximum",
+              np.minimum: "minimum", np.greater: "gt", np.less: "lt", np.greater_equal: "ge",
+              np.less_equal: "le", np.equal: "eq", np.not_equal: "ne"}
+
+
+class _Val:
+    """A block (or one element) inside an untraceable operator body. Its arithmetic is the
+    compiled kernels': integers wrap, integer division truncates and x / 0 is 0, results keep
+    the compute type. Other numpy functions see the plain array."""
+
+    __slots__ = ("v", "cc")
+
+    def __init__(self, v, cc):
+        self.v = v
+        self.cc = cc
+
+    def __array__(self, dtype=None, copy=None):
+        return self.v if dtype is None else self.v.astype(dtype)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain = [x.v if isinstance(x, _Val) else x for x in inputs]
+        name = _UFUNC_OPS.get(ufunc)
+        if method != "__call__" or kwargs or name is None:
+            return getattr(ufunc, method)(*plain, **kwargs)
+        dt = _NP_BY_CODE[self.cc]
+        return _Val(apply(name, [np.asarray(x).astype(dt) for x in plain], self.cc), self.cc)
+
+    def __bool__(self):
+        return bool(self.v)
+
+    def __float__(self):
+        return float(self.v)
+
+    def __int__(self):
+        return int(self.v)
+
+    def __index__(self):
+        return int(self.v)
+
+    def __getattr__(self, name):   # .shape, .dtype, .sum() ...
+        return getattr(self.v, name)
+
+    def __neg__(self): return np.negative(self)
+    def __abs__(self): return np.absolute(self)
+    def __pos__(self): return self
+    def __add__(self, o): return np.add(self, o)
+    def __radd__(self, o): return np.add(o, self)
+    def __sub__(self, o): return np.subtract(self, o)
+    def __rsub__(self, o): return np.subtract(o, self)
+    def __mul__(self, o): return np.multiply(self, o)
+    def __rmul__(self, o): return np.multiply(o, self)
+    def __truediv__(self, o): return np.true_divide(self, o)
+    def __rtruediv__(self, o): return np.true_divide(o, self)
+    __floordiv__ = __truediv__    # the kernels' integer division truncates, as C does
+    __rfloordiv__ = __rtruediv__
+    def __pow__(self, o): return np.power(self, o)
+    def __rpow__(self, o): return np.power(o, self)
+    def __gt__(self, o): return np.greater(self, o)
+    def __lt__(self, o): return np.less(self, o)
+    def __ge__(self, o): return np.greater_equal(self, o)
+    def __le__(self, o): return np.less_equal(self, o)
+    def __eq__(self, o): return np.equal(self, o)
+    def __ne__(self, o): return np.not_equal(self, o)
+    __hash__ = None
 
 
 def _expand(tree, args, cc):

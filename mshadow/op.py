@@ -127,8 +127,18 @@ def define(fn=None, *, name=None):
     uname = f"user.{base}.{next(_serial)}"   # unique: two ops may share a Python name
     try:
         out = fn(*[Sym(v) for v in "abc"[:arity]])
-        tree = _sym_tree(out)
     except TraceError as e:
+        out, tree = None, e
+    else:
+        if out is None or isinstance(out, (str, bytes, bool)):
+            raise TypeError(f"define: operator {base} returned {type(out).__name__} {out!r:.40}; "
+                            f"its body must return an expression of its inputs or a number")
+        try:
+            tree = _sym_tree(out)
+        except TraceError as e:
+            tree = e
+    if isinstance(tree, TraceError):
+        e = tree
         op = PyOp(uname, arity, fn, str(e))
         PY_OPS[uname] = op
         return op

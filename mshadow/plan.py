@@ -208,7 +208,10 @@ class _Compiler:
             name, code = key[1], key[2]
             cc = compute_code(code)
             args = [self.emit(a, (code, cc)) for a in key[3:]]
-            return self.apply(name, args, cc)
+            res = self.apply(name, args, cc)
+            if code == "f16":   # mshadow's half_t: every operator's result is a half
+                res = self.cast(self.cast(res, "f16"), "f32")
+            return res
         raise ValueError(f"unknown plan node {key!r}")
 
     def apply(self, name, args, cc):

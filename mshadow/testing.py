@@ -45,15 +45,21 @@ def simd_levels():
 
 def c_cast(values, dtype):
     """A C conversion to ``dtype`` (floats truncate toward zero; integers wrap; float64 to
-    float16 goes through float, as mshadow's half_t(double) does)."""
+    float16 rounds once, as numpy does)."""
     dtype = np.dtype(dtype)
     values = np.asarray(values)
     with np.errstate(all="ignore"):
-        if dtype == np.float16 and values.dtype == np.float64:
-            return values.astype(np.float32).astype(np.float16)
         if dtype.kind in "iu" and values.dtype.kind == "f":
             return np.trunc(values).astype(dtype)
         return values.astype(dtype)
+
+
+def _as_storage(val, storage, cc):
+    """An operator's result in a float16 expression is a half (mshadow's half_t)."""
+    if np.dtype(storage) == np.float16:
+        with np.errstate(all="ignore"):
+            return val.astype(np.float16).astype(cc)
+    return val
 
 
 def c_idiv(a, b):
@@ -1264,7 +1270,7 @@ class _Gen(_ExtLeaves):
             e = getattr(ms.op, name)(*exprs)
         else:
             e = ms.F(getattr(ms.op, name), *exprs)
-        val = ref_apply(name, [a.val for a in args], cc, self.flags)
+        val = _as_storage(ref_apply(name, [a.val for a in args], cc, self.flags), storage, cc)
         err = None
         if any(a.err is not None for a in args):
             if spec.bound is None:
@@ -1291,7 +1297,7 @@ class _Gen(_ExtLeaves):
                 raise _Reject
         vals = [np.broadcast_to(a.val, shape).astype(cc) for a in args]
         with np.errstate(all="ignore"):
-            val = np.asarray(ref(*vals)).astype(cc)
+            val = _as_storage(np.asarray(ref(*vals)).astype(cc), storage, cc)
         err = None
         if any(a.err is not None for a in args):
             err = bound(vals, [a.err for a in args], val, cc) + 2 * _ulp(val, cc)

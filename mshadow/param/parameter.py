@@ -23,7 +23,17 @@ class ParamInitOption(enum.IntEnum):
 
 def _pairs(kwargs):
     """Init accepts a mapping or (key, value) pairs, processed in order: later keys win."""
-    return list(kwargs.items()) if isinstance(kwargs, Mapping) else [tuple(kv) for kv in kwargs]
+    if isinstance(kwargs, Mapping):
+        return list(kwargs.items())
+    if isinstance(kwargs, (str, bytes)) or not hasattr(kwargs, "__iter__"):
+        raise TypeError(f"Parameter.init: expected a dict or (key, value) pairs, got "
+                        f"{type(kwargs).__name__} {kwargs!r:.60}")
+    pairs = [tuple(kv) if hasattr(kv, "__iter__") and not isinstance(kv, (str, bytes)) else kv
+             for kv in kwargs]
+    for kv in pairs:
+        if not (isinstance(kv, tuple) and len(kv) == 2):
+            raise TypeError(f"Parameter.init: expected (key, value) pairs, got {kv!r:.60}")
+    return pairs
 
 
 def _is_hidden(key):
@@ -194,7 +204,11 @@ class Parameter:
     def load_json(cls, source):
         """A new instance from save_json's text (a str or a file object), via init()."""
         text = source.read() if hasattr(source, "read") else source
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as e:   # malformed, huge numbers, deep nesting
+            raise ParamError(f"{cls.__name__}.load_json: not valid parameter JSON "
+                             f"({type(e).__name__}: {str(e)[:120]})") from None
         if not isinstance(data, dict):
             raise ParamError(f"{cls.__name__}.load_json expects a JSON object, got {type(data).__name__}")
         p = cls()

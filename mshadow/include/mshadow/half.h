@@ -56,4 +56,30 @@ static inline uint16_t ms_float_to_half(float f) {
   return (uint16_t)(sign | h);
 }
 
+/* double -> half rounded ONCE (through float it would round twice: 1 + 2^-11 + 2^-40 must
+ * become 1.001, not 1.0). Same rules as numpy's npy_double_to_half. */
+static inline uint16_t ms_double_to_half(double d) {
+  uint64_t x;
+  memcpy(&x, &d, 8);
+  const uint16_t sign = (uint16_t)((x >> 48) & 0x8000u);
+  const uint64_t dexp = (x >> 52) & 0x7ffu, dman = x & 0xfffffffffffffull;
+  if (dexp == 0x7ffu) {                    /* inf / nan */
+    if (dman) {
+      uint16_t m = (uint16_t)(dman >> 42);
+      return (uint16_t)(sign | 0x7c00u | (m ? m : 1u));
+    }
+    return (uint16_t)(sign | 0x7c00u);
+  }
+  const int e = (int)dexp - 1023;          /* |d| in [2^e, 2^(e+1)) */
+  if (e >= 16) return (uint16_t)(sign | 0x7c00u);
+  if (e < -25) return sign;                /* below half the smallest subnormal */
+  const uint64_t m = dman | (1ull << 52);  /* d = m * 2^(e - 52) */
+  const int shift = e >= -14 ? 42 : 28 - e;   /* to units of the half's last place */
+  uint64_t q = m >> shift;
+  const uint64_t rem = m & ((1ull << shift) - 1), halfway = 1ull << (shift - 1);
+  if (rem > halfway || (rem == halfway && (q & 1u))) q++;
+  /* normal: q holds the implicit bit, so a carry moves into the exponent (up to inf) */
+  return (uint16_t)(sign | (e >= -14 ? (uint16_t)((uint32_t)(e + 14) << 10) + q : q));
+}
+
 #endif  /* MSHADOW_HALF_H_ */
