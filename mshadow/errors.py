@@ -44,3 +44,8 @@ class ParamError(MShadowError, ValueError):
         super().__init__(message)
         self.key = key
         self.value = value
+
+
+class PSError(MShadowError, RuntimeError):
+    """The parameter server (mshadow.ps) cannot go on: a peer rank died or stopped answering
+    within the timeout, or an MPI call failed. The model on this rank was not half-updated."""
