@@ -21,17 +21,15 @@ from mpi4py import MPI
 from .errors import MShadowError, PSError
 
 _MODELS = weakref.WeakSet()
-_BYTES = {}
 _SUM_TYPES = {"f4": MPI.FLOAT, "f8": MPI.DOUBLE, "i4": MPI.INT32_T, "i8": MPI.INT64_T,
               "i1": MPI.INT8_T, "u1": MPI.UINT8_T}
+# Data moves as a basic type of the same size, so no derived type is ever packed; float16
+# (no MPI type) moves as 16-bit integers and is summed by the "ordered" reduce only.
+_MOVE_TYPES = dict(_SUM_TYPES, f2=MPI.UINT16_T)
 
 
-def _bytes_type(itemsize):
-    """An MPI type of ``itemsize`` bytes: counts stay in elements, any dtype (float16) moves."""
-    t = _BYTES.get(itemsize)
-    if t is None:
-        t = _BYTES[itemsize] = MPI.BYTE.Create_contiguous(itemsize).Commit()
-    return t
+def _move_type(dtype):
+    return _MOVE_TYPES[dtype.str[1:]]
 
 
 class MPITransport:
@@ -71,7 +69,7 @@ class MPITransport:
         ks.comm = comm
         if init is not None:
             np.copyto(ks.replica, init)
-            self._wait(model, comm.Ibcast([ks.replica, ks.n, _bytes_type(ks.dtype.itemsize)],
+            self._wait(model, comm.Ibcast([ks.replica, ks.n, _move_type(ks.dtype)],
                                           root=0), f"init_key({ks.key}) (initial value)")
 
     def post_reduce(self, model, rnd, local):
@@ -82,7 +80,7 @@ class MPITransport:
             rnd.parts = [total]
             t = _SUM_TYPES[code]
             return ks.comm.Ireduce_scatter([local, t], [total, t], ks.counts, MPI.SUM)
-        t = _bytes_type(ks.dtype.itemsize)
+        t = _move_type(ks.dtype)
         m = ks.mine
         recv = ks.buf("recv", m * self.size)
         rnd.parts = [recv[r * m:(r + 1) * m] for r in range(self.size)]
@@ -91,7 +89,7 @@ class MPITransport:
 
     def post_gather(self, model, rnd):
         ks = rnd.ks
-        t = _bytes_type(ks.dtype.itemsize)
+        t = _move_type(ks.dtype)
         return ks.comm.Iallgatherv([ks.weight, ks.mine, t],
                                    [ks.replica_next, (ks.counts, ks.offsets), t])
 
