@@ -522,7 +522,17 @@ class ISharedModel:
                 progressed = bool(start or calls)
                 now = time.monotonic()
                 for rnd in list(self._active):
-                    if self._advance(rnd):
+                    try:
+                        finished = self._advance(rnd)
+                    except Exception as e:
+                        ks = rnd.ks
+                        hint = ("; a rank probably died"
+                                if type(e).__module__.startswith("mpi4py") else "")
+                        raise PSError(
+                            f"rank {self.rank} of {self.size}: round {rnd.index} of key "
+                            f"{ks.key} failed ({type(e).__name__}: {e}){hint}. This rank's "
+                            f"copy of key {ks.key} is whole at round {ks.ncompleted}") from e
+                    if finished:
                         self._active.remove(rnd)
                         self._finish(rnd)
                         progressed = True
@@ -533,8 +543,10 @@ class ISharedModel:
                             f"rank {self.rank} of {self.size}: the {what} of key {ks.key} "
                             f"round {rnd.index} got no answer from the other ranks within "
                             f"{self.timeout:g} s; a rank probably died or stopped pushing "
-                            f"this key. This rank's model of key {ks.key} is whole at round "
-                            f"{ks.ncompleted} (the failed update was not applied)")
+                            f"this key. This rank's copy of key {ks.key} is whole at round "
+                            f"{ks.ncompleted}"
+                            + (f"; round {rnd.index} was not applied" if rnd.stage == 1 else
+                               f" (the slice it serves holds round {rnd.index}, whole)"))
                 if self._active and not progressed:
                     # MPI moves data only inside MPI calls: poll without pause for `spin`
                     # seconds (even sleep(0) costs a scheduler round trip, 4x slower
