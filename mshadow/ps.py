@@ -169,7 +169,7 @@ class ISharedModel:
         self.timeout = 60.0                    # seconds without an answer before PSError
         self.reduce = "ordered"
         self.update_on_server = True
-        self.spin = 1.0                        # seconds of busy polling before backing off
+        self.spin = 0.002                      # seconds of busy polling, plus 10 ms a MB
         for k, v in params.items():
             self.set_param(k, v)
         self._cv = threading.Condition()
@@ -202,7 +202,8 @@ class ISharedModel:
     def set_param(self, name, value):
         """mshadow-ps ``SetParam``: bigarray_bound (elements; larger keys are split over
         all ranks), timeout (seconds), reduce ("ordered" or "mpi"), update_on_server, spin
-        (seconds the server thread polls MPI without pause before it starts to sleep)."""
+        (seconds the server thread polls MPI without pause before it starts to sleep; a
+        round of B bytes adds B / 1e8 s)."""
         name = str(name)
         if name == "bigarray_bound":
             v = int(value)
@@ -552,8 +553,12 @@ class ISharedModel:
                     # seconds (even sleep(0) costs a scheduler round trip, 4x slower
                     # transfers here), then back off so a rank waiting for slow peers
                     # leaves the CPU to the compute.
+                    # A big transfer needs the polling all along: the window grows with
+                    # the bytes in flight (at 100 MB/s).
                     idle_since = idle_since or now
-                    if now - idle_since > self.spin:
+                    window = self.spin + max(r.ks.n * r.ks.dtype.itemsize
+                                             for r in self._active) / 1e8
+                    if now - idle_since > window:
                         time.sleep(1e-4)
                 else:
                     idle_since = None
