@@ -3,7 +3,7 @@
     mpiexec -n 4 python benchmarks/bench_ps.py            # 64 MB float32 gradient, 15 rounds
     mpiexec -n 4 python benchmarks/bench_ps.py --mb 8 --rounds 9
 
-One round of each, interleaved (ps "ordered", ps "mpi", Allreduce, ...) so that load from
+One round of each, interleaved (ps, Allreduce, ps, ...) so that load from
 other processes hits all of them alike; a barrier before every timed operation; each time is
 the slowest rank's (what a training step waits for). Prints medians, GB/s as buffer bytes /
 time (the "algorithm bandwidth"), and ratios to Allreduce. Every result is checked against
@@ -39,16 +39,13 @@ def main():
     ref = np.empty(n, np.float32)
     expect = size * (size + 1) / 2
 
-    models = {}
-    for mode in ("ordered", "mpi"):
-        m = ms.ps.create_shared_model("mpi", reduce=mode, timeout=120)
-        m.init_key(0, (n,), np.float32)                    # big: split over every rank
-        models[mode] = m
+    model = ms.ps.create_shared_model("mpi", timeout=120)
+    model.init_key(0, (n,), np.float32)                    # big: split over every rank
 
-    def ps_round(m):
-        m.push(grad, 0)
-        m.pull_req(out, 0)
-        m.pull_wait(0)
+    def ps_round():
+        model.push(grad, 0)
+        model.pull_req(out, 0)
+        model.pull_wait(0)
 
     def allreduce():
         comm.Allreduce(np.asarray(grad), ref, op=MPI.SUM)
@@ -59,8 +56,7 @@ def main():
         fn()
         return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
-    cases = [("ps ordered (alltoallv + rank-order sum + allgatherv)", lambda: ps_round(models["ordered"])),
-             ("ps mpi (ireduce_scatter + allgatherv)", lambda: ps_round(models["mpi"])),
+    cases = [("mshadow.ps push + pull_req + pull_wait", ps_round),
              ("mpi4py Allreduce", allreduce)]
     for name, fn in cases:                                   # warm up, and check
         fn()
@@ -72,18 +68,17 @@ def main():
     for _ in range(args.rounds):
         for name, fn in cases:
             times[name].append(timed(fn))
-    for m in models.values():
-        m.close()
+    model.close()
     if rank == 0:
         nbytes = n * 4
         base = statistics.median(times["mpi4py Allreduce"])
         print(f"# {size} ranks, {nbytes / 2**20:.0f} MB float32 gradient, {args.rounds} interleaved "
               f"rounds; {MPI.Get_library_version().splitlines()[0].strip()}; "
               f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus")
-        print(f"{'operation':<56} {'median':>9} {'GB/s':>7} {'vs Allreduce':>12}")
+        print(f"{'operation':<40} {'median':>9} {'GB/s':>7} {'vs Allreduce':>12}")
         for name, _ in cases:
             t = statistics.median(times[name])
-            print(f"{name:<56} {t * 1e3:7.1f}ms {nbytes / t / 1e9:7.2f} {t / base:11.2f}x")
+            print(f"{name:<40} {t * 1e3:7.1f}ms {nbytes / t / 1e9:7.2f} {t / base:11.2f}x")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""The "mpi" transport of mshadow.ps: nonblocking MPI collectives, one communicator a key.
+"""The "mpi" transport of mshadow.ps: nonblocking MPI point-to-point, a communicator a key.
 
-A round of a key is two collectives on the key's own communicator (so rounds of different keys
-may start in any order on different ranks without mismatching):
-  reduce  Ialltoallv: each rank sends every owner its slice; the owner sums the slices in rank
-          order ("ordered", bit-reproducible) -- or Ireduce_scatter with MPI_SUM ("mpi").
-  gather  Iallgatherv: the owners' updated slices reach every rank's scratch copy.
-Only the server thread calls MPI, polling requests with MPI_Test against the timeout.
+A round of a key is two steps on the key's own communicator (so rounds of different keys may
+start in any order on different ranks without their messages mixing):
+  reduce  every rank Isends each owner its slice of the pushed sum; the owner Irecvs one part
+          from every rank into scratch and, once all have arrived, sums them in rank order.
+  gather  each owner Isends its updated slice to every rank, which Irecvs it into scratch.
+Only the server thread calls MPI, polling the requests with MPI_Testall against the timeout.
 Imported only by create_shared_model("mpi"): importing mshadow never loads mpi4py.
 """
 import atexit
@@ -21,11 +21,10 @@ from mpi4py import MPI
 from .errors import MShadowError, PSError
 
 _MODELS = weakref.WeakSet()
-_SUM_TYPES = {"f4": MPI.FLOAT, "f8": MPI.DOUBLE, "i4": MPI.INT32_T, "i8": MPI.INT64_T,
-              "i1": MPI.INT8_T, "u1": MPI.UINT8_T}
 # Data moves as a basic type of the same size, so no derived type is ever packed; float16
-# (no MPI type) moves as 16-bit integers and is summed by the "ordered" reduce only.
-_MOVE_TYPES = dict(_SUM_TYPES, f2=MPI.UINT16_T)
+# (no MPI type) moves as 16-bit integers. mshadow.ps sums, MPI only moves bytes.
+_MOVE_TYPES = {"f4": MPI.FLOAT, "f8": MPI.DOUBLE, "i4": MPI.INT32_T, "i8": MPI.INT64_T,
+               "i1": MPI.INT8_T, "u1": MPI.UINT8_T, "f2": MPI.UINT16_T}
 
 
 def _move_type(dtype):
@@ -73,34 +72,69 @@ class MPITransport:
                                           root=0), f"init_key({ks.key}) (initial value)")
 
     def post_reduce(self, model, rnd, local):
+        # Point to point, not Ialltoallv: MPICH completed an Ialltoallv whose peer had died,
+        # with that peer's part simply missing; a receive completes only with its message.
         ks = rnd.ks
-        code = ks.dtype.str[1:]
-        if model.reduce == "mpi" and code in _SUM_TYPES:
-            total = ks.buf("sum", ks.mine)
-            rnd.parts = [total]
-            t = _SUM_TYPES[code]
-            return ks.comm.Ireduce_scatter([local, t], [total, t], ks.counts, MPI.SUM)
         t = _move_type(ks.dtype)
-        m = ks.mine
-        recv = ks.buf("recv", m * self.size)
-        rnd.parts = [recv[r * m:(r + 1) * m] for r in range(self.size)]
-        return ks.comm.Ialltoallv([local, (ks.counts, ks.offsets), t],
-                                  [recv, ([m] * self.size, [r * m for r in range(self.size)]), t])
+        m, me, tag = ks.mine, self.rank, rnd.index % 2 ** 15
+        reqs = []
+        parts = [None] * self.size
+        if m:
+            recv = ks.buf("recv", m * self.size)
+            for r in range(self.size):
+                if r == me:
+                    parts[r] = local[ks.offsets[me]:ks.offsets[me] + m]
+                else:
+                    parts[r] = recv[r * m:(r + 1) * m]
+                    reqs.append(ks.comm.Irecv([parts[r], m, t], r, tag))
+        for r in range(self.size):
+            if r != me and ks.counts[r]:
+                reqs.append(ks.comm.Isend([local[ks.offsets[r]:ks.offsets[r] + ks.counts[r]],
+                                           ks.counts[r], t], r, tag))
+        rnd.parts = parts
+        return reqs, [MPI.Status() for _ in reqs]
 
     def post_gather(self, model, rnd):
         ks = rnd.ks
         t = _move_type(ks.dtype)
-        return ks.comm.Iallgatherv([ks.weight, ks.mine, t],
-                                   [ks.replica_next, (ks.counts, ks.offsets), t])
+        me, tag = self.rank, rnd.index % 2 ** 15
+        reqs = []
+        for r in range(self.size):
+            c, o = ks.counts[r], ks.offsets[r]
+            if not c:
+                continue
+            if r == me:
+                np.copyto(ks.replica_next[o:o + c], ks.weight)
+                reqs.extend(ks.comm.Isend([ks.weight, c, t], q, tag)
+                            for q in range(self.size) if q != me)
+            else:
+                reqs.append(ks.comm.Irecv([ks.replica_next[o:o + c], c, t], r, tag))
+        return reqs, [MPI.Status() for _ in reqs]
 
-    def test(self, req):
-        return req.Test()
+    def test(self, handle):
+        reqs, statuses = handle
+        try:
+            return MPI.Request.Testall(reqs, statuses)
+        except MPI.Exception as e:
+            bad = sorted({(st.Get_source(), _short(MPI.Get_error_string(st.Get_error())))
+                          for st in statuses
+                          if st.Get_error() not in (MPI.SUCCESS, MPI.ERR_PENDING)})
+            what = "; ".join(f"rank {src}: {msg}" for src, msg in bad) or str(e)
+            raise ConnectionError(f"MPI reported {what}") from e
 
     def close(self, model):
         for ks in model._keys.values():
             if ks.comm is not None:
                 ks.comm.Free()
                 ks.comm = None
+
+
+def _short(message):
+    """MPICH's error class and the innermost cause, without the stack in between."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) < 2:
+        return message.strip()
+    return f"{lines[0].split(',')[0]}: {lines[-1].split(':', 1)[-1].strip()}"
 
 
 def register(model):

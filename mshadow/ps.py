@@ -156,7 +156,7 @@ class ISharedModel:
     ``pull_wait`` (or the callback) of that key and device.
     """
 
-    _PARAMS = ("bigarray_bound", "timeout", "reduce", "update_on_server", "spin")
+    _PARAMS = ("bigarray_bound", "timeout", "update_on_server", "spin")
     # mshadow-ps "local" knobs that have no meaning here; accepted so ported code runs.
     _IGNORED = ("reduce_thread", "use_pin_memory", "pull_thread", "push_thread",
                 "test_on_server", "pull_thread_num")
@@ -167,7 +167,6 @@ class ISharedModel:
         self._sum = SumUpdater()
         self.bigarray_bound = 1000 * 1000      # elements; mshadow-ps's default
         self.timeout = 60.0                    # seconds without an answer before PSError
-        self.reduce = "ordered"
         self.update_on_server = True
         self.spin = 0.002                      # seconds of busy polling, plus 10 ms a MB
         for k, v in params.items():
@@ -201,7 +200,7 @@ class ISharedModel:
 
     def set_param(self, name, value):
         """mshadow-ps ``SetParam``: bigarray_bound (elements; larger keys are split over
-        all ranks), timeout (seconds), reduce ("ordered" or "mpi"), update_on_server, spin
+        all ranks), timeout (seconds), update_on_server, spin
         (seconds the server thread polls MPI without pause before it starts to sleep; a
         round of B bytes adds B / 1e8 s)."""
         name = str(name)
@@ -220,10 +219,6 @@ class ISharedModel:
             if not v >= 0:
                 raise ParamError(f"spin must be >= 0 seconds, got {value!r}", name, value)
             self.spin = v
-        elif name == "reduce":
-            if value not in ("ordered", "mpi"):
-                raise ParamError(f'reduce must be "ordered" or "mpi", got {value!r}', name, value)
-            self.reduce = value
         elif name == "update_on_server":
             self.update_on_server = str(value) not in ("0", "False", "false")
         elif name.startswith("push_op"):
@@ -525,10 +520,12 @@ class ISharedModel:
                 for rnd in list(self._active):
                     try:
                         finished = self._advance(rnd)
+                    except PSError:
+                        raise
                     except Exception as e:
                         ks = rnd.ks
-                        hint = ("; a rank probably died"
-                                if type(e).__module__.startswith("mpi4py") else "")
+                        hint = ("; a rank probably died" if isinstance(e, ConnectionError)
+                                or type(e).__module__.startswith("mpi4py") else "")
                         raise PSError(
                             f"rank {self.rank} of {self.size}: round {rnd.index} of key "
                             f"{ks.key} failed ({type(e).__name__}: {e}){hint}. This rank's "
@@ -648,7 +645,7 @@ def create_shared_model(type_name="local", *, devices=(0,), updater=None, comm=N
     """mshadow-ps ``CreateSharedModel``: ``"local"`` (devices of this process) or ``"mpi"``
     (ranks of ``comm``, default MPI.COMM_WORLD; ``"dist"`` is an alias). ``updater`` is an
     IModelUpdater run where a key is served (default: SumUpdater); ``params`` go to
-    set_param (bigarray_bound, timeout, reduce)."""
+    set_param (bigarray_bound, timeout, spin)."""
     if type_name == "local":
         if comm is not None:
             raise ValueError('comm= only applies to the "mpi" shared model')

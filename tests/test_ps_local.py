@@ -198,8 +198,8 @@ def test_bad_input_raises_typed_errors(model):
         m.set_param("bogus", 1)
     with pytest.raises(ParamError, match="timeout"):
         m.set_param("timeout", 0)
-    with pytest.raises(ParamError, match="reduce"):
-        m.set_param("reduce", "tree")
+    with pytest.raises(ParamError, match="bigarray_bound"):
+        m.set_param("bigarray_bound", 0)
     with pytest.raises(ValueError, match="unknown shared model type"):
         ms.ps.create_shared_model("zmq")
     m.set_param("pull_thread", "one")   # mshadow-ps local knobs are accepted and ignored

@@ -60,12 +60,12 @@ def _run(n, args, timeout, keep_going=False):
 @pytest.mark.parametrize("n", [2, 4])
 def test_sums_bitwise_shapes_dtypes_callbacks(n):
     # 8 keys (float32 padded, float64 split over ranks, float16, int32, int8, uint8, int64,
-    # empty) x 2 devices x 3 rounds, ordered and MPI_SUM reduce; SGD updater; init mismatch
+    # empty) x 2 devices x 3 rounds, bit for bit; SGD updater; init_key mismatch
     p, _ = _run(n, ["sums"], timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
     # (ranks share the pipe: their lines may run together)
     oks = sorted(re.findall(r"rank (\d+) ok (\d+)", p.stdout))
-    assert oks == [(str(r), "96") for r in range(n)], p.stdout + p.stderr
+    assert oks == [(str(r), "48") for r in range(n)], p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("n,victim,when", [(4, 2, "mid"), (2, 0, "before")])
@@ -75,9 +75,11 @@ def test_dead_rank_fails_the_others_cleanly(n, victim, when):
     assert sorted(r["rank"] for r in reports) == [r for r in range(n) if r != victim], \
         p.stdout + p.stderr
     for r in reports:
-        assert 2.9 <= r["waited"] < 20, r                     # the 3 s watchdog, not a hang
-        assert "got no answer from the other ranks within 3 s" in r["error"], r
-        assert "a rank probably died" in r["error"], r
+        # MPI's own failure report, or the 3 s watchdog; never a hang
+        assert r["waited"] < 20, r
+        assert ("got no answer from the other ranks within 3 s" in r["error"]
+                and r["waited"] >= 2.9 or "MPI reported rank" in r["error"]), r
+        assert "a rank probably died" in r["error"] and "is whole at round 1" in r["error"], r
         assert r["pulled_whole_r1"] and r["served_whole"], r  # whole update or none
         assert r["later_calls_raise"], r
     assert p.returncode != 0
