@@ -146,12 +146,14 @@ def _at_exit():
     # Registered after mpi4py's own finaliser, so it runs first. MPI_Finalize could wait
     # forever on a request a dead rank will never answer: a failed job exits here instead.
     models = list(_MODELS)
+    for m in models:
+        if m._error is None:
+            try:
+                m.close()           # finishes the rounds in flight, or fails within the timeout
+            except Exception as e:  # noqa: BLE001  exiting anyway
+                print(f"mshadow.ps: closing the shared model at exit failed: {e!r}",
+                      file=sys.stderr)
     if any(m._error is not None for m in models):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
-    for m in models:
-        try:
-            m.close()
-        except Exception as e:  # noqa: BLE001  exiting anyway
-            print(f"mshadow.ps: closing the shared model at exit failed: {e!r}", file=sys.stderr)

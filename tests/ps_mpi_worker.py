@@ -147,9 +147,28 @@ def check_mismatch():
     m.close()
 
 
+def check_overlap():
+    # the server thread finishes a round while the caller computes and never calls mshadow.ps
+    m = ms.ps.create_shared_model("mpi", timeout=30)
+    m.init_key(0, (1000,), np.float32)
+    done = threading.Event()
+    out = np.zeros(1000, np.float32)
+    m.push(np.full(1000, m.rank + 1.0, np.float32), 0)
+    m.pull_req(out, 0, done.set)
+    x = ms.new_tensor((200, 200), init=0.5)
+    t0 = time.monotonic()
+    while not done.is_set() and time.monotonic() - t0 < 20:
+        x[:] = ms.F(ms.op.tanh, x) * 0.5            # "compute"
+    assert done.is_set(), "the round did not complete while the caller computed"
+    assert (out == m.size * (m.size + 1) / 2).all()
+    m.pull_wait(0)
+    m.close()
+
+
 def sums():
     checked = check_sums()
     check_sgd()
+    check_overlap()
     from mpi4py import MPI
     if MPI.COMM_WORLD.Get_size() > 1:
         check_mismatch()

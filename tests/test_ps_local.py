@@ -219,3 +219,19 @@ def test_pull_pins_the_destination_until_done(model):
     m.pull_wait(0, devid=0)
     np.testing.assert_array_equal(out.numpy(), [2, 2, 2, 2])
     ms.free_space(out)                  # released once the pull is done
+
+
+def test_round_completes_while_the_caller_computes(model):
+    m = model(devices=(0, 1))
+    m.init_key(0, (64, 64), np.float32)
+    done = threading.Event()
+    out = ms.new_tensor((64, 64))
+    m.push(ms.new_tensor((64, 64), init=1.0), 0, devid=0)
+    m.pull_req(out, 0, done.set, devid=0)
+    pusher = threading.Thread(target=m.push, args=(ms.new_tensor((64, 64), init=2.0), 0),
+                              kwargs={"devid": 1})
+    pusher.start()
+    assert done.wait(20)                # no pull_wait: the server thread did the work
+    pusher.join()
+    np.testing.assert_array_equal(out.numpy(), np.full((64, 64), 3.0, np.float32))
+    m.pull_wait(0)
