@@ -153,6 +153,8 @@ def _at_exit():
             except Exception as e:  # noqa: BLE001  exiting anyway
                 print(f"mshadow.ps: closing the shared model at exit failed: {e!r}",
                       file=sys.stderr)
+            if m._error is not None:
+                print(f"mshadow.ps: at exit: {m._error}", file=sys.stderr)
     if any(m._error is not None for m in models):
         sys.stdout.flush()
         sys.stderr.flush()
