@@ -72,8 +72,8 @@ def main():
     if rank == 0:
         nbytes = n * 4
         base = statistics.median(times["mpi4py Allreduce"])
-        print(f"# {size} ranks, {nbytes / 2**20:.0f} MB float32 gradient, {args.rounds} interleaved "
-              f"rounds; {MPI.Get_library_version().splitlines()[0].strip()}; "
+        print(f"# {size} ranks, {nbytes / 2**20:.0f} MB float32 gradient, {args.rounds} "
+              f"interleaved rounds; {MPI.Get_library_version().splitlines()[0].strip()}; "
               f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus")
         print(f"{'operation':<40} {'median':>9} {'GB/s':>7} {'vs Allreduce':>12}")
         for name, _ in cases:

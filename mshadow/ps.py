@@ -10,7 +10,6 @@ copies into the caller's tensor. See docs/ps.md.
 The "mpi" backend imports mpi4py when it is created, never when mshadow is imported.
 """
 import itertools
-import sys
 import threading
 import time
 

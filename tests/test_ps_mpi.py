@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-pytest.importorskip("mpi4py", reason="mshadow.ps's mpi backend needs mpi4py (pip install mpi4py mpich)")
+pytest.importorskip("mpi4py",
+                    reason="mshadow.ps's mpi backend needs mpi4py (pip install mpi4py mpich)")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "ps_mpi_worker.py")
