@@ -650,7 +650,12 @@ def create_shared_model(type_name="local", *, devices=(0,), updater=None, comm=N
             raise ValueError('comm= only applies to the "mpi" shared model')
         transport = _LocalTransport()
     elif type_name in ("mpi", "dist"):
-        from ._ps_mpi import MPITransport   # imports mpi4py
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            raise ImportError('the "mpi" shared model needs mpi4py: pip install "mshadow[dist]" '
+                              '(or: pip install mpi4py mpich)') from None
+        from ._ps_mpi import MPITransport   # imports mpi4py.MPI, which initialises MPI
         transport = MPITransport(comm)
     else:
         raise ValueError(f'unknown shared model type {type_name!r} (expected "local" or "mpi")')

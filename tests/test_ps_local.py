@@ -145,9 +145,9 @@ def test_callback_error_reaches_pull_wait_once(model):
 
 
 def test_cxx_spellings():
-    m = ms.ps.CreateSharedModel("local")
+    m = ms.ps.CreateSharedModel("local", updater=ms.ps.SGDUpdater(0.5))
     m.SetParam("bigarray_bound", "100")
-    m.SetParam("update_on_server", "0")
+    m.SetParam("update_on_server", "0")     # the pushes are summed, SGD is not applied
     m.Init([0, 1])
     m.InitKey((2, 2), 3)
     a = ms.new_tensor((2, 2), init=2.0)
