@@ -48,3 +48,4 @@ from .extension import (sumall_except_dim, reduce_except_dim, sum_rows, reduce_w
                         pack_col2patch)
 from . import nn
 from .nn import softmax, softmax_grad
+from . import ps  # parameter server; only its "mpi" backend imports mpi4py

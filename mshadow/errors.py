@@ -48,3 +48,8 @@ class ParamError(MShadowError, ValueError):
 
 class BuildMismatchError(MShadowError, ImportError):
     """The compiled core was built from other sources than the installed Python files."""
+
+
+class PSError(MShadowError, RuntimeError):
+    """The parameter server (mshadow.ps) cannot go on: a peer rank died or stopped answering
+    within the timeout, or an MPI call failed. The model on this rank was not half-updated."""
