@@ -217,6 +217,20 @@ def test_missing_sklearn_says_what_to_install(mods, monkeypatch):
         mods["nnutil"].load_digits()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--batch", "0"], "--batch must be at least 1, got 0"),
+    (["--epochs", "-1"], "--epochs must be at least 1, got -1"),
+    (["--eta", "0"], "--eta must be positive, got 0.0"),
+    (["--ntrain", "5"], r"--ntrain \(5\) must be at least one batch \(10\)"),
+    (["--plot", "/nonexistent-dir/x.png"], "no such directory"),
+])
+def test_bad_flags(mods, capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        mods["nnet"].main(["--synthetic", *args])
+    assert e.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
 ROUND = re.compile(r"round (\d+): test-err=([0-9.]+)")
 
 

@@ -127,7 +127,7 @@ def make_net(args):
 
 
 def main(argv=None):
-    return nnutil.run(argv, "convnet", make_net,
+    return nnutil.run(argv, "convnet", __doc__, make_net,
                       "conv 16x3x3 - relu - maxpool 2 - fullc 10 on the 8x8 digits",
                       epochs=20, batch=10, eta=0.2)
 

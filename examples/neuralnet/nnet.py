@@ -79,7 +79,7 @@ def make_net(args):
 
 
 def main(argv=None):
-    return nnutil.run(argv, "nnet", make_net, "MLP 64-100-10 on the 8x8 digits",
+    return nnutil.run(argv, "nnet", __doc__, make_net, "MLP 64-100-10 on the 8x8 digits",
                       epochs=20, batch=10, eta=0.8)
 
 

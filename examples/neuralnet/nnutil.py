@@ -5,6 +5,7 @@ digits instead (1,797 8x8 images, no download), with one fixed train/test split.
 swaps in Gaussian clusters of the same shape, for the tests of a machine without scikit-learn.
 """
 import argparse
+import importlib
 import os
 import sys
 import time
@@ -18,18 +19,25 @@ SIDE = 8            # digits are 8x8 images
 NTEST = 500         # fixed test set; the other 1,297 images train
 
 
-def load_digits(seed=0):
-    """(xtrain, ytrain, xtest, ytest): float32 pixels in [0, 1], float32 labels 0..9."""
+def require(module, why, hint=""):
+    """Import an optional dependency, or stop with what to install."""
     try:
-        from sklearn.datasets import load_digits as sk_load_digits
-        from sklearn.model_selection import train_test_split
+        return importlib.import_module(module)
     except ImportError:
-        sys.exit("this example trains on scikit-learn's digits: pip install 'mshadow[examples]' "
-                 "(or pass --synthetic for generated data)")
-    digits = sk_load_digits()
+        sys.exit(f"this example {why}: pip install 'mshadow[examples]'{hint}")
+
+
+def load_digits():
+    """(xtrain, ytrain, xtest, ytest): float32 pixels in [0, 1], float32 labels 0..9.
+
+    The split is the same on every call: 500 test images, stratified by digit."""
+    why, hint = "trains on scikit-learn's digits", " (or pass --synthetic for generated data)"
+    datasets = require("sklearn.datasets", why, hint)
+    train_test_split = require("sklearn.model_selection", why, hint).train_test_split
+    digits = datasets.load_digits()
     x = (digits.data / 16.0).astype(np.float32)
     y = digits.target.astype(np.float32)
-    xtrain, xtest, ytrain, ytest = train_test_split(x, y, test_size=NTEST, random_state=seed,
+    xtrain, xtest, ytrain, ytest = train_test_split(x, y, test_size=NTEST, random_state=0,
                                                     stratify=y)
     return xtrain, ytrain, xtest, ytest
 
@@ -44,8 +52,8 @@ def synthetic_digits(n=1797, seed=0):
     return x[NTEST:], y[NTEST:], x[:NTEST], y[:NTEST]
 
 
-def parse_args(argv, name, epochs, batch, eta):
-    p = argparse.ArgumentParser(prog=name, description=sys.modules["__main__"].__doc__,
+def parse_args(argv, name, doc, epochs, batch, eta):
+    p = argparse.ArgumentParser(prog=name, description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=epochs, help="rounds over the training set")
     p.add_argument("--batch", type=int, default=batch, help="minibatch size")
@@ -57,7 +65,17 @@ def parse_args(argv, name, epochs, batch, eta):
     p.add_argument("--plot", default=f"{name}.png",
                    help="where to save the loss/accuracy plot (PNG); '' for none")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for flag in ("epochs", "batch"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")
+    if not args.eta > 0:
+        p.error(f"--eta must be positive, got {args.eta}")
+    if args.ntrain is not None and args.ntrain < args.batch:
+        p.error(f"--ntrain ({args.ntrain}) must be at least one batch ({args.batch})")
+    if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
+        p.error(f"--plot {args.plot}: no such directory")   # before training, not after
+    return args
 
 
 def data_for(args):
@@ -74,8 +92,7 @@ def train(net, data, epochs, batch, seed=0, progress=True, log=print):
     reshaped to ``net.input_shape`` per image. Returns the history: per round the mean
     training cross-entropy, the training accuracy and the test error.
     """
-    from tqdm import tqdm
-
+    tqdm = require("tqdm", "shows a tqdm progress bar").tqdm
     xtrain, ytrain, xtest, ytest = data
     if len(xtrain) < batch or len(xtest) < batch:
         raise ValueError(f"need at least one batch ({batch}) of training and of test data")
@@ -129,8 +146,7 @@ def test_error(net, x, y, shape, pred):
 
 def plot(history, path, title):
     """Training loss and train/test accuracy per round, saved as a PNG."""
-    import matplotlib
-    matplotlib.use("Agg")
+    require("matplotlib", "draws its plot with matplotlib").use("Agg")
     import matplotlib.pyplot as plt
 
     rounds = np.arange(1, len(history["loss"]) + 1)
@@ -150,11 +166,10 @@ def plot(history, path, title):
     return os.path.abspath(path)
 
 
-def run(argv, name, make_net, title, epochs, batch, eta):
-    """Parse the flags, train, print the summary, save the plot."""
-    args = parse_args(argv, name, epochs, batch, eta)
-    from tqdm import tqdm
-
+def run(argv, name, doc, make_net, title, epochs, batch, eta):
+    """Parse the flags, train, print the summary, save the plot; returns the history."""
+    args = parse_args(argv, name, doc, epochs, batch, eta)
+    tqdm = require("tqdm", "shows a tqdm progress bar").tqdm
     data = data_for(args)
     net = make_net(args)
     history = train(net, data, args.epochs, args.batch, seed=args.seed,
