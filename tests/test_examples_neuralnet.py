@@ -31,6 +31,14 @@ def mods():
             sys.modules.pop(name, None)
 
 
+def env_with_this_mshadow():
+    """The environment for a child Python that imports the mshadow these tests import
+    (the in-place build of a checkout, or an installed wheel)."""
+    where = os.path.dirname(os.path.dirname(os.path.abspath(ms.__file__)))
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([where] + rest))
+
+
 def softmax(z):
     e = np.exp(z - z.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
@@ -162,7 +170,8 @@ def cnn_forward_backward(p, x, y, k, ps):
         for j in range(m):
             win = a[:, :, i * ps:(i + 1) * ps, j * ps:(j + 1) * ps]
             hit = win == pooled[:, :, i:i + 1, j:j + 1]     # the maximum of each window
-            da[:, :, i * ps:(i + 1) * ps, j * ps:(j + 1) * ps] += hit * dpool[:, :, i:i + 1, j:j + 1]
+            win_grad = hit * dpool[:, :, i:i + 1, j:j + 1]
+            da[:, :, i * ps:(i + 1) * ps, j * ps:(j + 1) * ps] += win_grad
     dconv = da * (a > 0)
     gk = np.zeros((C, k, k))
     for u in range(k):
@@ -276,8 +285,7 @@ def test_command_line(tmp_path):
     # python examples/neuralnet/nnet.py as a user runs it, with a plot
     for mod in ("tqdm", "matplotlib"):
         pytest.importorskip(mod, reason=f"the example needs {mod}")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env = env_with_this_mshadow()
     png = tmp_path / "nnet.png"
     res = subprocess.run([sys.executable, os.path.join(NEURALNET, "nnet.py"), "--synthetic",
                           "--epochs", "1", "--ntrain", "200", "--plot", str(png)],

@@ -1,4 +1,4 @@
-"""Lazy evaluation, step 1 of mshadow's expression-template tutorial (guide/exp-template/exp_lazy.cpp).
+"""Lazy evaluation: step 1 of the expression-template tutorial, guide/exp-template/exp_lazy.cpp.
 
 ``B + C`` does not add anything: it returns a small object remembering its two operands, and the
 assignment ``A[:] = ...`` runs the one loop that writes A. No temporary vector for B + C.

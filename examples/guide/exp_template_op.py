@@ -1,4 +1,4 @@
-"""Operators in expression templates, step 3 of mshadow's tutorial (guide/exp-template/exp_template_op.cpp).
+"""Operators in expression templates: step 3 of the tutorial, exp-template/exp_template_op.cpp.
 
 A binary expression carries its operator, an object with a static ``map(a, b)``; ``F(op, a, b)``
 builds one for any operator, ``*`` is ``F(mul, ...)``, and a user adds an operator by writing

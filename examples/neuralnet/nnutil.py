@@ -133,7 +133,8 @@ def train(net, data, epochs, batch, seed=0, progress=True, log=print):
 
 
 def test_error(net, x, y, shape, pred):
-    """Every test image counts; the last batch overlaps the one before it (the net's shape is fixed)."""
+    """Every test image counts once: the net's batch is fixed, so the last batch overlaps the
+    one before it and only its new images are scored."""
     batch = shape[0]
     wrong = 0
     for j in range(0, len(x), batch):
