@@ -124,7 +124,7 @@ def train(net, data, epochs, batch, seed=0, progress=True, log=print):
             bar.update()
         history["loss"].append(loss / (nbatch * batch))
         history["train_acc"].append(correct / (nbatch * batch))
-        history["test_err"].append(test_error(net, xtest, ytest, shape, pred))
+        history["test_err"].append(error_rate(net, xtest, ytest, shape, pred))
         history["seconds"].append(time.perf_counter() - start)
         bar.set_postfix(test_err=history["test_err"][-1])
         log("round %d: test-err=%f" % (rnd, history["test_err"][-1]))
@@ -132,7 +132,7 @@ def train(net, data, epochs, batch, seed=0, progress=True, log=print):
     return history
 
 
-def test_error(net, x, y, shape, pred):
+def error_rate(net, x, y, shape, pred):
     """Every test image counts once: the net's batch is fixed, so the last batch overlaps the
     one before it and only its new images are scored."""
     batch = shape[0]
