@@ -1,5 +1,7 @@
-"""The main demo: mshadow's guide/basic.cpp in Python, then one fused SGD step.
+"""The main demo: tensor views, fused expressions, a user operator and a compiled plan.
 
+A tour in the spirit of mshadow's guide/basic.cpp; examples/guide/ has the exact ports of the
+guide programs, and examples/neuralnet/ trains networks with them.
 Run: python examples/basic.py
 """
 import numpy as np

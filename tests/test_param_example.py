@@ -1,10 +1,10 @@
-"""examples/parameter.py prints what dmlc-core's example/parameter.cc prints [verified output]."""
+"""examples/guide/parameter.py prints what dmlc-core's example/parameter.cc prints [verified output]."""
 import pathlib
 import runpy
 
 import pytest
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "parameter.py"
+EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "guide" / "parameter.py"
 DOC = """\
 Docstring
 ---------

@@ -1,7 +1,7 @@
 """Port of dmlc-core's example/parameter.cc: declare a Parameter, print its doc, init it from argv.
 
-    python examples/parameter.py num_hidden=100 name=aaa activation=relu
-    python examples/parameter.py num_hidden=2000 activation=relu     # exceed bound: ParamError
+    python examples/guide/parameter.py num_hidden=100 name=aaa activation=relu
+    python examples/guide/parameter.py num_hidden=2000 activation=relu  # exceed bound: ParamError
 """
 import sys
 
