@@ -75,17 +75,39 @@ cdef class Exp:
         return self
 
     def __richcmp__(self, o, int opc):
-        name = _CMP_NAMES[opc]
-        if name is None:   # == and != keep Python's identity meaning (hashable nodes)
-            return NotImplemented
-        return make_map(name, (self, o))
+        return make_map(_CMP_NAMES[opc], (self, o))
 
-    def __hash__(self):
+    def __pow__(self, o, mod):
+        return make_map("power", (self, o))
+
+    def __rpow__(self, o, mod):
+        return make_map("power", (o, self))
+
+    def __abs__(self):
+        return make_map("abs", (self,))
+
+    def __matmul__(self, o):
+        return _dot_fn()(self, o)
+
+    def __rmatmul__(self, o):
+        return _dot_fn()(o, self)
+
+    def __hash__(self):   # by identity, though == builds an expression (like numpy arrays)
         return id(self) >> 4
 
     def __bool__(self):
         raise TypeError("the truth value of a lazy expression is undefined; "
                         "assign it to a tensor first")
+
+    def __array_function__(self, func, types, args, kwargs):
+        raise TypeError(f"numpy.{func.__name__} cannot read a lazy expression "
+                        f"({_expr().describe(self.key)}); assign it to a tensor first "
+                        f"(t[:] = exp), then call numpy on t")
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(f"numpy cannot read a lazy expression ({_expr().describe(self.key)}); "
+                        f"assign it to a tensor first (t[:] = exp), then use np.asarray(t) "
+                        f"or numpy's reductions on t")
 
     @property
     def T(self):
@@ -97,7 +119,16 @@ cdef class Exp:
 
 
 # Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE
-cdef tuple _CMP_NAMES = ("lt", "le", None, None, "gt", "ge")
+cdef tuple _CMP_NAMES = ("lt", "le", "eq", "ne", "gt", "ge")
+
+cdef object _dot_module_fn = None
+
+cdef object _dot_fn():
+    global _dot_module_fn
+    if _dot_module_fn is None:
+        from .dot import dot
+        _dot_module_fn = dot
+    return _dot_module_fn
 
 
 cdef class MapExp(Exp):

@@ -402,6 +402,10 @@ cdef class Tensor:
     # ---- expressions ------------------------------------------------------------
     __array_ufunc__ = None   # numpy scalars and arrays defer to our operators: stay lazy
 
+    def __array_function__(self, func, types, args, kwargs):
+        """numpy functions (np.sum, np.mean, np.max, ...) read tensors in place, as arrays."""
+        return func(*_as_arrays(args), **_as_arrays(kwargs))
+
     # Arithmetic builds lazy expressions (mshadow/expr.py); assignment evaluates them.
     def __add__(self, other):
         return make_map("plus", (self, other))
@@ -431,13 +435,25 @@ cdef class Tensor:
         return make_map("neg", (self,))
 
     def __richcmp__(self, o, int opc):
-        name = _CMP_NAMES[opc]
-        if name is None:   # == and != keep identity meaning: tensors stay hashable
-            return NotImplemented
-        return make_map(name, (self, o))
+        return make_map(_CMP_NAMES[opc], (self, o))
 
-    def __hash__(self):
+    def __hash__(self):   # by identity, though == builds an expression (like numpy arrays)
         return id(self) >> 4
+
+    def __pow__(self, o, mod):
+        return make_map("power", (self, o))
+
+    def __rpow__(self, o, mod):
+        return make_map("power", (o, self))
+
+    def __abs__(self):
+        return make_map("abs", (self,))
+
+    def __matmul__(self, o):
+        return _dot_fn()(self, o)
+
+    def __rmatmul__(self, o):
+        return _dot_fn()(o, self)
 
     def __pos__(self):
         return self
@@ -758,6 +774,17 @@ def _container_from_array(a, pad=True):
     c = TensorContainer(a.shape, init=None, pad=pad, dtype=a.dtype)
     c._export()[...] = a
     return c
+
+
+cdef object _as_arrays(object x):
+    """Tensors inside numpy-function arguments, replaced by their zero-copy numpy views."""
+    if isinstance(x, Tensor):
+        return (<Tensor> x)._export()
+    if isinstance(x, (tuple, list)):
+        return type(x)(_as_arrays(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _as_arrays(v) for k, v in x.items()}
+    return x
 
 
 cdef bint _is_scalar(object v):

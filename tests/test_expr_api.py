@@ -291,7 +291,8 @@ def test_tensor_comparisons_build_expressions():
     assert dst.numpy().tolist() == [-0.5, 0, 2]
     dst[:] = (t <= 0) + (t >= 2) + (t < -0.5)
     assert dst.numpy().tolist() == [2, 1, 1]
-    assert (t == t) is True and (t != t) is False    # == keeps identity meaning
+    dst[:] = (t == 0) + (t != 2) * 2                 # == and != build expressions too
+    assert dst.numpy().tolist() == [2, 3, 0]
 
 
 def test_F_accepts_op_where():
