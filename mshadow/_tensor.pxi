@@ -425,23 +425,27 @@ cdef class Tensor:
             strides[nd - 2] = self.stride * item
             for k in range(nd - 3, -1, -1):
                 strides[k] = strides[k + 1] * shape[k + 1]
-        cdef bint c_contig = _buf_contiguous(nd, shape, strides, item, False)
-        cdef bint need_c = ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS
-                            or (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS
-                            or (flags & PyBUF_STRIDES) != PyBUF_STRIDES)
+        cdef bint ok = True
+        order = "C-"
         if (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS:
-            bad = not _buf_contiguous(nd, shape, strides, item, True)
+            ok = _buf_contiguous(nd, shape, strides, item, True)
             order = "Fortran-"
-        else:
-            bad = need_c and not (c_contig or ((flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS
-                                               and _buf_contiguous(nd, shape, strides, item, True)))
-            order = "C-"
-        if bad:
+        elif (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS:
+            ok = (_buf_contiguous(nd, shape, strides, item, False)
+                  or _buf_contiguous(nd, shape, strides, item, True))
+            order = "C- or Fortran-"
+        elif ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS
+              or (flags & PyBUF_STRIDES) != PyBUF_STRIDES):   # no strides: C order assumed
+            ok = _buf_contiguous(nd, shape, strides, item, False)
+        if not ok:
             PyMem_Free(info)
+            padded = nd >= 2 and self.stride != self.cols
             raise BufferError(
-                f"tensor of shape {self.shape} with row stride {self.stride} (padded rows) is not "
-                f"{order}contiguous, as this buffer request requires; take a strided view "
-                f"(float[:, :] in Cython), allocate with pad=False, or copy it")
+                f"tensor of shape {self.shape}"
+                + (f" has padded rows (row stride {self.stride} elements) and" if padded else "")
+                + f" is not {order}contiguous, as this buffer request requires"
+                + ("; take a strided view (float[:, :] in Cython), allocate with pad=False, "
+                   "or copy it" if padded else ""))
         info[0] = <void *> self.mem
         Py_INCREF(self.mem)
         self.mem.n_exports += 1

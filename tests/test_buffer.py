@@ -184,3 +184,77 @@ def test_dlpack_read_only_needs_versioned_export():
     x = np.from_dlpack(t)   # numpy asks for 1.0 and keeps the flag
     assert not x.flags.writeable
     np.testing.assert_array_equal(x, a)
+
+
+# ---- the request flags, driven through the C API (what Cython and other consumers ask) ----
+import ctypes  # noqa: E402
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
+                ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int),
+                ("ndim", ctypes.c_int), ("format", ctypes.c_char_p),
+                ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+                ("strides", ctypes.POINTER(ctypes.c_ssize_t)),
+                ("suboffsets", ctypes.POINTER(ctypes.c_ssize_t)), ("internal", ctypes.c_void_p)]
+
+
+_get = ctypes.pythonapi.PyObject_GetBuffer
+_get.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_release = ctypes.pythonapi.PyBuffer_Release
+_release.argtypes = [ctypes.POINTER(_PyBuffer)]
+WRITABLE, FORMAT, ND, STRIDES = 0x1, 0x4, 0x8, 0x18
+C_CONTIG, F_CONTIG, ANY_CONTIG = 0x38, 0x58, 0x98
+
+
+def _request(t, flags):
+    b = _PyBuffer()
+    _get(t, ctypes.byref(b), flags)
+    try:
+        nd = b.ndim
+        return {"len": b.len, "itemsize": b.itemsize, "ndim": nd, "readonly": b.readonly,
+                "format": b.format, "buf": b.buf,
+                "shape": None if not b.shape else tuple(b.shape[:nd]),
+                "strides": None if not b.strides else tuple(b.strides[:nd])}
+    finally:
+        _release(ctypes.byref(b))
+
+
+def test_simple_and_nd_requests_describe_contiguous_bytes():
+    t = ms.new_tensor((3, 5), dtype=np.int32)
+    simple = _request(t, 0)
+    assert simple == {"len": 60, "itemsize": 4, "ndim": 1, "readonly": 0, "format": None,
+                      "buf": t.dptr, "shape": None, "strides": None}
+    nd = _request(t, ND | FORMAT)
+    assert nd["shape"] == (3, 5) and nd["strides"] is None and nd["format"] == b"i"
+    ms.free_space(t)   # every request above was released
+
+
+@pytest.mark.parametrize("shape,pad,flags,ok", [
+    ((3, 5), False, C_CONTIG, True), ((3, 5), False, F_CONTIG, False),
+    ((3, 5), False, ANY_CONTIG, True), ((3, 5), True, ANY_CONTIG, False),
+    ((3, 5), True, STRIDES, True), ((3, 5), True, ND, False),
+    ((5,), True, F_CONTIG, True), ((1, 5), True, C_CONTIG, True),
+    ((5, 1), False, F_CONTIG, True), ((2, 3, 4), True, C_CONTIG, False),
+])
+def test_contiguity_requests(shape, pad, flags, ok):
+    t = ms.new_tensor(shape, pad=pad)
+    if ok:
+        r = _request(t, flags | FORMAT)
+        assert r["shape"] == shape and r["format"] == b"f"
+        if r["strides"] is not None:
+            assert r["strides"] == t.numpy().strides
+    else:
+        with pytest.raises(BufferError, match="not (C-|Fortran-|C- or Fortran-)contiguous") as e:
+            _request(t, flags)
+        assert ("padded rows" in str(e.value)) == (t.stride != shape[-1])
+    ms.free_space(t)   # a refused request left no export behind
+
+
+def test_writable_request_on_read_only_tensor():
+    a = np.zeros((2, 3), np.float32)
+    a.flags.writeable = False
+    t = ms.from_numpy(a)
+    assert _request(t, STRIDES)["readonly"] == 1
+    with pytest.raises(BufferError, match="read-only"):
+        _request(t, STRIDES | WRITABLE)
