@@ -53,7 +53,7 @@ def get_include():
 # ``range`` and ``type`` are mshadow's names (range<DType>, the type:: namespace) and stay
 # reachable as ms.range / ms.type, but ``from mshadow import *`` must not shadow builtins.
 __all__ = [
-    "__version__", "get_include",
+    "get_include",
     "MShadowError", "ShapeError", "DTypeError", "DeviceError", "FreedTensorError",
     "FormatError", "CudaError", "ParamError",
     "float32", "float64", "float16", "uint8", "int8", "int32", "int64", "default_real_t",
@@ -96,11 +96,12 @@ def __getattr__(name):
     # Only called for names not found: an implementation submodule (ms.engine, ms._core).
     if not name.startswith("__"):
         import importlib.util
-        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        spec = importlib.util.find_spec(f"{__name__}.{name}")
+        if spec is not None and spec.origin not in (None, "namespace"):   # not include/
             return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
     return sorted(set(__all__) | set(_PUBLIC_NOT_STARRED)
-                  | {n for n in globals() if n.startswith("__") and n != "__getattr__"})
+                  | {n for n in globals() if n.startswith("__") and n not in ("__getattr__", "__dir__")})

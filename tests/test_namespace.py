@@ -24,7 +24,7 @@ def test_star_import_binds_all_and_no_builtin():
     names = set(ns) - {"__builtins__"}
     assert names == set(ms.__all__)
     assert not names & set(dir(builtins)), names & set(dir(builtins))
-    assert "range" not in ns and "type" not in ns
+    assert "range" not in ns and "type" not in ns and "__version__" not in ns
 
 
 def test_all_is_unique_and_resolves():
@@ -64,6 +64,8 @@ def test_internal_modules_still_resolve():
     assert mshadow.fallback.__name__ == "mshadow.fallback"
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         ms.no_such_name
+    with pytest.raises(AttributeError):
+        ms.include   # a directory of C headers, not a module
 
 
 def test_documented_names_resolve():
