@@ -103,5 +103,5 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(__all__) | set(_PUBLIC_NOT_STARRED)
-                  | {n for n in globals() if n.startswith("__") and n not in ("__getattr__", "__dir__")})
+    dunders = {n for n in globals() if n.startswith("__")} - {"__getattr__", "__dir__"}
+    return sorted(set(__all__) | set(_PUBLIC_NOT_STARRED) | dunders)

@@ -25,7 +25,7 @@ def kernels(tmp_path_factory):
     if not _have_compiler():
         pytest.skip("no C compiler to build the Cython example")
     d = tmp_path_factory.mktemp("cython_example")
-    for name in ("mshadow_kernels.pyx", "setup.py"):
+    for name in ("mshadow_kernels.pyx", "setup.py", "demo.py"):
         shutil.copy(os.path.join(ROOT, "examples", "cython", name), d)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                CFLAGS=os.environ.get("CFLAGS", "") + " -O0")   # -O0: a quick build is enough
@@ -37,7 +37,17 @@ def kernels(tmp_path_factory):
         import mshadow_kernels
     finally:
         sys.path.remove(str(d))
+    mshadow_kernels.build_dir, mshadow_kernels.build_env = str(d), env
     return mshadow_kernels
+
+
+def test_demo_runs(kernels):
+    out = subprocess.run([sys.executable, "demo.py"], cwd=kernels.build_dir,
+                         env=kernels.build_env, capture_output=True, text=True, check=True).stdout
+    assert "[21. 23. 25. 27. 29.]]" in out            # y = 2 * x + 1, x = 0..14
+    assert "[ 25.  75. 125.]" in out                  # its row sums
+    assert "BufferError: tensor of shape (3,5) has padded rows" in out
+    assert out.rstrip().endswith("[2. 2. 2. 2. 2.]")
 
 
 def _filled(shape, pad, seed):
