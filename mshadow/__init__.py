@@ -16,7 +16,7 @@ if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
     _os.environ["GOMP_SPINCOUNT"] = "10000"
 
 from .errors import (MShadowError, ShapeError, DTypeError, DeviceError, FreedTensorError,
-                     FormatError, CudaError, ParamError, BuildMismatchError)
+                     FormatError, CudaError, ParamError, BuildMismatchError, PSError)
 from .dtypes import (float32, float64, float16, uint8, int8, int32, int64, default_real_t,
                      kFloat32, kFloat64, kFloat16, kUint8, kInt32, kInt8, kInt64,
                      default_type_flag, type_flag, dtype_from_flag)
@@ -37,6 +37,7 @@ from .extension import (implicit_dot, broadcast, broadcast_keepdim, broadcast_sc
                         take, upsampling_nearest)
 from .extension import range  # noqa: A004  mshadow's range<DType>; Python's is builtins.range
 from .aliases import *  # noqa: F401,F403  the C++ spellings (NewTensor, FreeSpace, ...)
+from . import aliases as _aliases
 from .blob import TShape, TBlob
 from .io import save_binary, load_binary, save, load
 from .random import Random
@@ -49,3 +50,71 @@ from .extension import (sumall_except_dim, reduce_except_dim, sum_rows, reduce_w
 from . import nn
 from .nn import softmax, softmax_grad
 from . import ps  # parameter server; only its "mpi" backend imports mpi4py
+
+
+def get_include():
+    """The directory of mshadow's C headers, for extensions that ``cimport mshadow``.
+
+    ``Extension(..., include_dirs=[mshadow.get_include()])``; see examples/cython/.
+    """
+    import os
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+# ---- the public namespace ------------------------------------------------------------
+# ``range`` and ``type`` are mshadow's names (range<DType>, the type:: namespace) and stay
+# reachable as ms.range / ms.type, but ``from mshadow import *`` must not shadow builtins.
+__all__ = [
+    "get_include",
+    "MShadowError", "ShapeError", "DTypeError", "DeviceError", "FreedTensorError",
+    "FormatError", "CudaError", "ParamError", "BuildMismatchError", "PSError",
+    "float32", "float64", "float16", "uint8", "int8", "int32", "int64", "default_real_t",
+    "kFloat32", "kFloat64", "kFloat16", "kUint8", "kInt32", "kInt8", "kInt64",
+    "default_type_flag", "type_flag", "dtype_from_flag",
+    "cpu", "gpu", "Stream", "new_stream", "delete_stream",
+    "Shape", "Shape1", "Shape2", "Shape3", "Shape4", "Shape5", "convert_layout",
+    "kNCHW", "kNHWC", "kCHWN", "kNCW", "kNWC", "kCWN", "kNCDHW", "kNDHWC", "kCDHWN",
+    "Tensor", "TensorContainer", "new_tensor", "alloc_space", "free_space", "copy",
+    "from_numpy", "from_dlpack", "ALIGN_BYTES",
+    "set_num_threads", "get_num_threads", "set_simd_level", "simd_info",
+    "Exp", "ScalarExp", "scalar", "F", "tcast", "transpose", "where",
+    "op", "sv", "red", "plan_for", "plan_cache_info", "clear_plan_cache", "set_plan_cache_size",
+    "ps",
+    "implicit_dot", "broadcast", "broadcast_keepdim", "broadcast_scalar", "broadcast_to",
+    "broadcast_with_axis", "crop", "flip", "mirror", "repmat", "reshape", "slice_axis",
+    "swapaxis", "transpose_axes", "concat", "mask", "mat_choose_row_element",
+    "mat_fill_row_element", "one_hot_encode", "pad", "take", "upsampling_nearest",
+    *_aliases.__all__,
+    "TShape", "TBlob", "save_binary", "load_binary", "save", "load", "Random", "show_config",
+    "param", "dot", "batch_dot", "vector_dot", "batch_gemm", "DotExp", "BatchDotExp",
+    "sumall_except_dim", "reduce_except_dim", "sum_rows", "reduce_with_axis",
+    "reduce_keepdim", "pool", "unpool", "chpool", "ch_unpool", "unpack_patch2col",
+    "pack_col2patch", "nn", "softmax", "softmax_grad",
+]
+_PUBLIC_NOT_STARRED = ("range", "type")
+
+# Implementation modules leave the namespace (dir(ms), tab completion); ms.engine and
+# friends still resolve through __getattr__, so existing code and `import mshadow.x` work.
+_PUBLIC_MODULES = {"op", "param", "nn", "type", "ps"}
+import types as _types  # noqa: E402  (``type`` is ms.type here)
+
+for _name, _value in list(globals().items()):
+    if (isinstance(_value, _types.ModuleType) and _name not in _PUBLIC_MODULES
+            and _value.__name__.startswith(__name__ + ".")):
+        del globals()[_name]
+del _name, _value, _types
+
+
+def __getattr__(name):
+    # Only called for names not found: an implementation submodule (ms.engine, ms._core).
+    if not name.startswith("__"):
+        import importlib.util
+        spec = importlib.util.find_spec(f"{__name__}.{name}")
+        if spec is not None and spec.origin not in (None, "namespace"):   # not include/
+            return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    dunders = {n for n in globals() if n.startswith("__")} - {"__getattr__", "__dir__"}
+    return sorted(set(__all__) | set(_PUBLIC_NOT_STARRED) | dunders)

@@ -5,15 +5,41 @@ import numpy as np
 cimport cython
 cimport numpy as cnp
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.buffer cimport (PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES,
+                             PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS)
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.ref cimport Py_INCREF, Py_DECREF
 
 from .shape import Shape, as_shape
-from .dtypes import as_dtype, type_flag as _type_flag
+from .dtypes import as_dtype, type_flag as _type_flag, dtype_from_flag
 from .device import cpu, gpu, as_device, Stream
 from .errors import ShapeError, DTypeError, DeviceError, FreedTensorError, MShadowError
 
 cnp.import_array()
 
 ALIGN_BYTES = MS_ALIGN_BYTES
+
+# PEP 3118 format of each type_flag: numpy's own character, so memoryview(t) and numpy agree.
+_BUF_FORMATS = tuple(np.dtype(dtype_from_flag(f)).char.encode("ascii") for f in range(7))
+cdef char *_buf_format[7]   # pointers into _BUF_FORMATS, which lives as long as the module
+for _f in range(7):
+    _buf_format[_f] = <char *> _BUF_FORMATS[_f]
+
+
+cdef bint _buf_contiguous(int nd, Py_ssize_t *shape, Py_ssize_t *strides, Py_ssize_t item,
+                          bint fortran) noexcept:
+    """CPython's rule (PyBuffer_IsContiguous): axes of extent 1 may have any stride."""
+    cdef Py_ssize_t sd = item
+    cdef int i, k
+    for i in range(nd):
+        if shape[i] == 0:
+            return True
+    for i in range(nd):
+        k = i if fortran else nd - 1 - i
+        if shape[k] > 1 and strides[k] != sd:
+            return False
+        sd *= shape[k]
+    return True
 
 
 
@@ -113,7 +139,11 @@ cdef Py_ssize_t _prod(object dims):
 
 
 cdef class Tensor:
-    """``Tensor(shape, dtype=float32, device=cpu, stream=None)``: a handle with no memory yet.
+    """Tensor(shape, dtype='float32', device='cpu', stream=None)
+--
+
+    A handle with no memory yet (the first line is the text signature that
+    ``inspect.signature`` reads; 'float32' and 'cpu' mean ms.float32 and ms.cpu).
 
     Give it memory with ``alloc_space``; ``new_tensor``, ``from_numpy`` and views
     (``t[i]``, ``slice``, ``flat_to_2d``) return tensors that already have it.
@@ -367,10 +397,95 @@ cdef class Tensor:
             kwargs["max_version"] = max_version
         if copy is not None:
             kwargs["copy"] = copy
-        return self._export().__dlpack__(**kwargs)
+        # Padded rows go out as DLPack strides, zero-copy: numpy and torch take them; a
+        # consumer that needs compact strides (jax) refuses; see docs/memory.md.
+        try:
+            return self._export().__dlpack__(**kwargs)
+        except BufferError as e:
+            if self.readonly and (max_version is None or max_version < (1, 0)):
+                raise BufferError("a read-only tensor can be exported only with DLPack >= 1.0 "
+                                  "(max_version=(1, 0)), which can mark it read-only; or "
+                                  "export a copy (np.array(t))") from e
+            raise
 
     def __dlpack_device__(self):
         return (1, 0)   # kDLCPU, device 0
+
+    # ---- buffer protocol (PEP 3118): memoryview(t), Cython typed memoryviews ---------
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        # Zero-copy and strided like _export; the export pins the Allocation (counted in
+        # n_exports, so free_space refuses) until __releasebuffer__.
+        if self.device is not cpu:
+            raise DeviceError(f"a {self.device.name} tensor has no host buffer; copy it to a "
+                              f"cpu tensor first")
+        cdef char *p = self.data()
+        if (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE and self.readonly:
+            raise BufferError("tensor is read-only: it cannot export a writable buffer "
+                              "(use a const memoryview)")
+        cdef tuple shp = <tuple> self.shape   # a Shape: a tuple subclass
+        cdef int nd = len(shp)
+        cdef int k
+        cdef Py_ssize_t item = self.itemsize
+        cdef Py_ssize_t n = 1
+        # One block: the Allocation reference, then shape[nd], then strides[nd].
+        cdef void **info = <void **> PyMem_Malloc(sizeof(void *) + 2 * nd * sizeof(Py_ssize_t))
+        if info == NULL:
+            raise MemoryError()
+        cdef Py_ssize_t *shape = <Py_ssize_t *> (info + 1)
+        cdef Py_ssize_t *strides = shape + nd
+        for k in range(nd):
+            shape[k] = shp[k]
+            n *= shape[k]
+        strides[nd - 1] = item
+        if nd >= 2:
+            strides[nd - 2] = self.stride * item
+            for k in range(nd - 3, -1, -1):
+                strides[k] = strides[k + 1] * shape[k + 1]
+        cdef bint ok = True
+        order = "C-"
+        if (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS:
+            ok = _buf_contiguous(nd, shape, strides, item, True)
+            order = "Fortran-"
+        elif (flags & PyBUF_ANY_CONTIGUOUS) == PyBUF_ANY_CONTIGUOUS:
+            ok = (_buf_contiguous(nd, shape, strides, item, False)
+                  or _buf_contiguous(nd, shape, strides, item, True))
+            order = "C- or Fortran-"
+        elif ((flags & PyBUF_C_CONTIGUOUS) == PyBUF_C_CONTIGUOUS
+              or (flags & PyBUF_STRIDES) != PyBUF_STRIDES):   # no strides: C order assumed
+            ok = _buf_contiguous(nd, shape, strides, item, False)
+        if not ok:
+            PyMem_Free(info)
+            padded = nd >= 2 and self.stride != self.cols
+            raise BufferError(
+                f"tensor of shape {self.shape}"
+                + (f" has padded rows (row stride {self.stride} elements) and" if padded else "")
+                + f" is not {order}contiguous, as this buffer request requires"
+                + ("; take a strided view (float[:, :] in Cython), allocate with pad=False, "
+                   "or copy it" if padded else ""))
+        info[0] = <void *> self.mem
+        Py_INCREF(self.mem)
+        self.mem.n_exports += 1
+        buf.buf = p
+        buf.obj = self
+        buf.len = n * item
+        buf.itemsize = item
+        buf.readonly = self.readonly
+        buf.ndim = nd if (flags & PyBUF_ND) == PyBUF_ND else 1   # as PyBuffer_FillInfo
+        buf.format = _buf_format[self.type_flag] if (flags & PyBUF_FORMAT) else NULL
+        buf.shape = shape if (flags & PyBUF_ND) == PyBUF_ND else NULL
+        buf.strides = strides if (flags & PyBUF_STRIDES) == PyBUF_STRIDES else NULL
+        buf.suboffsets = NULL
+        buf.internal = <void *> info
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        cdef void **info = <void **> buf.internal
+        if info == NULL:
+            return
+        cdef Allocation mem = <Allocation> info[0]
+        mem.n_exports -= 1
+        Py_DECREF(mem)   # the reference taken in __getbuffer__; ``mem`` holds its own
+        PyMem_Free(info)
+        buf.internal = NULL
 
     def tolist(self):
         return self._export().tolist()
@@ -646,7 +761,10 @@ def from_dlpack(x):
 
 
 cdef class TensorContainer(Tensor):
-    """A Tensor that owns its memory: ``resize`` reuses it when it is large enough.
+    """TensorContainer(shape=None, init=0, pad=True, dtype='float32', device='cpu', stream=None)
+--
+
+    A Tensor that owns its memory: ``resize`` reuses it when it is large enough.
 
     Assigning an expression to the whole container (``c[:] = exp``) first resizes it
     to the expression's shape, as mshadow's ``TensorContainer::operator=`` does.
