@@ -14,6 +14,7 @@ import os as _os
 # import of mshadow._core below (or earlier by another library, which then decides).
 if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
     _os.environ["GOMP_SPINCOUNT"] = "10000"
+del _os
 
 from .errors import (MShadowError, ShapeError, DTypeError, DeviceError, FreedTensorError,
                      FormatError, CudaError, ParamError, BuildMismatchError, PSError)

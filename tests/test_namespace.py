@@ -52,7 +52,7 @@ def test_dir_lists_the_public_api_only():
             "print(sorted(n for n, v in vars(ms).items() if inspect.ismodule(v)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout
-    assert out.strip() == "['nn', 'op', 'param']"
+    assert out.strip() == "['nn', 'op', 'param', 'ps']"
 
 
 def test_internal_modules_still_resolve():
