@@ -182,11 +182,14 @@ def time_rounds(impl, rounds, min_time):
     number = {}
     for k in names:                        # warm up (plan compile, page faults), calibrate
         fn = impl[k]
-        fn()
-        fn()
         t0 = time.perf_counter()
         fn()
         one = time.perf_counter() - t0
+        if one < 0.02:                     # short calls: one more warm-up, then calibrate
+            fn()
+            t0 = time.perf_counter()
+            fn()
+            one = time.perf_counter() - t0
         number[k] = max(1, min(100000, int(min_time / one))) if one > 0 else 1000
     samples = {k: [] for k in names}
     was = gc.isenabled()
@@ -215,7 +218,7 @@ def main():
     ap.add_argument("--sizes", type=float, nargs="+", default=None,
                     help="element counts (default 1e5 1e6 1e7; --quick: 1e5 1e6)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 7, "
-                    "5 at n >= 1e7; --quick: 3)")
+                    "3 at n >= 1e7; --quick: 3)")
     ap.add_argument("--min-time", type=float, default=None,
                     help="seconds per sample (default 0.01; --quick: 0.003)")
     args = ap.parse_args()
@@ -250,7 +253,8 @@ def main():
     print(f"numpy {np.__version__}; numexpr "
           f"{f'{ne.__version__} (threads 1, VML {ne.use_vml})' if ne else 'not installed'}; "
           f"torch {tv}")
-    print(f"times: median over {rounds} interleaved rounds (order rotates), each sample "
+    r7 = "" if args.rounds else f" ({min(rounds, 3)} at n >= 1e7)"
+    print(f"times: median over {rounds}{r7} interleaved rounds (order rotates), each sample "
           f">= {min_time * 1e3:g} ms or one call; ratios = engine / mshadow (> 1: mshadow faster);"
           f" err = max relative error vs float64 numpy, in eps of the dtype")
 
@@ -282,7 +286,7 @@ def main():
                                     f"{err['mshadow']:.3g} eps > {ERR_LIMIT}")
                     rows.append(label + ["WRONG"] + [""] * (len(header) - 4))
                     continue
-                r = rounds if n < 10**7 or args.rounds else min(rounds, 5)
+                r = rounds if n < 10**7 or args.rounds else min(rounds, 3)
                 t = time_rounds(impl, r, min_time)
                 tm = t["mshadow"]
                 rows.append(label + [fmt_time(t[e]) for e in engines]
