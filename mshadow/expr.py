@@ -217,6 +217,14 @@ def new_node(cls, key, shape, code, leaves, scalars, exp_type):
     return node
 
 
+def _holds_view(key):
+    if key[0] == "V":
+        return True
+    if key[0] == "C":
+        return _holds_view(key[2])
+    return key[0] == "M" and any(_holds_view(k) for k in key[3:])
+
+
 def _flip(key):
     if key[0] == "G":
         raise TypeError("transpose of an expression holding implicit_dot(a, b) is not "
@@ -247,6 +255,9 @@ def transpose(exp):
         raise ShapeError(f"transpose needs a 2-D expression (or a 1-D tensor), got shape {s}")
     if et == kComplex:
         raise TypeError("transpose: a kComplex expression cannot be transposed lazily")
+    if _holds_view(k):   # a view's transpose is one more affine map: compose it
+        from .extension.views import transpose_axes
+        return transpose_axes(exp, (1, 0))
     fk = _flip(k)
     if fk[0] == "L" and not fk[2]:
         return lv[0]   # (t.T).T is t

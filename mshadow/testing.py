@@ -913,7 +913,8 @@ class _ExtLeaves:
         else:
             (mt, mdata), mwhere = self._src((n,), storage, fdom), "m"
         cc = compute_dtype(storage)
-        val = ref_apply("mul", [data.astype(cc), mdata.astype(cc)[:, None]], cc, self.flags)
+        val = _as_storage(ref_apply("mul", [data.astype(cc), mdata.astype(cc)[:, None]], cc,
+                                    self.flags), storage, cc)
         return ms.mask(mt, src), val, f"mask({mwhere}, {where})"
 
     def _gemm_operand(self, rows, cols, storage):

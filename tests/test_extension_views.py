@@ -84,18 +84,18 @@ def test_errors():
         ms.broadcast(src, (4, 3), 2)
     with pytest.raises(ms.ShapeError, match="must be 1-D"):
         ms.broadcast(ms.new_tensor((3, 1)), (3, 3), 0)
-    with pytest.raises(TypeError, match="the source must be a tensor, got BinaryMapExp"):
-        ms.broadcast(src + 1, (3,), 0)
+    with pytest.raises(TypeError, match="flip: cannot read take<f32> through a view yet"):
+        ms.flip(ms.take(ms.from_numpy(np.zeros(2, np.float32)), ms.new_tensor((3, 2))), 0)
     with pytest.raises(ms.ShapeError, match="broadcast_scalar, source need to be scalar expression"):
         ms.broadcast_scalar(src, (2, 2))
     with pytest.raises(ms.DTypeError, match="different dtypes"):
         ms.new_tensor((2, 3)) + ms.broadcast(_src(3, np.float64), (2, 3), 1)
     with pytest.raises(ms.ShapeError, match="Shapes of operands are not the same"):
         ms.new_tensor((2, 3)) + ms.broadcast(src, (3, 3), 1)
-    with pytest.raises(TypeError, match="transpose of an expression holding"):
-        ms.repmat(src, 2).T
-    with pytest.raises(TypeError, match="mirror: the source must be a tensor"):
-        ms.mirror(src * 2)
+    with pytest.raises(TypeError, match="transpose of an expression holding take"):
+        (ms.take(ms.from_numpy(np.zeros(2, np.float32)), ms.new_tensor((3, 2))) + 1).T
+    with pytest.raises(TypeError, match="mirror: a dot.*kComplex.*assign it to a tensor first"):
+        ms.mirror(ms.dot(ms.new_tensor((2, 2)), ms.new_tensor((2, 2))))
     dst = ms.new_tensor((2, 3), init=7)
     c = ms.TensorContainer((3,), init=1)
     e = ms.broadcast(c, (2, 3), 1)
@@ -147,7 +147,7 @@ def test_views_match_numpy(name, make, ref, pad, dtype):
     src = ms.new_tensor((2, 3, 5), dtype=dtype, pad=pad)
     src.numpy()[...] = a
     if name == "reshape" and pad:   # rows of a pitched tensor cannot be re-cut
-        with pytest.raises(ms.ShapeError, match="must keep its last axis"):
+        with pytest.raises(ms.ShapeError, match="needs a copy"):
             make(src)
         return
     e = make(src)
@@ -164,7 +164,7 @@ def test_reshape_of_pitched_regroups_leading_axes_only():
     dst = ms.new_tensor((6, 4))
     dst[:] = ms.reshape(src, (6, 4))
     np.testing.assert_array_equal(dst.numpy(), np.arange(24).reshape(6, 4))
-    with pytest.raises(ms.ShapeError, match="must keep its last axis"):
+    with pytest.raises(ms.ShapeError, match="needs a copy; assign it to a contiguous tensor"):
         ms.reshape(src, (4, 6))
     with pytest.raises(ms.ShapeError, match="reshape size must match"):
         ms.reshape(src, (5, 5))

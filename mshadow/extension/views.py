@@ -1,14 +1,20 @@
 """Extensions that are strided views of a tensor (broadcast.h, broadcast_with_axis.h,
 mirror.h, flip.h, swapaxis.h, transpose.h, crop.h, reshape.h, slice.h).
 
-Each builds a ViewLeaf (a shape, a byte offset and one byte stride per axis, as numpy's
-as_strided) and an expression node over it; the plan reads the view in place, so
-``dst[:] = x + ms.broadcast(bias, x.shape, 1)`` is one fused pass and nothing is copied.
-The source must be a tensor: assign an expression to a tensor first.
+Each is an affine index map: from the source's shape and byte strides it gives the view's
+shape, byte offset and strides (as numpy's as_strided). Maps compose, so a source may be a
+tensor, another view, a transposed tensor, or any element-wise expression of those: a view
+of an expression is the expression of the views of its leaves (``flip(a + b)`` reads as
+``flip(a) + flip(b)``). The plan reads every view in place, so
+``dst[:] = ms.broadcast(bias, x.shape, 1) * ms.flip(ms.F(relu, x), 0)`` is one fused pass
+and nothing is copied or evaluated twice.
 """
+import numpy as np
+
 from .. import _core
 from ..errors import ShapeError
-from ..expr import _CODE_BY_FLAG, kChainer, new_node
+from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, describe, kChainer, kComplex, \
+    new_node, tcast
 from ..shape import Shape, as_shape
 
 Tensor = _core.Tensor
@@ -20,13 +26,75 @@ class ViewExp(_core.Exp):
     __slots__ = ("src", "view")
 
 
+def _source(src, where, ndim=None):
+    """``src`` as an operand of a view: a tensor (numpy arrays are wrapped) or an expression."""
+    if isinstance(src, np.ndarray):
+        src = _core.from_numpy(src)
+    if not isinstance(src, (Tensor, _core.Exp)):
+        raise TypeError(f"{where}: the source must be a tensor or an expression, got "
+                        f"{type(src).__name__}")
+    if isinstance(src, _core.Exp) and src.exp_type == kComplex:
+        raise TypeError(f"{where}: a {describe(src.key)} expression (kComplex) cannot be read "
+                        f"through a view; assign it to a tensor first")
+    if ndim is not None and len(src.shape) != ndim:
+        raise ShapeError(f"{where}: the source must be {ndim}-D, got shape {src.shape}")
+    return src
+
+
 def _tensor(src, where, ndim=None):
+    """The source of a gather or window extension: a tensor for now (their kernels read
+    memory; evaluating an expression source inside them waits on the typed IR)."""
     if not isinstance(src, Tensor):
         raise TypeError(f"{where}: the source must be a tensor, got {type(src).__name__} "
                         f"(assign the expression to a tensor first)")
     if ndim is not None and src.ndim != ndim:
         raise ShapeError(f"{where}: the source must be {ndim}-D, got shape {src.shape}")
     return src
+
+
+def _strided(src):
+    """(tensor, byte offset, shape, byte strides) when ``src`` reads one tensor's memory
+    through an affine map (a tensor, a view, a transposed tensor or view), else None."""
+    if isinstance(src, Tensor):
+        return src, 0, tuple(src.shape), _core.tensor_strides(src)
+    if isinstance(src, ViewExp):
+        return src.src, src.view.offset, tuple(src.view.shape), src.view.strides
+    if isinstance(src, _core.TransposeExp):
+        inner = _strided(src.src)
+        if inner is not None:
+            base, off, shape, st = inner
+            if len(shape) == 1:          # a 1-D tensor's .T is the (n, 1) column
+                shape, st = (1,) + shape, (0,) + tuple(st)
+            return base, off, (shape[1], shape[0]), (st[1], st[0])
+    return None
+
+
+def _compose(src, where, index_map):
+    """``src`` read through ``index_map(shape, strides) -> (shape, offset, strides)``.
+
+    A strided source composes into one view of its tensor; an element-wise expression
+    takes the map on each of its leaves, recursively (scalars stay scalars)."""
+    d = _strided(src)
+    if d is not None:
+        base, off, shape, st = d
+        nshape, noff, nst = index_map(Shape(shape), tuple(st))
+        return view(base, nshape, off + noff, nst)
+    if isinstance(src, _core.MapExp):
+        return _core.make_map(src.op, tuple(a if _is_scalar(a) else _compose(a, where, index_map)
+                                            for a in src.args))
+    if isinstance(src, _core.TypecastExp):
+        return tcast(_NP_BY_CODE[src.code], _compose(src.src, where, index_map))
+    if isinstance(src, _core.TransposeExp):   # of an expression: transpose, then the map
+        return _compose(src.src, where,
+                        lambda shape, st: index_map(Shape(shape[1], shape[0]), (st[1], st[0]))
+                        if len(shape) == 2 else _no_transpose(shape))
+    raise TypeError(f"{where}: cannot read {describe(src.key)} through a view yet (gathers, "
+                    f"implicit_dot and reductions have no index map); assign it to a tensor "
+                    f"first")
+
+
+def _no_transpose(shape):
+    raise ShapeError(f"transpose needs a 2-D expression, got shape {shape}")
 
 
 def view(src, shape, offset, strides):
@@ -48,7 +116,7 @@ def _axis(axis, nd, where):
 # ---- broadcast.h ------------------------------------------------------------------------
 def broadcast(src, shape, dimcast):
     """``broadcast<dimcast>(src, shape)``: the 1-D ``src`` repeated along every other axis."""
-    src = _tensor(src, "broadcast", 1)
+    src = _source(src, "broadcast", 1)
     shape = as_shape(shape)
     if not 0 <= dimcast < len(shape):
         raise ShapeError(f"broadcast: dimcast {dimcast} out of range for a {len(shape)}-D "
@@ -56,96 +124,107 @@ def broadcast(src, shape, dimcast):
     if src.shape[0] != shape[dimcast]:
         raise ShapeError(f"broadcast, shape mismatch: source {src.shape} cannot fill axis "
                          f"{dimcast} of {shape}")
-    strides = [0] * len(shape)
-    strides[dimcast] = src.itemsize
-    return view(src, shape, 0, strides)
+
+    def index_map(sshape, st):
+        strides = [0] * len(shape)
+        strides[dimcast] = st[0]
+        return shape, 0, strides
+    return _compose(src, "broadcast", index_map)
 
 
 def broadcast_scalar(src, shape):
     """Fill ``shape`` with the single element of a length-1 tensor."""
-    src = _tensor(src, "broadcast_scalar", 1)
+    src = _source(src, "broadcast_scalar", 1)
     if src.shape[0] != 1:
         raise ShapeError(f"broadcast_scalar, source need to be scalar expression: got shape "
                          f"{src.shape}")
     shape = as_shape(shape)
-    return view(src, shape, 0, [0] * len(shape))
+    return _compose(src, "broadcast_scalar", lambda sshape, st: (shape, 0, [0] * len(shape)))
 
 
 def repmat(src, nrow):
     """``nrow`` copies of the 1-D ``src`` as rows: ``broadcast(src, (nrow, len(src)), 1)``."""
-    src = _tensor(src, "repmat", 1)
+    src = _source(src, "repmat", 1)
     return broadcast(src, Shape(nrow, src.shape[0]), 1)
 
 
 # ---- broadcast_with_axis.h --------------------------------------------------------------
 def broadcast_with_axis(src, axis, size):
     """Insert a new axis of ``size`` after ``axis`` (-1: a new leading axis)."""
-    src = _tensor(src, "broadcast_with_axis")
-    nd = src.ndim
+    src = _source(src, "broadcast_with_axis")
+    nd = len(src.shape)
     if not -1 <= axis < nd:
         raise ShapeError(f"broadcast_with_axis: axis {axis} out of range [-1, {nd - 1}]")
-    st = list(_core.tensor_strides(src))
-    shape = list(src.shape)
-    shape.insert(axis + 1, size)
-    st.insert(axis + 1, 0)
-    return view(src, shape, 0, st)
+
+    def index_map(sshape, st):
+        shape, st = list(sshape), list(st)
+        shape.insert(axis + 1, size)
+        st.insert(axis + 1, 0)
+        return shape, 0, st
+    return _compose(src, "broadcast_with_axis", index_map)
 
 
 def broadcast_keepdim(src, axis, size):
     """Expand the size-1 ``axis`` of ``src`` to ``size``."""
-    src = _tensor(src, "broadcast_keepdim")
-    axis = _axis(axis, src.ndim, "broadcast_keepdim")
+    src = _source(src, "broadcast_keepdim")
+    axis = _axis(axis, len(src.shape), "broadcast_keepdim")
     if src.shape[axis] != 1:
         raise ShapeError(f"broadcast_keepdim: axis {axis} of {src.shape} must have size 1")
-    shape = list(src.shape)
-    st = list(_core.tensor_strides(src))
-    shape[axis], st[axis] = size, 0
-    return view(src, shape, 0, st)
+
+    def index_map(sshape, st):
+        shape, st = list(sshape), list(st)
+        shape[axis], st[axis] = size, 0
+        return shape, 0, st
+    return _compose(src, "broadcast_keepdim", index_map)
 
 
 def broadcast_to(src, shape):
     """numpy-style broadcast to a shape of the same rank (mismatching axes must be 1)."""
-    src = _tensor(src, "broadcast_to")
+    src = _source(src, "broadcast_to")
     shape = as_shape(shape)
-    if len(shape) != src.ndim or any(s != t and s != 1 for s, t in zip(src.shape, shape)):
+    if len(shape) != len(src.shape) or any(s != t and s != 1 for s, t in zip(src.shape, shape)):
         raise ShapeError(f"broadcasting axis must have size 1, received shape={src.shape} "
                          f"target_shape={shape}")
-    st = [0 if s != t else d for s, t, d in zip(src.shape, shape, _core.tensor_strides(src))]
-    return view(src, shape, 0, st)
+    return _compose(src, "broadcast_to", lambda sshape, st: (
+        shape, 0, [0 if s != t else d for s, t, d in zip(sshape, shape, st)]))
 
 
 # ---- mirror.h, flip.h -------------------------------------------------------------------
 def flip(src, dim):
     """``src`` reversed along ``dim``."""
-    src = _tensor(src, "flip")
-    dim = _axis(dim, src.ndim, "flip")
-    st = list(_core.tensor_strides(src))
-    offset = (src.shape[dim] - 1) * st[dim] if src.shape[dim] else 0
-    st[dim] = -st[dim]
-    return view(src, src.shape, offset, st)
+    src = _source(src, "flip")
+    dim = _axis(dim, len(src.shape), "flip")
+
+    def index_map(shape, st):
+        st = list(st)
+        offset = (shape[dim] - 1) * st[dim] if shape[dim] else 0
+        st[dim] = -st[dim]
+        return shape, offset, st
+    return _compose(src, "flip", index_map)
 
 
 def mirror(src):
     """``src`` with its last axis reversed."""
-    return flip(_tensor(src, "mirror"), -1)
+    return flip(_source(src, "mirror"), -1)
 
 
 # ---- swapaxis.h, transpose.h ------------------------------------------------------------
 def transpose_axes(src, axes):
     """numpy's transpose: ``out.shape[i] = src.shape[axes[i]]``."""
-    src = _tensor(src, "transpose")
+    src = _source(src, "transpose")
     axes = tuple(int(a) for a in axes)
-    if sorted(axes) != list(range(src.ndim)):
-        raise ShapeError(f"Invalid axes input! axes={axes} for a {src.ndim}-D tensor")
-    st = _core.tensor_strides(src)
-    return view(src, [src.shape[a] for a in axes], 0, [st[a] for a in axes])
+    if sorted(axes) != list(range(len(src.shape))):
+        raise ShapeError(f"Invalid axes input! axes={axes} for a {len(src.shape)}-D tensor")
+    return _compose(src, "transpose", lambda shape, st: (
+        [shape[a] for a in axes], 0, [st[a] for a in axes]))
 
 
 def swapaxis(src, a1, a2):
     """``swapaxis<a1, a2>(src)``: axes a1 and a2 exchanged."""
-    src = _tensor(src, "swapaxis")
-    a1, a2 = _axis(a1, src.ndim, "swapaxis"), _axis(a2, src.ndim, "swapaxis")
-    axes = list(range(src.ndim))
+    src = _source(src, "swapaxis")
+    nd = len(src.shape)
+    a1, a2 = _axis(a1, nd, "swapaxis"), _axis(a2, nd, "swapaxis")
+    axes = list(range(nd))
     axes[a1], axes[a2] = axes[a2], axes[a1]
     return transpose_axes(src, axes)
 
@@ -153,8 +232,8 @@ def swapaxis(src, a1, a2):
 # ---- crop.h, slice.h --------------------------------------------------------------------
 def crop(src, oshape, start_h=None, start_w=None):
     """The (h, w) window of the last two axes at (start_h, start_w), centred by default."""
-    src = _tensor(src, "crop")
-    if src.ndim < 2:
+    src = _source(src, "crop")
+    if len(src.shape) < 2:
         raise ShapeError(f"crop needs at least 2 axes, got shape {src.shape}")
     h, w = as_shape(oshape)
     H, W = src.shape[-2], src.shape[-1]
@@ -162,43 +241,79 @@ def crop(src, oshape, start_h=None, start_w=None):
     sw = (W - w) // 2 if start_w is None else start_w
     if not (0 <= sh and sh + h <= H and 0 <= sw and sw + w <= W):
         raise ShapeError(f"crop: window ({h},{w}) at ({sh},{sw}) does not fit in ({H},{W})")
-    st = _core.tensor_strides(src)
-    shape = list(src.shape[:-2]) + [h, w]
-    return view(src, shape, sh * st[-2] + sw * st[-1], st)
+    return _compose(src, "crop", lambda shape, st: (
+        list(shape[:-2]) + [h, w], sh * st[-2] + sw * st[-1], st))
 
 
 def slice_axis(src, axis, begin, end):
     """``slice<sdim>(src, begin, end)``: indices [begin, end) of one axis."""
-    src = _tensor(src, "slice")
-    axis = _axis(axis, src.ndim, "slice")
+    src = _source(src, "slice")
+    axis = _axis(axis, len(src.shape), "slice")
     if not 0 <= begin <= end <= src.shape[axis]:
         raise ShapeError(f"The slice went out of range: [{begin}, {end}) of axis {axis} with "
                          f"size {src.shape[axis]}")
-    st = _core.tensor_strides(src)
-    shape = list(src.shape)
-    shape[axis] = end - begin
-    return view(src, shape, begin * st[axis], st)
+
+    def index_map(sshape, st):
+        shape = list(sshape)
+        shape[axis] = end - begin
+        return shape, begin * st[axis], st
+    return _compose(src, "slice", index_map)
 
 
 # ---- reshape.h --------------------------------------------------------------------------
 def reshape(src, shape):
-    """Row-major reinterpretation as ``shape`` (sizes must match)."""
-    src = _tensor(src, "reshape")
+    """Row-major reinterpretation as ``shape`` (sizes must match).
+
+    A view, so it exists where the source's strides allow it without a copy (numpy's rule):
+    any contiguous source, and a pitched one (or any strided one) that keeps the axes whose
+    elements are not evenly spaced."""
+    src = _source(src, "reshape")
     shape = as_shape(shape)
-    if shape.size() != src.shape.size():
-        raise ShapeError(f"reshape size must match: {src.shape} ({src.shape.size()} elements) "
-                         f"to {shape} ({shape.size()} elements)")
-    if not src.check_contiguous() and len(shape) >= 1 and shape[-1] != src.shape[-1]:
-        raise ShapeError(f"reshape of a pitched tensor (shape {src.shape}, stride {src.stride}) "
-                         f"must keep its last axis; copy it to a contiguous tensor first")
-    if src.check_contiguous():
-        st = [src.itemsize] * len(shape)
-        for k in range(len(shape) - 2, -1, -1):
-            st[k] = st[k + 1] * shape[k + 1]
-    else:   # pitched: the rows stay rows, the leading axes regroup
-        st = [src.itemsize] * len(shape)
-        if len(shape) >= 2:
-            st[-2] = src.stride * src.itemsize
-            for k in range(len(shape) - 3, -1, -1):
-                st[k] = st[k + 1] * shape[k + 1]
-    return view(src, shape, 0, st)
+    if shape.size() != Shape(src.shape).size():
+        raise ShapeError(f"reshape size must match: {src.shape} ({Shape(src.shape).size()} "
+                         f"elements) to {shape} ({shape.size()} elements)")
+
+    def index_map(sshape, st):
+        nst = _nocopy_strides(tuple(sshape), tuple(st), tuple(shape))
+        if nst is None:
+            raise ShapeError(f"reshape of a strided or pitched source (shape {tuple(sshape)}, "
+                             f"byte strides {tuple(st)}) to {shape} needs a copy; assign it "
+                             f"to a contiguous tensor first")
+        return shape, 0, nst
+    return _compose(src, "reshape", index_map)
+
+
+def _nocopy_strides(old, ost, new):
+    """The strides that read the elements of (old, ost) in row-major order as shape ``new``,
+    or None if no strides can (numpy's _attempt_nocopy_reshape)."""
+    if 0 in old or 0 in new:
+        st, acc = [0] * len(new), 1
+        for k in range(len(new) - 1, -1, -1):
+            st[k] = acc
+            acc *= max(new[k], 1)
+        return st
+    dims = [(n, s) for n, s in zip(old, ost) if n != 1]
+    od, os_ = [n for n, _ in dims], [s for _, s in dims]
+    nst = [0] * len(new)
+    oi, ni = 0, 0
+    while ni < len(new) and oi < len(od):
+        np_, op_ = new[ni], od[oi]
+        nj, oj = ni + 1, oi + 1
+        while np_ != op_:
+            if np_ < op_:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op_ *= od[oj]
+                oj += 1
+        for ok in range(oi, oj - 1):      # the merged old axes must be evenly spaced
+            if os_[ok] != od[ok + 1] * os_[ok + 1]:
+                return None
+        nst[nj - 1] = os_[oj - 1]
+        for nk in range(nj - 1, ni, -1):
+            nst[nk - 1] = nst[nk] * new[nk]
+        ni, oi = nj, oj
+    last = nst[ni - 1] if ni else 0
+    for nk in range(ni, len(new)):        # trailing size-1 axes
+        nst[nk] = last
+    return nst
