@@ -45,6 +45,7 @@ from .random import Random
 from .config import show_config
 from . import param
 from .dot import dot, batch_dot, vector_dot, batch_gemm, DotExp, BatchDotExp
+from .extension.reduce import sum  # noqa: A004  ms.sum; Python's is builtins.sum
 from .extension import (sumall_except_dim, reduce_except_dim, sum_rows, reduce_with_axis,
                         reduce_keepdim, pool, unpool, chpool, ch_unpool, unpack_patch2col,
                         pack_col2patch)
@@ -92,7 +93,7 @@ __all__ = [
     "reduce_keepdim", "pool", "unpool", "chpool", "ch_unpool", "unpack_patch2col",
     "pack_col2patch", "nn", "softmax", "softmax_grad",
 ]
-_PUBLIC_NOT_STARRED = ("range", "type")
+_PUBLIC_NOT_STARRED = ("range", "type", "sum")
 
 # Implementation modules leave the namespace (dir(ms), tab completion); ms.engine and
 # friends still resolve through __getattr__, so existing code and `import mshadow.x` work.

@@ -73,6 +73,7 @@ cdef extern from "mshadow/plan_exec.h":
         npy_intp mmod[7]
         npy_intp mstride[7]
         const ms_gather *gather
+        int per_block
     ctypedef struct ms_program:
         int ninst
         const ms_inst *inst
@@ -89,6 +90,7 @@ cdef extern from "mshadow/plan_exec.h":
 
 
 DEF BLOCK = 512            # elements per block: 8 registers of doubles stay in a 32 KiB L1
+DEF RBLOCK = 4096          # a reduction's block: one partial sum each (fewer dispatches)
 DEF MIN_PER_THREAD = 32768 # below this many elements a thread costs more than it saves
 
 cdef dict _KERNELS = {}
@@ -368,14 +370,13 @@ cdef bint _same_elements(Tensor a, Tensor b) except -1:
             and (a.stride == b.stride or a.rows <= 1))
 
 
-def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
-    """Evaluate ``plan`` into ``dst``: leaf k of the program is ``leaves[k]``."""
+cdef tuple _check_leaves(Plan plan, object shape, Py_ssize_t rows, Py_ssize_t cols,
+                         tuple leaves, Tensor dst):
+    """Every leaf alive and of the evaluation's geometry (``shape``, flattened to rows x
+    cols); returns (every leaf contiguous, some leaf reads ``dst`` at other positions)."""
     cdef Py_ssize_t nl = plan.nleaf
     if len(leaves) != nl:
         raise ValueError(f"plan expects {nl} leaves, got {len(leaves)}")
-    if dst.readonly:
-        raise ValueError("assignment destination is read-only")
-    dst.data()
     cdef Tensor lf
     cdef Py_ssize_t k
     cdef bint contiguous = True     # every leaf read in place and contiguous
@@ -388,48 +389,71 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
         if role == ROLE_GATHER:
             gl = leaves[k]          # a typed assignment: anything else raises TypeError
             gl.check()
-            if gl.shape != dst.shape:
+            if gl.shape != shape:
                 raise ShapeError(f"Assignment: {gl.kernel[2:]} of shape {gl.shape} does not "
-                                 f"match target {dst.shape}")
+                                 f"match target {shape}")
             contiguous = False
             for src in gl.srcs:
-                if _overlaps(<Tensor> src, dst):
+                if dst is not None and _overlaps(<Tensor> src, dst):
                     alias = True
             continue
         if role == ROLE_VIEW:
             vl = leaves[k]          # a typed assignment: anything else raises TypeError
             vl.data()
-            if vl.shape != dst.shape:
+            if vl.shape != shape:
                 raise ShapeError(f"Assignment: view of shape {vl.shape} does not match target "
-                                 f"{dst.shape}")
+                                 f"{shape}")
             if view_step_kind(vl.strides[-1], vl.src.itemsize) != plan.leaf_param[k + 1]:
                 raise ShapeError("a view's last-axis step does not match its compiled plan")
             contiguous = False
-            if _overlaps(vl.src, dst):
+            if dst is not None and _overlaps(vl.src, dst):
                 alias = True
             continue
         lf = <Tensor> leaves[k]
         lf.data()
         rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k + 1] else (lf.rows, lf.cols)
         if role == ROLE_GEMM_LHS:     # implicit_dot lhs: (dst rows, K)
-            if rr != dst.rows:
+            if rr != rows:
                 raise ShapeError(f"implicit_dot: lhs of shape {lf.shape} gives {rr} rows, "
-                                 f"target {dst.shape} has {dst.rows}")
+                                 f"target {shape} has {rows}")
             inner = rc
             contiguous = False
         elif role == ROLE_GEMM_RHS:   # implicit_dot rhs: (K, dst cols)
-            if rc != dst.cols or rr != inner:
+            if rc != cols or rr != inner:
                 raise ShapeError(f"implicit_dot The matrix shape do  not match: rhs {lf.shape} "
-                                 f"for K={inner} and target {dst.shape}")
+                                 f"for K={inner} and target {shape}")
             contiguous = False
-        elif rr != dst.rows or rc != dst.cols:
+        elif rr != rows or rc != cols:
             raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
-                             f"eshape: {lf.shape} dshape:{dst.shape}")
+                             f"eshape: {lf.shape} dshape:{shape}")
         elif plan.leaf_t[k + 1] or not (lf.rows <= 1 or lf.stride == lf.cols):
             contiguous = False
-        if _overlaps(lf, dst) and (role != ROLE_MAP or plan.leaf_t[k + 1]
-                                   or not _same_elements(lf, dst)):
+        if dst is not None and _overlaps(lf, dst) and (role != ROLE_MAP or plan.leaf_t[k + 1]
+                                                        or not _same_elements(lf, dst)):
             alias = True
+    return contiguous, alias
+
+
+def run_reduce(Plan plan, shape, tuple leaves, tuple scalars):
+    """Evaluate a reduction plan over an expression of ``shape``: returns the per-block
+    partial results, in block order (row by row, blocks of RBLOCK elements along a row; one
+    long row when every leaf is contiguous), as a 1-D array of the plan's compute type."""
+    shape = as_shape(shape)
+    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
+    contiguous, _ = _check_leaves(plan, shape, rows, cols, leaves, None)
+    cdef Py_ssize_t nparts = (rows if not contiguous else 1) * (
+        ((cols if not contiguous else rows * cols) + RBLOCK - 1) // RBLOCK)
+    parts = np.zeros(max(nparts, 1), dtype=_NP_BY_CODE[plan.program.dst_code])
+    _run(plan, from_numpy(parts), leaves, scalars, contiguous, rows, cols)
+    return parts[:nparts]
+
+
+def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
+    """Evaluate ``plan`` into ``dst``: leaf k of the program is ``leaves[k]``."""
+    if dst.readonly:
+        raise ValueError("assignment destination is read-only")
+    dst.data()
+    contiguous, alias = _check_leaves(plan, dst.shape, dst.rows, dst.cols, leaves, dst)
     if alias:
         # the expression reads the destination at other positions: evaluate into a
         # temporary first, so blocks never see half-written results. The temporary holds
@@ -511,7 +535,10 @@ cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):
     return held
 
 
-cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
+cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
+          Py_ssize_t rows=-1, Py_ssize_t cols=-1):
+    """Run ``plan`` over ``dst``'s 2-D geometry; or, given ``rows`` x ``cols``, over that
+    geometry with ``dst`` holding one value per block (a reduction's partial results)."""
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef ms_leaf stack_leaf[16]
     cdef ms_gather stack_gather[16]
@@ -532,12 +559,21 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
         raise MemoryError()
     try:
         lv[0].ptr = dst.data()
-        lv[0].rowstep = dst.stride * dst.itemsize
-        lv[0].colstep = dst.itemsize
-        lv[0].inner = dst.cols
         lv[0].nmap = 0
+        per_block = rows >= 0
+        if not per_block:
+            rows, cols = dst.rows, dst.cols
+            lv[0].rowstep = dst.stride * dst.itemsize
+            lv[0].colstep = dst.itemsize
+        else:   # block (y, x0) writes partial y * blocks_per_row + x0 / RBLOCK
+            lv[0].rowstep = ((rows * cols if contiguous else cols) + RBLOCK - 1) // RBLOCK \
+                * dst.itemsize
+            lv[0].colstep = dst.itemsize
+        lv[0].inner = cols
+        lv[0].per_block = per_block
         for k in range(nl):
             lv[k + 1].nmap = 0
+            lv[k + 1].per_block = 0
             role = plan.leaf_role[k + 1]
             if role == ROLE_VIEW:
                 _bind_view(&lv[k + 1], <ViewLeaf> leaves[k])
@@ -567,18 +603,20 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
         prog.leaf = lv
         prog.scalars = sv
         prog.nreg = plan.nreg
-        prog.reg_bytes = BLOCK * 8
+        prog.reg_bytes = (RBLOCK if per_block else BLOCK) * 8
         if contiguous:
             prog.rows = 1
-            prog.cols = dst.rows * dst.cols
+            prog.cols = rows * cols
         else:
-            prog.rows = dst.rows
-            prog.cols = dst.cols
-        n = dst.rows * dst.cols
+            prog.rows = rows
+            prog.cols = cols
+        n = rows * cols
         prog.nthreads = max(1, min(_num_threads, n // MIN_PER_THREAD))
         # Registers must fit in L1, so programs that use them go block by block; a fully
         # fused program has none and takes whole rows, one share of them per thread.
-        if plan.nreg:
+        if per_block:   # a reduction's blocks never depend on the thread count
+            prog.block = RBLOCK
+        elif plan.nreg:
             prog.block = BLOCK
         else:
             prog.block = max(BLOCK, (prog.cols + prog.nthreads - 1) // prog.nthreads)

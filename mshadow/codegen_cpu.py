@@ -369,6 +369,45 @@ def _chain_kernel(code, ctype):
     return "\n".join(L)
 
 
+REDUCE_LANES = 16
+
+
+def _reduce_sum(code, ctype):
+    """The sum of one block: element i goes to lane i % 16, lanes combined pairwise; the
+    same order for every step, ISA and thread count (integers wrap, as in C++). The lanes
+    are independent, so each ISA's compile of the same C vectorises it the same way."""
+    L = REDUCE_LANES
+    sig = "(const char *a, npy_intp n, npy_intp sa)"
+    body = f"""  {ctype} acc[{L}];
+  npy_intp i = 0;
+  int l, w;
+  for (l = 0; l < {L}; ++l) acc[l] = 0;
+  if (sa == (npy_intp)sizeof({ctype})) {{
+    const {ctype} *x = (const {ctype} *)a;
+    for (; i + {L} <= n; i += {L})
+      for (l = 0; l < {L}; ++l) acc[l] = ({ctype})(acc[l] + x[i + l]);
+  }}
+  for (; i < n; ++i) acc[i % {L}] = ({ctype})(acc[i % {L}] + *(const {ctype} *)(a + i * sa));
+  for (w = {L} / 2; w > 0; w /= 2)
+    for (l = 0; l < w; ++l) acc[l] = ({ctype})(acc[l] + acc[l + w]);
+  return acc[0];"""
+    out = [f"static {ctype} ms_rsum_{code}_plain{sig} {{\n{body}\n}}", "#if MS_X86"]
+    for isa in ISAS:
+        out.append(f"static {_TARGET[isa]}{ctype} ms_rsum_{code}_{isa}{sig} {{\n{body}\n}}")
+    out.append(f"static {ctype} (*const ms_rsum_{code}_tab[4]){sig} = "
+               f"{{ms_rsum_{code}_plain, " + ", ".join(f"ms_rsum_{code}_{isa}" for isa in ISAS) + "};")
+    out.append("#endif")
+    out.append(f"""static void ms_k_reduce_sum_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+  (void)data;
+#if MS_X86
+  *({ctype} *)args[1] = ms_rsum_{code}_tab[ms_isa_level](args[0], dims[0], steps[0]);
+#else
+  *({ctype} *)args[1] = ms_rsum_{code}_plain(args[0], dims[0], steps[0]);
+#endif
+}}""")
+    return "\n".join(out)
+
+
 def _cast_expr(src, dst, dst_ctype):
     if src == dst:
         return "a"
@@ -439,6 +478,8 @@ def generate():
     for code, ctype, _ in COMPUTE_TYPES:
         out.append(_implicit_gemm(code, ctype))
         names.append(f"implicit_gemm_{code}")
+        out.append(_reduce_sum(code, ctype))
+        names.append(f"reduce_sum_{code}")
     for src, sct, _ in STORAGE_TYPES:
         for dst, dct, _ in STORAGE_TYPES:
             name = f"cast_{src}_{dst}"

@@ -35,6 +35,10 @@ def as_dtype(dtype):
     """Normalise anything numpy understands to one of the supported dtypes, or raise DTypeError."""
     if dtype is None:   # numpy would read None as float64; mshadow's default is float32
         return default_real_t
+    if isinstance(dtype, np.dtype):   # the hot case: a supported dtype in native order
+        flag = _DTYPE_TO_FLAG.get(dtype)
+        if flag is not None:
+            return _FLAG_TO_DTYPE[flag]
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         if int(dtype) in _FLAG_TO_DTYPE:
             return _FLAG_TO_DTYPE[int(dtype)]

@@ -24,6 +24,9 @@ from .codegen_cpu import CHAIN_BINARY, CHAIN_UNARY, CHAIN_MAX
 from .ops_table import OPS_BY_NAME, kernel_kind
 
 SAVER_OPS = {"saveto": None, "plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
+# Reductions: the program ends in a kernel that sums each block into one partial result
+# (the executor's per-block destination); the caller combines the partials in order.
+REDUCERS = {"sum": "reduce_sum"}
 
 # user-defined operators traced to composite form: name -> (arity, composite expression tree)
 USER_OPS = {}
@@ -252,6 +255,10 @@ class _Compiler:
 
     def finish(self, res):
         p = self.p
+        if p.saver in REDUCERS:   # dst holds one partial per block, of the compute type
+            out = self.instr(("k", f"{REDUCERS[p.saver]}_{p.dst_code}"), [res], p.dst_code)
+            p.instrs[-1].out = ("dst", 0, p.dst_code)
+            return p
         dc = p.dst_code
         cc = compute_code(dc)
         sop = SAVER_OPS[p.saver]
@@ -376,10 +383,17 @@ def _key_code(key):
 
 def compile_plan(key, dst_code, saver):
     """Compile ``key`` for a destination of storage ``dst_code`` and a saver name."""
-    if saver not in SAVER_OPS:
+    if saver not in SAVER_OPS and saver not in REDUCERS:
         raise ValueError(f"unknown saver {saver!r} (expected one of {', '.join(SAVER_OPS)})")
     c = _Compiler(dst_code, saver)
     cc = compute_code(dst_code)
+    if saver in REDUCERS:   # dst_code names the expression's storage; partials: compute type
+        c.p.dst_code = cc
+        res = c.emit(key, (dst_code, cc))
+        prog = fuse_chains(c.finish(res))
+        prog.const_values = c.consts
+        prog.key = key
+        return prog
     res = c.emit(key, (dst_code, cc))
     prog = fuse_chains(c.finish(res))
     prog.const_values = c.consts

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _core
 from ..device import cpu
-from ..engine import assign, register_complex
+from ..engine import assign, get_plan, register_complex
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
                     describe, kComplex)
@@ -304,3 +304,42 @@ def _eval(dst, exp, saver):
 
 
 register_complex("reduce", _eval)
+
+
+# ---- the fused full reduction ---------------------------------------------------------
+def sum(exp):  # noqa: A001  ms.sum, as numpy's; `from mshadow import *` leaves builtins.sum
+    """The sum of every element of a tensor or an element-wise expression, in ONE fused pass.
+
+    The expression is evaluated block by block in registers and each block is summed where
+    it is computed: no temporary of the expression's size. Returns a numpy scalar of the
+    expression's dtype. Summation order (the same at every SIMD level and thread count):
+    within a block of 4096 elements (of a row, or of the whole array when every operand is
+    contiguous), element i goes to lane i % 16 and the 16 lanes are added pairwise, in the
+    compute type; the blocks' partial sums are added in order by numpy in float64 (in the
+    integer type, wrapping, for integers), then rounded once to the dtype.
+    """
+    if isinstance(exp, np.ndarray):
+        exp = _core.from_numpy(exp)
+    if not isinstance(exp, (Tensor, Exp)):
+        raise TypeError(f"sum: expected a tensor or an expression, got {type(exp).__name__}")
+    if isinstance(exp, Tensor):
+        key, shape, code = ("L", _CODE_BY_FLAG[exp.type_flag], False), exp.shape, \
+            _CODE_BY_FLAG[exp.type_flag]
+        leaves, scalars = (exp,), ()
+        if exp.device is not cpu:
+            raise DeviceError("sum: GPU tensors need the CUDA backend, which is not available")
+    else:
+        if exp.exp_type == kComplex:
+            raise TypeError(f"sum: a {describe(exp.key)} expression (kComplex) cannot be "
+                            f"reduced in the same pass; assign it to a tensor first")
+        key, shape, code, leaves, scalars = exp.key, exp.shape, exp.code, exp.leaves, exp.scalars
+    dtype = np.dtype(_NP_BY_CODE[code])
+    plan = get_plan(key, code, "sum")
+    if not isinstance(plan, _core.Plan):   # an untraceable operator: evaluate it first
+        tmp = _core.TensorContainer(shape, init=None, pad=False, dtype=dtype)
+        assign(tmp, exp, "saveto")
+        return sum(tmp)
+    parts = _core.run_reduce(plan, shape, leaves, scalars)
+    if dtype.kind in "iu":
+        return np.sum(parts, dtype=dtype)
+    return dtype.type(np.sum(parts, dtype=np.float64))

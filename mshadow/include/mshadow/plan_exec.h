@@ -39,6 +39,8 @@ typedef struct {
                                   (the index of each leading axis times its byte stride) */
   npy_intp mdiv[MS_VIEW_MAXDIM], mmod[MS_VIEW_MAXDIM], mstride[MS_VIEW_MAXDIM];
   const ms_gather *gather;     /* a gather leaf's sources and parameters (mshadow/gather.h) */
+  int per_block;               /* one element per block: block (y, x0) addresses
+                                  ptr + y * rowstep + (x0 / block) * colstep (reductions) */
 } ms_leaf;
 
 typedef struct {
@@ -72,7 +74,9 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
           break;
         case MS_OPD_LEAF: {
           const ms_leaf *L = &p->leaf[id];
-          if (L->nmap) {
+          if (L->per_block) {
+            args[j] = L->ptr + y * L->rowstep + (x0 / p->block) * L->colstep;
+          } else if (L->nmap) {
             npy_intp off = 0;
             int m;
             for (m = 0; m < L->nmap; ++m) off += ((y / L->mdiv[m]) % L->mmod[m]) * L->mstride[m];

@@ -1,0 +1,123 @@
+"""Fused reductions: ``ms.sum(x * x)`` (one pass, no temporary) against a hand-written C loop
+with lane accumulators, ``np.sum(x * x)``, ``np.dot(x, x)`` (BLAS) and PyTorch, one thread.
+
+    python benchmarks/bench_reduce.py [--rounds 9] [--sizes 1e5,1e6,1e7]
+
+Interleaved rounds: every alternative runs once per round, in turn; medians are reported.
+"""
+import argparse
+import ctypes
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import aligned_empty, cpu_model, fmt_ratio, fmt_time, loadavg, print_table  # noqa: E402
+
+import mshadow as ms  # noqa: E402
+
+C_SRC = r"""
+#include <stddef.h>
+/* sum of squares with 16 lane accumulators: what a careful C programmer writes */
+float sumsq_f32(const float *x, ptrdiff_t n) {
+  float acc[16] = {0};
+  ptrdiff_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += x[i + l] * x[i + l];
+  for (; i < n; ++i) acc[0] += x[i] * x[i];
+  float s = 0;
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  return s;
+}
+double sumsq_f64(const double *x, ptrdiff_t n) {
+  double acc[16] = {0};
+  ptrdiff_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += x[i + l] * x[i + l];
+  for (; i < n; ++i) acc[0] += x[i] * x[i];
+  double s = 0;
+  for (int l = 0; l < 16; ++l) s += acc[l];
+  return s;
+}
+"""
+
+
+def build_c(tmp):
+    src, so = os.path.join(tmp, "r.c"), os.path.join(tmp, "r.so")
+    with open(src, "w") as f:
+        f.write(C_SRC)
+    subprocess.run(["gcc", "-O3", "-march=native", "-shared", "-fPIC", src, "-o", so], check=True)
+    lib = ctypes.CDLL(so)
+    lib.sumsq_f32.restype = ctypes.c_float
+    lib.sumsq_f64.restype = ctypes.c_double
+    for fn in (lib.sumsq_f32, lib.sumsq_f64):
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+    return lib
+
+
+def timeit(fn, min_time=0.01):
+    fn()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt >= min_time:
+            return dt / n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--sizes", default="1e5,1e6,1e7")
+    args = ap.parse_args()
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    ms.set_num_threads(1)          # also caps the BLAS pool (threadpoolctl)
+    try:
+        import torch
+        torch.set_num_threads(1)
+    except Exception:              # noqa: BLE001 - torch is optional
+        torch = None
+    print(f"# {cpu_model()}, {os.cpu_count()} cores, load {loadavg()}; SIMD "
+          f"{ms.simd_info()['active']}; numpy {np.__version__}; one thread everywhere")
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = build_c(tmp)
+        for dtype in (np.float32, np.float64):
+            rows = []
+            for n in sizes:
+                x = aligned_empty(n, dtype)
+                x[:] = np.random.default_rng(0).uniform(-1, 1, n)
+                t = ms.from_numpy(x)
+                cfn = lib.sumsq_f32 if dtype == np.float32 else lib.sumsq_f64
+                alts = {"ms.sum(x*x)": lambda: ms.sum(t * t),
+                        "C loop": lambda: cfn(x.ctypes.data, n),
+                        "np.sum(x*x)": lambda: np.sum(x * x),
+                        "np.dot(x,x)": lambda: np.dot(x, x)}
+                if torch is not None:
+                    xt = torch.from_numpy(x)
+                    alts["torch.sum(x*x)"] = lambda: torch.sum(xt * xt)
+                ref = float(np.dot(x.astype(np.float64), x.astype(np.float64)))
+                got = float(ms.sum(t * t))
+                assert abs(got - ref) <= 1e-4 * ref, (got, ref)
+                samples = {k: [] for k in alts}
+                for _ in range(args.rounds):
+                    for k, fn in alts.items():
+                        samples[k].append(timeit(fn))
+                med = {k: statistics.median(v) for k, v in samples.items()}
+                m = med["ms.sum(x*x)"]
+                rows.append([f"{n:.0e}"] + [fmt_time(m), fmt_ratio(m / med["C loop"])]
+                            + [fmt_ratio(med[k] / m) for k in alts if k not in ("ms.sum(x*x)", "C loop")])
+            header = (["n", "ms.sum(x*x)", "ms / C loop"]
+                      + [f"{k} / ms" for k in alts if k not in ("ms.sum(x*x)", "C loop")])
+            print_table(f"sum of squares, {np.dtype(dtype).name}, medians of {args.rounds} "
+                        f"interleaved rounds", header, rows,
+                        ["ms / C loop below 1.2x is the target; other columns > 1: mshadow faster"])
+
+
+if __name__ == "__main__":
+    main()
