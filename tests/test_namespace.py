@@ -24,7 +24,7 @@ def test_star_import_binds_all_and_no_builtin():
     names = set(ns) - {"__builtins__"}
     assert names == set(ms.__all__)
     assert not names & set(dir(builtins)), names & set(dir(builtins))
-    assert "range" not in ns and "type" not in ns and "__version__" not in ns
+    assert "range" not in ns and "type" not in ns and "sum" not in ns and "__version__" not in ns
 
 
 def test_all_is_unique_and_resolves():
@@ -42,7 +42,7 @@ def test_mshadow_range_and_type_stay_reachable():
 
 
 def test_dir_lists_the_public_api_only():
-    public = {n for n in ms.__all__ if not n.startswith("__")} | {"range", "type"}
+    public = {n for n in ms.__all__ if not n.startswith("__")} | {"range", "type", "sum"}
     listed = {n for n in dir(ms) if not n.startswith("__")}
     assert listed == public
     assert not set(INTERNAL) & set(dir(ms))
@@ -84,7 +84,7 @@ def test_documented_names_resolve():
 
 def test_fresh_interpreter_star_import():
     code = ("from mshadow import *\n"
-            "assert range(3) == builtins.range(3) and type(1) is int\n"
+            "assert range(3) == builtins.range(3) and type(1) is int and sum([1, 2]) == 3\n"
             "t = new_tensor((2,), init=1.0)\nprint(t.tolist())\n")
     out = subprocess.run([sys.executable, "-c", "import builtins\n" + code], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout
