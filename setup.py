@@ -28,7 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _say(msg):
     """Progress line; pip shows it with ``-v``, ``setup.py build_ext`` always."""
-    print(f"mshadow build: {msg}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"mshadow build: {msg}\n")    # one write: lines from the -j threads stay whole
+    sys.stderr.flush()
 
 
 def _compiler_accepts(cc, flags):
@@ -117,21 +118,31 @@ class BuildExt(build_ext):
             if np.get_include() not in ext.include_dirs:
                 ext.include_dirs.append(np.get_include())
         directives = {"language_level": 3, "embedsignature": True}
-        # Cython checks only mtimes; a change of directives or Cython version forces a rerun
+        # Cython's own staleness check also compares the .c with numpy's and scipy's .pxd
+        # files, which a fresh isolated build env (pip) installs with new mtimes every time:
+        # decide here instead, from our own Cython sources and a stamp of the settings.
         stamp = os.path.join(HERE, "build", "stamps", "cythonize.json")
-        want = {"directives": directives, "cython": cython_version}
+        want = {"directives": directives, "cython": ".".join(cython_version.split(".")[:2]),
+                "numpy_abi": np.__version__.split(".")[0]}
         try:
             with open(stamp) as f:
-                force = json.load(f) != want
+                settings_changed = json.load(f) != want
         except (OSError, ValueError):
-            force = True
-        force = force or bool(self.force)
-        _say(f"cythonize (Cython {cython_version}; "
-             + ("all sources)" if force else "only changed sources)"))
+            settings_changed = True
+        ours = [p for pat in ("*.pyx", "*.pxi", "*.pxd")
+                for p in glob.glob(os.path.join(HERE, "mshadow", pat))]
+        newest_source = max(os.path.getmtime(p) for p in ours)
         for ext in self.extensions:
-            # keep setuptools' Extension objects; take only the generated .c sources
-            ext.sources[:] = cythonize([ext], include_path=["mshadow"], quiet=True, force=force,
-                                       compiler_directives=directives)[0].sources
+            c_file = ext.sources[0][:-len(".pyx")] + ".c"
+            if (self.force or settings_changed or not os.path.exists(c_file)
+                    or os.path.getmtime(c_file) < newest_source):
+                _say(f"cythonize {ext.sources[0]} (Cython {cython_version})")
+                # keep setuptools' Extension objects; take only the generated .c sources
+                ext.sources[:] = cythonize([ext], include_path=["mshadow"], quiet=True, force=True,
+                                           compiler_directives=directives)[0].sources
+            else:
+                _say(f"{c_file} up to date")
+                ext.sources[:] = [c_file]
         os.makedirs(os.path.dirname(stamp), exist_ok=True)
         with open(stamp, "w") as f:
             json.dump(want, f)
