@@ -29,6 +29,7 @@ _FALLBACK = object()   # marks keys that hold an untraceable operator
 
 
 def get_plan(key, dst_code, saver):
+    """The cached compiled plan for an expression structure, dtype and saver (compiled on first use)."""
     plan = _plans.get((key, dst_code, saver))
     if plan is None:
         try:
