@@ -71,8 +71,15 @@ def _generate_kernels():
         sys.path.remove(pkg)
 
 
+_KERNELS_DONE = []
+
+
 def _kernels():
-    """Regenerate kernels_gen.h; an unchanged header keeps its mtime, so nothing recompiles."""
+    """Regenerate kernels_gen.h once per run (build_py and build_ext both need it); an
+    unchanged header keeps its mtime, so nothing recompiles."""
+    if _KERNELS_DONE:
+        return
+    _KERNELS_DONE.append(True)
     path = os.path.join(HERE, "mshadow", "include", "mshadow", "kernels_gen.h")
     before = os.path.getmtime(path) if os.path.exists(path) else None
     _generate_kernels()
@@ -133,10 +140,11 @@ class BuildExt(build_ext):
                 for p in glob.glob(os.path.join(HERE, "mshadow", pat))]
         newest_source = max(os.path.getmtime(p) for p in ours)
         for ext in self.extensions:
-            c_file = ext.sources[0][:-len(".pyx")] + ".c"
+            base = os.path.splitext(ext.sources[0])[0]
+            c_file, ext.sources[0] = base + ".c", base + ".pyx"
             if (self.force or settings_changed or not os.path.exists(c_file)
                     or os.path.getmtime(c_file) < newest_source):
-                _say(f"cythonize {ext.sources[0]} (Cython {cython_version})")
+                _say(f"cythonize {base}.pyx (Cython {cython_version})")
                 # keep setuptools' Extension objects; take only the generated .c sources
                 ext.sources[:] = cythonize([ext], include_path=["mshadow"], quiet=True, force=True,
                                            compiler_directives=directives)[0].sources
@@ -217,7 +225,7 @@ class BuildExt(build_ext):
                     shutil.copy2(inplace_file, target)
                 return
         _say(f"compiling {ext.name} with {self._cc} "
-             f"({'OpenMP' if self._openmp else 'no OpenMP'}; a first build takes 1-4 minutes)")
+             f"({'OpenMP' if self._openmp else 'no OpenMP'}; _core takes minutes)")
         t0 = time.time()
         super().build_extension(ext)
         _say(f"{ext.name}: compiled in {time.time() - t0:.0f} s")
