@@ -16,8 +16,14 @@ LABELS = ["mshadow", "python", "platform", "compiler", "numpy", "SIMD compiled",
 
 
 def _run(*args, env=None):
+    # The child imports the mshadow this process imported (an in-place build or an install),
+    # from tests/: with `-m` the working directory comes first on sys.path, and a source
+    # checkout's root would shadow an installed mshadow with its unbuilt package.
+    env = dict(os.environ if env is None else env)
+    paths = [os.path.dirname(os.path.dirname(ms.__file__)), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return subprocess.run([sys.executable, "-m", "mshadow", *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+                          text=True, timeout=60, env=env, cwd=os.path.dirname(__file__))
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +45,9 @@ def test_python_m_mshadow_prints_every_fact(printed):
 def test_simd_lines(printed):
     if not hasattr(ms._core, "simd_info"):
         assert printed["SIMD compiled"] == "SSE2 baseline"
-    table = getattr(np._core._multiarray_umath, "__cpu_features__", {})
+    # numpy 2 has numpy._core; numpy 1.x numpy.core
+    umath = getattr(getattr(np, "_core", None), "_multiarray_umath", None) or np.core._multiarray_umath
+    table = getattr(umath, "__cpu_features__", {})
     words = printed["SIMD detected"].split()
     if table.get("SSE2"):
         assert words[0] == "SSE2"
