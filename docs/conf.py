@@ -4,6 +4,7 @@ The API pages import mshadow, so build the extension first (``python setup.py bu
 --inplace`` in a checkout, or install the package). The C++ name map is generated from
 mshadow/aliases.py on every build (docs/_generated/, not committed).
 """
+import glob
 import os
 import sys
 
@@ -11,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 # A checkout with an in-place build documents that build; otherwise the installed package.
-if os.path.exists(os.path.join(ROOT, "mshadow", "__init__.py")):
+if any(p.endswith((".so", ".pyd")) for p in glob.glob(os.path.join(ROOT, "mshadow", "_core.*"))):
     sys.path.insert(0, ROOT)
 
 import mshadow  # noqa: E402
