@@ -13,10 +13,11 @@ echo "+ build the sdist"
 "$work/tools/bin/python" -m build --sdist --outdir "$work/dist" .
 sdist=$(ls "$work"/dist/mshadow-*.tar.gz)
 echo "  $sdist"
-tar -tzf "$sdist" | grep -q '/tests/conftest.py$' || { echo "sdist lacks tests/conftest.py"; exit 1; }
-tar -tzf "$sdist" | grep -q '/examples/basic.py$' || { echo "sdist lacks examples/"; exit 1; }
-tar -tzf "$sdist" | grep -q '/docs/conf.py$' || { echo "sdist lacks docs/"; exit 1; }
-if tar -tzf "$sdist" | grep -E '\.(so|o)$|/mshadow/_core\.c$|_build_info\.py$'; then
+tar -tzf "$sdist" > "$work/contents.txt"     # a file, not a pipe: grep -q would cut tar off
+for f in tests/conftest.py examples/basic.py docs/conf.py LICENSE; do
+    grep -q "^mshadow-[^/]*/$f\$" "$work/contents.txt" || { echo "sdist lacks $f"; exit 1; }
+done
+if grep -E '\.(so|o)$|/mshadow/[^/]*\.c$|_build_info\.py$|kernels_gen\.h$' "$work/contents.txt"; then
     echo "sdist carries build outputs"; exit 1
 fi
 
@@ -30,4 +31,6 @@ tar -xzf "$sdist" -C "$work/src"
 cd "$work"/src/mshadow-*/
 # the pytest script, not `python -m pytest`: the unbuilt mshadow/ here must not shadow the install
 "$work/venv/bin/pytest" -q -p no:cacheprovider tests
-"$work/venv/bin/python" -c "import mshadow, os; assert 'site-packages' in mshadow.__file__, mshadow.__file__"
+cd /
+"$work/venv/bin/python" -c "import mshadow; assert 'site-packages' in mshadow.__file__, mshadow.__file__"
+echo "sdist check: ok"
