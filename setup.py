@@ -188,6 +188,7 @@ class BuildExt(build_ext):
                 _say("building without OpenMP (single-threaded)")
         self._cc = (shutil.which(cc[0]) or cc[0]) if cc else self.compiler.compiler_type
         self._cc_version = _compiler_version(cc) if cc else ""
+        self._reused = set()
         super().build_extensions()
         self._write_build_info()
 
@@ -220,6 +221,7 @@ class BuildExt(build_ext):
             newest = max(os.path.getmtime(p) for p in deps)
             if same and os.path.getmtime(inplace_file) >= newest:
                 _say(f"{ext.name}: up to date, reusing {os.path.relpath(inplace_file, HERE)}")
+                self._reused.add(ext.name)
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 if os.path.abspath(inplace_file) != os.path.abspath(target):
                     shutil.copy2(inplace_file, target)
@@ -242,8 +244,13 @@ class BuildExt(build_ext):
         text = ('"""Written by setup.py\'s build_ext: the toolchain that built this binary."""\n'
                 f"BUILD_INFO = {info!r}\n")
         targets = [os.path.join(self.build_lib, "mshadow", "_build_info.py")]
+        in_source = os.path.join(HERE, "mshadow", "_build_info.py")
         if self._to_source:
-            targets.append(os.path.join(HERE, "mshadow", "_build_info.py"))
+            if len(self._reused) == len(self.extensions) and os.path.exists(in_source):
+                with open(in_source) as f:   # nothing was compiled: the record still holds
+                    text = f.read()
+            else:
+                targets.append(in_source)
         for path in targets:
             try:
                 with open(path) as f:
