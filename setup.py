@@ -1,20 +1,35 @@
-"""Build of the compiled core: one Cython extension with OpenMP where the compiler has it.
+"""Build of the compiled core: two Cython extensions with OpenMP where the compiler has it.
 
-MSHADOW_NO_OPENMP=1 forces a single-threaded build; MSHADOW_DEBUG=1 builds without -O3.
-Per-ISA kernels (SSE2 baseline, AVX2, AVX-512) are compiled inside the extension with
-target pragmas and chosen at import, so no -march flag is needed here.
+Nothing is generated or cythonized when this file is merely imported: the kernel header,
+cythonize and the compiler all run inside the build commands. A build whose inputs have not
+changed reuses the extension already next to the sources (``pip install -e .`` twice in a row
+compiles once), so editable and ``build_ext --inplace`` rebuilds are cheap.
+
+MSHADOW_NO_OPENMP=1 forces a single-threaded build; MSHADOW_DEBUG=1 builds without -O3 and
+keeps symbols. Per-ISA kernels (SSE2 baseline, AVX2, AVX-512) are compiled inside the
+extension with target pragmas and chosen at import, so no -march flag is needed here.
 """
+import glob
+import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
-import numpy as np
-from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _say(msg):
+    """Progress line; pip shows it with ``-v``, ``setup.py build_ext`` always."""
+    sys.stderr.write(f"mshadow build: {msg}\n")    # one write: lines from the -j threads stay whole
+    sys.stderr.flush()
 
 
 def _compiler_accepts(cc, flags):
@@ -32,32 +47,13 @@ def _compiler_accepts(cc, flags):
         return r.returncode == 0
 
 
-class BuildExt(build_ext):
-    def build_extensions(self):
-        cc = self.compiler.compiler_so[:1] if hasattr(self.compiler, "compiler_so") else None
-        msvc = self.compiler.compiler_type == "msvc"
-        for ext in self.extensions:
-            if msvc:
-                ext.extra_compile_args += ["/O2"]
-                omp = ["/openmp"]
-                use_omp = os.environ.get("MSHADOW_NO_OPENMP") != "1"
-                if use_omp:
-                    ext.extra_compile_args += omp
-                continue
-            if os.environ.get("MSHADOW_DEBUG") != "1":
-                ext.extra_compile_args += ["-O3"]
-            # -fwrapv: integer overflow wraps as in mshadow's C++ on every compiler we use;
-            # -ffp-contract=off: no FMA contraction, so packet and plain paths agree bit for bit.
-            ext.extra_compile_args += ["-fno-strict-aliasing", "-fwrapv", "-ffp-contract=off",
-                                       "-Wno-unused-function", "-Wno-unused-variable"]
-            if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386"):
-                ext.extra_compile_args += ["-msse2"]
-            if os.environ.get("MSHADOW_NO_OPENMP") != "1" and cc and _compiler_accepts(cc, ["-fopenmp"]):
-                ext.extra_compile_args += ["-fopenmp"]
-                ext.extra_link_args += ["-fopenmp"]
-            else:
-                print("mshadow: building without OpenMP (single-threaded)", file=sys.stderr)
-        super().build_extensions()
+def _compiler_version(cc):
+    """First line of ``cc --version`` (e.g. 'gcc (Debian 12.2.0-14) 12.2.0'), or ''."""
+    try:
+        r = subprocess.run(cc + ["--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return (r.stdout or r.stderr).strip().splitlines()[0] if (r.stdout or r.stderr).strip() else ""
 
 
 def _generate_kernels():
@@ -75,25 +71,199 @@ def _generate_kernels():
         sys.path.remove(pkg)
 
 
-_generate_kernels()
+_KERNELS_DONE = []
 
-extensions = [
-    Extension(
-        "mshadow._core",
-        sources=["mshadow/_core.pyx"],
-        include_dirs=[np.get_include(), "mshadow/include"],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    ),
-    Extension(
-        "mshadow._blas",
-        sources=["mshadow/_blas.pyx"],
-        include_dirs=[np.get_include(), "mshadow/include"],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    ),
-]
+
+def _kernels():
+    """Regenerate kernels_gen.h once per run (build_py and build_ext both need it); an
+    unchanged header keeps its mtime, so nothing recompiles."""
+    if _KERNELS_DONE:
+        return
+    _KERNELS_DONE.append(True)
+    path = os.path.join(HERE, "mshadow", "include", "mshadow", "kernels_gen.h")
+    before = os.path.getmtime(path) if os.path.exists(path) else None
+    _generate_kernels()
+    after = os.path.getmtime(path)
+    _say("kernels_gen.h " + ("unchanged" if before == after else "generated"))
+
+
+def _extensions():
+    """The two extensions, described lazily (numpy's include dir is read at build time)."""
+    headers = sorted(glob.glob(os.path.join("mshadow", "include", "mshadow", "**", "*.h"),
+                               recursive=True))
+    common = dict(include_dirs=["mshadow/include"], depends=headers,
+                  define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
+    return [Extension("mshadow._core", sources=["mshadow/_core.pyx"], **common),
+            Extension("mshadow._blas", sources=["mshadow/_blas.pyx"], **common)]
+
+
+class BuildPy(build_py):
+    """Generates kernels_gen.h first, so wheels ship it with the other headers."""
+
+    def run(self):
+        _kernels()
+        super().run()
+
+
+class BuildExt(build_ext):
+    """Codegen, cythonize, compile (or reuse an up-to-date in-place build), record build info."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if self.parallel is None:      # both extensions at once; _core is the long one
+            self.parallel = min(2, os.cpu_count() or 1)
+
+    def run(self):
+        import numpy as np
+        from Cython import __version__ as cython_version
+        from Cython.Build import cythonize
+        t0 = time.time()
+        # setuptools' run() clears inplace while building; remember where the result goes
+        self._to_source = bool(self.inplace or self.editable_mode)
+        _kernels()
+        for ext in self.extensions:
+            if np.get_include() not in ext.include_dirs:
+                ext.include_dirs.append(np.get_include())
+        directives = {"language_level": 3, "embedsignature": True}
+        # Cython's own staleness check also compares the .c with numpy's and scipy's .pxd
+        # files, which a fresh isolated build env (pip) installs with new mtimes every time:
+        # decide here instead, from our own Cython sources and a stamp of the settings.
+        stamp = os.path.join(HERE, "build", "stamps", "cythonize.json")
+        want = {"directives": directives, "cython": ".".join(cython_version.split(".")[:2]),
+                "numpy_abi": np.__version__.split(".")[0]}
+        try:
+            with open(stamp) as f:
+                settings_changed = json.load(f) != want
+        except (OSError, ValueError):
+            settings_changed = True
+        ours = [p for pat in ("*.pyx", "*.pxi", "*.pxd")
+                for p in glob.glob(os.path.join(HERE, "mshadow", pat))]
+        newest_source = max(os.path.getmtime(p) for p in ours)
+        for ext in self.extensions:
+            base = os.path.splitext(ext.sources[0])[0]
+            c_file, ext.sources[0] = base + ".c", base + ".pyx"
+            if (self.force or settings_changed or not os.path.exists(c_file)
+                    or os.path.getmtime(c_file) < newest_source):
+                _say(f"cythonize {base}.pyx (Cython {cython_version})")
+                # keep setuptools' Extension objects; take only the generated .c sources
+                ext.sources[:] = cythonize([ext], include_path=["mshadow"], quiet=True, force=True,
+                                           compiler_directives=directives)[0].sources
+            else:
+                _say(f"{c_file} up to date")
+                ext.sources[:] = [c_file]
+        os.makedirs(os.path.dirname(stamp), exist_ok=True)
+        with open(stamp, "w") as f:
+            json.dump(want, f)
+        self._np_version = np.__version__
+        super().run()
+        _say(f"done in {time.time() - t0:.0f} s")
+
+    def build_extensions(self):
+        cc = self.compiler.compiler_so[:1] if hasattr(self.compiler, "compiler_so") else None
+        msvc = self.compiler.compiler_type == "msvc"
+        self._openmp = False
+        for ext in self.extensions:
+            if msvc:
+                ext.extra_compile_args += ["/O2"]
+                if os.environ.get("MSHADOW_NO_OPENMP") != "1":
+                    ext.extra_compile_args += ["/openmp"]
+                    self._openmp = True
+                continue
+            debug = os.environ.get("MSHADOW_DEBUG") == "1"
+            if not debug:
+                ext.extra_compile_args += ["-O3"]
+                if sys.platform.startswith("linux"):
+                    ext.extra_link_args += ["-Wl,--strip-all"]   # no debug info in the .so
+            # -fwrapv: integer overflow wraps as in mshadow's C++ on every compiler we use;
+            # -ffp-contract=off: no FMA contraction, so packet and plain paths agree bit for bit.
+            ext.extra_compile_args += ["-fno-strict-aliasing", "-fwrapv", "-ffp-contract=off",
+                                       "-Wno-unused-function", "-Wno-unused-variable"]
+            if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386"):
+                ext.extra_compile_args += ["-msse2"]
+            if os.environ.get("MSHADOW_NO_OPENMP") != "1" and cc and _compiler_accepts(cc, ["-fopenmp"]):
+                ext.extra_compile_args += ["-fopenmp"]
+                ext.extra_link_args += ["-fopenmp"]
+                self._openmp = True
+            else:
+                _say("building without OpenMP (single-threaded)")
+        self._cc = (shutil.which(cc[0]) or cc[0]) if cc else self.compiler.compiler_type
+        self._cc_version = _compiler_version(cc) if cc else ""
+        self._reused = set()
+        super().build_extensions()
+        self._write_build_info()
+
+    # -- reuse of an up-to-date in-place build ----------------------------------------
+    def _fingerprint(self, ext):
+        """What the binary depends on besides its sources' mtimes: compiler, flags, numpy ABI."""
+        import numpy as np
+        return {"cc": self._cc, "cc_version": self._cc_version,
+                "compile": list(ext.extra_compile_args), "link": list(ext.extra_link_args),
+                "macros": [list(m) for m in ext.define_macros],
+                "numpy_abi": np.__version__.split(".")[0], "python": sys.version}
+
+    def _stamp_path(self, ext):
+        name = os.path.basename(self.get_ext_filename(self.get_ext_fullname(ext.name)))
+        return os.path.join(HERE, "build", "stamps", name + ".json")
+
+    def build_extension(self, ext):
+        target = self.get_ext_fullpath(ext.name)
+        inplace_file = None
+        if self._to_source:
+            inplace_file, _ = self._get_inplace_equivalent(
+                self.get_finalized_command("build_py"), ext)
+        stamp = self._stamp_path(ext)
+        fp = self._fingerprint(ext)
+        deps = list(ext.sources) + list(ext.depends)
+        if inplace_file and os.path.exists(inplace_file) and os.path.exists(stamp) \
+                and not self.force:
+            with open(stamp) as f:
+                same = json.load(f) == fp
+            newest = max(os.path.getmtime(p) for p in deps)
+            if same and os.path.getmtime(inplace_file) >= newest:
+                _say(f"{ext.name}: up to date, reusing {os.path.relpath(inplace_file, HERE)}")
+                self._reused.add(ext.name)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                if os.path.abspath(inplace_file) != os.path.abspath(target):
+                    shutil.copy2(inplace_file, target)
+                return
+        _say(f"compiling {ext.name} with {self._cc} "
+             f"({'OpenMP' if self._openmp else 'no OpenMP'}; _core takes minutes)")
+        t0 = time.time()
+        super().build_extension(ext)
+        _say(f"{ext.name}: compiled in {time.time() - t0:.0f} s")
+        os.makedirs(os.path.dirname(stamp), exist_ok=True)
+        with open(stamp, "w") as f:
+            json.dump(fp, f)
+
+    def _write_build_info(self):
+        """mshadow/_build_info.py: what built the binary (show_config's 'compiler' line)."""
+        info = {"compiler": self._cc, "compiler_version": self._cc_version,
+                "openmp": self._openmp, "numpy_build": self._np_version,
+                "cython": __import__("Cython").__version__,
+                "python": platform.python_version(), "platform": platform.platform()}
+        text = ('"""Written by setup.py\'s build_ext: the toolchain that built this binary."""\n'
+                f"BUILD_INFO = {info!r}\n")
+        targets = [os.path.join(self.build_lib, "mshadow", "_build_info.py")]
+        in_source = os.path.join(HERE, "mshadow", "_build_info.py")
+        if self._to_source:
+            if len(self._reused) == len(self.extensions) and os.path.exists(in_source):
+                with open(in_source) as f:   # nothing was compiled: the record still holds
+                    text = f.read()
+            else:
+                targets.append(in_source)
+        for path in targets:
+            try:
+                with open(path) as f:
+                    if f.read() == text:
+                        continue
+            except OSError:
+                pass
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+
 
 setup(
-    ext_modules=cythonize(extensions, compiler_directives={"language_level": 3},
-                          include_path=["mshadow"]),
-    cmdclass={"build_ext": BuildExt},
+    ext_modules=_extensions(),
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
 )

@@ -1,20 +1,29 @@
 """``python -m mshadow``: print this build's facts (see mshadow.config.show_config)."""
+import argparse
 import sys
 
 from .config import get_config, show_config
 
 
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="python -m mshadow",
+        description="Print what this mshadow build has: version, compiler, SIMD levels, "
+                    "OpenMP threads, BLAS and CUDA.")
+    p.add_argument("--json", action="store_true", help="print the facts as a JSON object")
+    p.add_argument("--config", action="store_true",
+                   help="print the facts as text (the default)")
+    return p
+
+
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv in ([], ["--config"]):
-        show_config()
-        return 0
-    if argv == ["--json"]:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.json:
         import json
         print(json.dumps(get_config(), indent=1))
-        return 0
-    print("usage: python -m mshadow [--json]", file=sys.stderr)
-    return 2
+    else:
+        show_config()
+    return 0
 
 
 if __name__ == "__main__":

@@ -191,6 +191,7 @@ def set_num_threads(n):
 
 
 def get_num_threads():
+    """Threads one assignment may use (1 in a build without OpenMP)."""
     return _num_threads if ms_have_openmp() else 1
 
 

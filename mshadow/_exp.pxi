@@ -38,10 +38,12 @@ cdef class Exp:
 
     @property
     def dtype(self):
+        """The numpy dtype the expression evaluates to."""
         return np.dtype(_NP_BY_CODE[self.code])
 
     @property
     def ndim(self):
+        """Number of dimensions of the result."""
         return len(self.shape)
 
     def __add__(self, o):
@@ -111,6 +113,7 @@ cdef class Exp:
 
     @property
     def T(self):
+        """The transpose of a 2-D expression (``T()``)."""
         return _expr().transpose(self)
 
     def __repr__(self):
@@ -132,27 +135,33 @@ cdef object _dot_fn():
 
 
 cdef class MapExp(Exp):
+    """An element-wise operator ``op`` applied to ``args`` (mshadow's ``MapExp``)."""
     cdef public str op
     cdef public tuple args
 
 
 cdef class UnaryMapExp(MapExp):
+    """``F<op>(a)``: a one-argument operator."""
     pass
 
 
 cdef class BinaryMapExp(MapExp):
+    """``F<op>(a, b)`` and ``a + b``, ``a * b``, ...: a two-argument operator."""
     pass
 
 
 cdef class TernaryMapExp(MapExp):
+    """``F<op>(a, b, c)``: a three-argument operator (``where``, ``clip``)."""
     pass
 
 
 cdef class TypecastExp(Exp):
+    """``tcast<DType>(src)``: ``src`` converted element-wise."""
     cdef public object src
 
 
 cdef class TransposeExp(Exp):
+    """``src.T()``: the transpose of a 2-D ``src``."""
     cdef public object src
 
 

@@ -147,6 +147,10 @@ cdef class Tensor:
 
     Give it memory with ``alloc_space``; ``new_tensor``, ``from_numpy`` and views
     (``t[i]``, ``slice``, ``flat_to_2d``) return tensors that already have it.
+
+    Read-only attributes: ``shape`` (a Shape), ``stride`` (elements from one row to the
+    next), ``dtype``, ``type_flag`` (mshadow's kFloat32, ...), ``itemsize``, ``device`` and
+    ``readonly``; ``stream`` may be set.
     """
 
     def __init__(self, shape, dtype=np.float32, device=cpu, stream=None):
@@ -195,6 +199,7 @@ cdef class Tensor:
     # ---- properties -------------------------------------------------------------
     @property
     def ndim(self):
+        """Number of dimensions (``len(shape)``)."""
         return len(self.shape)
 
     @property
@@ -204,10 +209,12 @@ cdef class Tensor:
 
     @property
     def is_allocated(self):
+        """True while the tensor has memory that has not been freed."""
         return self.mem is not None and self.mem.alive
 
     @property
     def exp_type(self):
+        """``type.kRValue`` (0): a tensor is a value, not a lazy expression."""
         return 0   # type.kRValue
 
     def size(self, i=None):
@@ -229,21 +236,26 @@ cdef class Tensor:
         return self.stride * _prod(self.shape[startdim:nd - 1])
 
     def msize(self):
+        """Elements of the memory the tensor spans, padding included (``MSize``)."""
         return self.mem_size(0)
 
     def check_contiguous(self):
+        """True when rows are not padded (``stride == shape[-1]``; always for 1-D)."""
         return len(self.shape) == 1 or self.stride == self.shape[-1]
 
     def set_stream(self, stream):
+        """Attach ``stream`` (a ``Stream`` of the tensor's device, or None)."""
         self.stream = _check_stream(stream)
 
     # ---- views ------------------------------------------------------------------
     def flat_to_2d(self):
+        """A 2-D view: all leading dimensions become rows (``FlatTo2D``)."""
         self.data()
         return self._view(Shape(self.rows, self.cols), self.offset,
                           self.cols if len(self.shape) == 1 else self.stride)
 
     def flat_to_1d(self):
+        """A 1-D view of every element; the tensor must be contiguous (``FlatTo1D``)."""
         self.data()
         if not self.check_contiguous():
             raise ShapeError(f"flat_to_1d needs a contiguous tensor; this one has shape "
@@ -488,6 +500,7 @@ cdef class Tensor:
         buf.internal = NULL
 
     def tolist(self):
+        """The elements as nested Python lists, as ``numpy.ndarray.tolist``."""
         return self._export().tolist()
 
     # ---- copying and pickling ---------------------------------------------------
@@ -591,6 +604,7 @@ cdef class Tensor:
 
     @property
     def T(self):
+        """The transpose of a 2-D tensor, as a lazy expression (``T()``)."""
         return _expr().transpose(self)
 
     # C++ spellings
@@ -838,6 +852,7 @@ cdef class TensorContainer(Tensor):
         self._reserve(Shape((0,) + tuple(self.shape[1:])))
 
     def set_pad(self, bint pad):
+        """Whether later reallocations pad rows to ALIGN_BYTES."""
         self.pad = pad
 
     def copy(self):

@@ -32,6 +32,7 @@ class TShape:
 
     # ---- sequence protocol --------------------------------------------------------
     def ndim(self):
+        """Number of dimensions (``ndim()``)."""
         return len(self._dims)
 
     def __len__(self):
@@ -234,9 +235,11 @@ class TBlob:
 
     @property
     def dtype(self):
+        """The numpy dtype of ``type_flag``."""
         return dtype_from_flag(self.type_flag)
 
     def ndim(self):
+        """Number of dimensions (``ndim()``)."""
         return self.shape.ndim()
 
     def size(self, i=None):
@@ -244,6 +247,7 @@ class TBlob:
         return self.shape.size() if i is None else self.shape[i]
 
     def check_contiguous(self):
+        """True when rows are not padded (``stride == shape[-1]``; always for 1-D)."""
         return self.shape.ndim() <= 1 or self.shape[-1] == self.stride
 
     def __repr__(self):

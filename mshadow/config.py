@@ -21,11 +21,30 @@ def _core():
     return _core
 
 
+def _build_info():
+    """The dict setup.py's build_ext recorded in mshadow/_build_info.py, or None."""
+    try:
+        from ._build_info import BUILD_INFO
+    except ImportError:     # built by something other than setup.py's build_ext
+        return None
+    return BUILD_INFO if isinstance(BUILD_INFO, dict) else None
+
+
 def _compiler():
+    """The compiler that built the extension, as recorded at build time."""
     import platform
-    import sysconfig
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    return f"{os.path.basename(cc)} (sysconfig CC); Python built with {platform.python_compiler()}"
+    info = _build_info()
+    if info is None or not info.get("compiler"):
+        import sysconfig
+        cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+        return (f"unknown: no build record (sysconfig CC is {os.path.basename(cc)}); "
+                f"Python built with {platform.python_compiler()}")
+    text = info.get("compiler_version") or os.path.basename(info["compiler"])
+    text += f" ({info['compiler']}"
+    text += ", OpenMP" if info.get("openmp") else ", no OpenMP"
+    if info.get("numpy_build"):
+        text += f", numpy {info['numpy_build']} headers"
+    return text + ")"
 
 
 def _simd_detected():
@@ -110,13 +129,17 @@ def _blas():
         return f"unknown (scipy {scipy.__version__}: {e})"
 
 
+CUDA_NOT_BUILT = ("not built: this package has no GPU backend (mshadow.cuda); GPU support "
+                  "needs that module and, at run time, an NVIDIA driver with NVRTC and cuBLAS")
+
+
 def _cuda():
     import importlib
     try:
         cuda = importlib.import_module("mshadow.cuda")
     except ModuleNotFoundError as e:
         if e.name and e.name.startswith("mshadow.cuda"):
-            return "not built (GPU backend not installed)"
+            return CUDA_NOT_BUILT
         return f"unavailable (import mshadow.cuda failed: {e})"
     except Exception as e:
         return f"unavailable (import mshadow.cuda failed: {type(e).__name__}: {e})"

@@ -27,6 +27,7 @@ gpu = Device("gpu", False, 2)
 
 
 def as_device(device):
+    """``cpu`` or ``gpu`` from a device, its name or its dev_mask; else DeviceError."""
     if device is cpu or device is gpu:
         return device
     if device in ("cpu", 1):
@@ -51,6 +52,7 @@ class Stream:
         """Block until all work on the stream is done (a no-op on the CPU)."""
 
     def check_idle(self):
+        """True when no work is pending (always on the CPU) (``CheckIdle``)."""
         return True
 
     def __repr__(self):
@@ -61,6 +63,7 @@ class Stream:
 
 
 def new_stream(device=cpu, create_blas_handle=True, create_dnn_handle=False, dev_id=-1):
+    """``NewStream<Device>``: a stream on ``device`` (the handle flags are accepted for compatibility)."""
     return Stream(device)
 
 

@@ -61,8 +61,10 @@ def type_flag(dtype):
 
 
 def dtype_from_flag(flag):
+    """The numpy dtype of mshadow's TypeFlag ``flag`` (kFloat32 -> float32, ...)."""
     return as_dtype(int(flag))
 
 
 def dtype_names():
+    """The supported dtypes' names, comma-separated (for messages)."""
     return ", ".join(dt.name for dt in ALL_DTYPES)

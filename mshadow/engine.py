@@ -60,6 +60,7 @@ _FALLBACK = object()   # marks keys that hold an untraceable operator
 
 
 def get_plan(key, dst_code, saver):
+    """The cached compiled plan for an expression structure, dtype and saver (compiled on first use)."""
     ck = (key, dst_code, saver)
     plan = _plans.get(ck)
     if plan is None:

@@ -66,6 +66,7 @@ class ScalarExp:
 
 
 def scalar(value, dtype=None):
+    """``scalar<DType>(value)``: a constant operand, of ``dtype`` or the expression's."""
     return ScalarExp(value, dtype)
 
 

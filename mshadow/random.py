@@ -45,6 +45,7 @@ class Random:
                               "state": {"key": _mt19937_key(self._seed), "pos": 624}}
 
     def get_seed(self):
+        """The seed last given to ``seed()`` or the constructor (``GetSeed``)."""
         return self._seed
 
     def get_rand_int(self):
@@ -108,6 +109,7 @@ class Random:
         return self._fill(t, lambda s: self._gen.exponential(1.0 / lambda_, s), real_only=True)
 
     def sample_poisson(self, t, lambda_=1):
+        """Fill ``t`` with Poisson(``lambda_``) draws (``SamplePoisson``)."""
         return self._fill(t, lambda s: self._gen.poisson(lambda_, s))
 
     def sample_negative_binomial(self, t, k=1, p=1):

@@ -29,17 +29,21 @@ class Shape(tuple):
 
     @property
     def ndim(self):
+        """Number of dimensions."""
         return len(self)
 
     @property
     def kDimension(self):
+        """mshadow's ``Shape<dim>::kDimension``: the number of dimensions."""
         return len(self)
 
     @property
     def kSubdim(self):
+        """mshadow's ``kSubdim``: ``kDimension - 1``."""
         return len(self) - 1
 
     def size(self):
+        """Number of elements: the product of all dims (``Size``)."""
         n = 1
         for d in self:
             n *= d
@@ -53,9 +57,11 @@ class Shape(tuple):
         return n
 
     def flat_to_1d(self):
+        """``Shape(size())`` (``FlatTo1D``)."""
         return Shape(self.size())
 
     def flat_to_2d(self):
+        """All leading dims folded into rows: ``(prod(shape[:-1]), shape[-1])`` (``FlatTo2D``)."""
         if len(self) == 0:
             return Shape(0, 0)
         return Shape(self.prod_shape(0, len(self) - 1), self[-1])
@@ -88,22 +94,27 @@ class Shape(tuple):
 
 
 def Shape1(s0):
+    """A 1-D Shape (mshadow's ``Shape1``)."""
     return Shape(s0)
 
 
 def Shape2(s0, s1):
+    """A 2-D Shape (mshadow's ``Shape2``)."""
     return Shape(s0, s1)
 
 
 def Shape3(s0, s1, s2):
+    """A 3-D Shape (mshadow's ``Shape3``)."""
     return Shape(s0, s1, s2)
 
 
 def Shape4(s0, s1, s2, s3):
+    """A 4-D Shape (mshadow's ``Shape4``)."""
     return Shape(s0, s1, s2, s3)
 
 
 def Shape5(s0, s1, s2, s3, s4):
+    """A 5-D Shape (mshadow's ``Shape5``)."""
     return Shape(s0, s1, s2, s3, s4)
 
 

@@ -119,7 +119,7 @@ def assert_exact(got, want, what=""):
 
 
 def assert_within(got, want, err, what=""):
-    """|got - want| <= err element-wise (err float64); where err == 0, bit-identical."""
+    """``|got - want| <= err`` element-wise (err float64); where err == 0, bit-identical."""
     got = np.asarray(got)
     want = np.asarray(want)
     assert got.dtype == want.dtype and got.shape == want.shape, what
@@ -151,7 +151,7 @@ def _ulp(v, dtype):
 
 @dataclass(frozen=True)
 class Domain:
-    """Values v with lo <= v - err, v + err <= hi and |v| - err >= min_abs."""
+    """Values v with ``lo <= v - err``, ``v + err <= hi`` and ``|v| - err >= min_abs``."""
     lo: float = -np.inf
     hi: float = np.inf
     min_abs: float = 0.0

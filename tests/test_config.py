@@ -16,8 +16,14 @@ LABELS = ["mshadow", "python", "platform", "compiler", "numpy", "SIMD compiled",
 
 
 def _run(*args, env=None):
+    # The child imports the mshadow this process imported (an in-place build or an install),
+    # from tests/: with `-m` the working directory comes first on sys.path, and a source
+    # checkout's root would shadow an installed mshadow with its unbuilt package.
+    env = dict(os.environ if env is None else env)
+    paths = [os.path.dirname(os.path.dirname(ms.__file__)), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return subprocess.run([sys.executable, "-m", "mshadow", *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+                          text=True, timeout=60, env=env, cwd=os.path.dirname(__file__))
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +82,8 @@ def test_cuda_line(printed):
     try:
         import mshadow.cuda as cuda     # noqa: F401
     except ModuleNotFoundError:
-        assert printed["CUDA"] == "not built (GPU backend not installed)"
+        assert printed["CUDA"] == config.CUDA_NOT_BUILT
+        assert "NVRTC" in printed["CUDA"] and "driver" in printed["CUDA"]
     else:
         assert printed["CUDA"].startswith(("available", "not available", "unavailable"))
 
@@ -108,3 +115,29 @@ def test_fallbacks_without_core_probes(monkeypatch):
     assert config._threads() == f"{os.cpu_count() or 1} (os.cpu_count)"
     monkeypatch.setenv("OMP_NUM_THREADS", "4,2")
     assert config._threads() == "4 (OMP_NUM_THREADS)"
+
+
+def test_help_exits_zero_and_describes_the_options():
+    r = _run("--help")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: python -m mshadow") and "--json" in r.stdout
+
+
+def test_compiler_line_is_the_recorded_build_compiler(printed):
+    info = config._build_info()
+    if info is None:      # a build not made by setup.py's build_ext records nothing
+        assert printed["compiler"].startswith("unknown: no build record")
+        return
+    assert info["compiler"] in printed["compiler"]
+    assert ("no OpenMP" in printed["compiler"]) == (not info["openmp"])
+    if info["compiler_version"]:
+        assert printed["compiler"].startswith(info["compiler_version"])
+
+
+def test_compiler_line_without_a_build_record(monkeypatch):
+    monkeypatch.setattr(config, "_build_info", lambda: None)
+    assert config._compiler().startswith("unknown: no build record (sysconfig CC is ")
+    monkeypatch.setattr(config, "_build_info", lambda: {
+        "compiler": "/opt/cc/bin/gcc-13", "compiler_version": "gcc (X) 13.1", "openmp": False,
+        "numpy_build": "2.1.0"})
+    assert config._compiler() == "gcc (X) 13.1 (/opt/cc/bin/gcc-13, no OpenMP, numpy 2.1.0 headers)"

@@ -51,3 +51,11 @@ def test_exceed_bound(monkeypatch, capsys):
     assert (code, out) == (1, DOC)
     assert err == ("value 2000 for Parameter num_hidden exceed bound [0,1000]\n"
                    "num_hidden: Number of hidden unit in the fully connected layer.\n")
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_prints_the_doc_and_succeeds(monkeypatch, capsys, flag):
+    code, out, err = run_example(monkeypatch, capsys, flag)
+    assert (code, err) == (0, "")
+    doc = DOC.split("---------\n", 1)[1].replace("start to set parameters ...\n", "")
+    assert out == "Usage: [key=value] ...\n\n" + doc

@@ -2,6 +2,7 @@
 
     python examples/guide/parameter.py num_hidden=100 name=aaa activation=relu
     python examples/guide/parameter.py num_hidden=2000 activation=relu  # exceed bound: ParamError
+    python examples/guide/parameter.py --help                         # the parameters' doc
 """
 import sys
 
@@ -25,6 +26,9 @@ class MyParam(Parameter):
 def main(argv):
     if len(argv) == 1:
         print("Usage: [key=value] ...")
+        return 0
+    if any(a in ("-h", "--help") for a in argv[1:]):   # the C++ example has no flags: help only
+        print("Usage: [key=value] ...\n\n" + MyParam.doc(), end="")
         return 0
     kwargs = {}
     for arg in argv:

@@ -242,10 +242,12 @@ class Field:
 
     # ---- builders (each returns the field, as dmlc's do) --------------------------------
     def describe(self, description):
+        """Set the doc line of the field (``describe``)."""
         self.description = description
         return self
 
     def set_default(self, value):
+        """Make the field optional with this default (``set_default``)."""
         self._raw_default = value
         if self._bound:   # declared after class creation: resolve now
             self.default = self.read(value)
@@ -257,10 +259,12 @@ class Field:
         return self
 
     def set_lower_bound(self, lower):
+        """Values must be ``>= lower`` (``set_lower_bound``)."""
         self.lower = lower
         return self
 
     def add_enum(self, key, value):
+        """Accept the text ``key`` for the int ``value`` (``add_enum``)."""
         if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"add_enum(key, value) takes a str key and an int value, got {key!r}, {value!r}")
         if key in self.enum or value in self.enum.values():
@@ -270,10 +274,12 @@ class Field:
         return self
 
     def set_expect_ndim(self, ndim):
+        """A TShape field must have ``ndim`` dims (``set_expect_ndim``)."""
         self.expect_ndim = ndim
         return self
 
     def enforce_nonzero(self):
+        """A TShape field may not contain 0 (``enforce_nonzero``)."""
         self.nonzero = True
         return self
 
@@ -313,9 +319,11 @@ class Field:
     # ---- values ------------------------------------------------------------------------
     @property
     def has_default(self):
+        """True when the field is optional."""
         return self.default is not _MISSING
 
     def fresh_default(self):
+        """A copy of the default, safe to store in an instance."""
         return copy.copy(self.default)   # a TShape default is mutable: never share it
 
     def python_default(self):
@@ -324,6 +332,7 @@ class Field:
 
     @property
     def annotation(self):
+        """The Python type hint of the field (a Literal of the keys for an enum)."""
         if self.enum:
             keys = typing.Literal[tuple(self.enum)]
             return typing.Optional[keys] if self.kind.name == "int or None" else keys
@@ -401,6 +410,7 @@ class Field:
         return self.kind.format(value)
 
     def literal(self, value):
+        """``value`` as Python source text, for generated signatures."""
         if self.enum and value is not None:
             return repr(self.format_value(value))
         return self.kind.literal(value)
