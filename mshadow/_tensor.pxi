@@ -138,6 +138,8 @@ cdef Py_ssize_t _prod(object dims):
     return n
 
 
+# the docstring's first line is the text signature: Cython must not prepend its own
+@cython.embedsignature(False)
 cdef class Tensor:
     """Tensor(shape, dtype='float32', device='cpu', stream=None)
 --
@@ -774,6 +776,7 @@ def from_dlpack(x):
     return from_numpy(np.from_dlpack(x))
 
 
+@cython.embedsignature(False)
 cdef class TensorContainer(Tensor):
     """TensorContainer(shape=None, init=0, pad=True, dtype='float32', device='cpu', stream=None)
 --
