@@ -1,6 +1,6 @@
 """OpenMP wait policy vs competing load: E1 with 1 and 2 threads under several libgomp settings.
 
-    python benchmarks/bench_threads.py            # about 1 min on 2 cores
+    python benchmarks/bench_threads.py            # about 1.5 min on 2 cores
     python benchmarks/bench_threads.py --quick    # fewer rounds, shorter samples (< 30 s)
 
 E1 is ``W[:] = -eta * (G + lam * W)``, float32, n = 1e5, 3e5, 1e6, 3e6, timed with
@@ -13,6 +13,7 @@ child process (the parent never imports mshadow):
     PASSIVE          OMP_WAIT_POLICY=PASSIVE (idle threads sleep at once)
     SPIN=300000      GOMP_SPINCOUNT=300000, libgomp's own default when nothing is set (the
                      behaviour before mshadow chose a default)
+    SPIN=1000        GOMP_SPINCOUNT=1000, a short spin between the default's and PASSIVE
 
 Each setting runs twice: (a) "no spinner", the machine as it is, (b) "1 spinner", with one
 competing busy process (``python -c "while True: pass"``, not pinned, so the scheduler puts it
@@ -42,6 +43,7 @@ CONFIGS = (
     ("ACTIVE", {"OMP_WAIT_POLICY": "ACTIVE"}),
     ("PASSIVE", {"OMP_WAIT_POLICY": "PASSIVE"}),
     ("SPIN=300000", {"GOMP_SPINCOUNT": "300000"}),
+    ("SPIN=1000", {"GOMP_SPINCOUNT": "1000"}),
 )
 
 CHILD = r"""
