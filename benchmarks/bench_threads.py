@@ -187,7 +187,8 @@ def main():
              f"GOMP_SPINCOUNT={env['GOMP_SPINCOUNT']}" for label, env in seen.items()]
     notes.append("busy: share of all CPUs that other processes (the spinner included) used "
                  "while that child ran (machine busy time from /proc/stat minus the child's own "
-                 "CPU time); on 2 cores the spinner alone is 50%")
+                 "CPU time); on 2 cores the spinner alone is 50%. It is the CPU the others "
+                 "got, not what they wanted: a child that spins on both cores lowers it")
     if args.runs > 1:
         notes.append(f"each row: the quietest (lowest busy) of {args.runs} passes; every pass "
                      "runs each setting with and without the spinner, alternating which first")
