@@ -400,6 +400,8 @@ cdef tuple _check_leaves(Plan plan, object shape, Py_ssize_t rows, Py_ssize_t co
             continue
         if role == ROLE_VIEW:
             vl = leaves[k]          # a typed assignment: anything else raises TypeError
+            if vl.deferred is not None:
+                _assign(vl.src, vl.deferred, "saveto")
             vl.data()
             if vl.shape != shape:
                 raise ShapeError(f"Assignment: view of shape {vl.shape} does not match target "

@@ -9,10 +9,19 @@ cdef class GatherLeaf:
     cdef readonly object shape
     cdef readonly tuple index         # (source position, exclusive bound) of an index tensor
     cdef tuple snapshot
+    cdef readonly tuple deferred      # (source position, expression): evaluated into that
+                                      # source, a temporary, each time the gather runs
 
-    def check(self):
-        """Sources alive, unchanged since the expression was built, indices in range."""
+    def check(self, bint evaluate=True):
+        """Sources evaluated (expression sources), alive, unchanged since the expression
+        was built, indices in range. At build time (``evaluate`` false) an expression
+        source is neither evaluated nor read."""
         cdef Tensor t
+        if evaluate:
+            for pos, e in self.deferred:
+                _assign(<Tensor> self.srcs[pos], e, "saveto")
+        elif self.index is not None and any(pos == self.index[0] for pos, _ in self.deferred):
+            return
         for t, snap in zip(self.srcs, self.snapshot):
             t.data()
             if (t.shape, t.stride) != snap:
@@ -48,8 +57,10 @@ cdef class GatherLeaf:
         return 0
 
 
-def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None):
-    """A GatherLeaf for ``kernel``; ``index`` = (position in srcs, bound) of an index tensor."""
+def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None, tuple deferred=()):
+    """A GatherLeaf for ``kernel``; ``index`` = (position in srcs, bound) of an index tensor;
+    ``deferred`` = (position, expression) pairs whose source is a temporary the expression
+    is evaluated into whenever the gather runs."""
     if kernel not in _GATHER_KERNELS:
         raise ValueError(f"unknown gather kernel {kernel!r}")
     if len(srcs) > 3 or len(params) > MS_GATHER_PARAMS:
@@ -61,5 +72,6 @@ def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None):
     g.shape = as_shape(shape)
     g.index = index
     g.snapshot = tuple(((<Tensor> t).shape, (<Tensor> t).stride) for t in srcs)
-    g.check()
+    g.deferred = deferred
+    g.check(False)
     return g

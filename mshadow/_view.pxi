@@ -11,6 +11,9 @@ cdef class ViewLeaf:
     cdef readonly tuple strides          # bytes per logical axis
     cdef object src_shape                # src's geometry when the view was built
     cdef Py_ssize_t src_stride
+    # an expression with no index map of its own (a gather, a window, implicit_dot):
+    # evaluated into ``src``, a temporary, whenever the view is read (docs/architecture.md)
+    cdef public object deferred
 
     cdef char *data(self) except NULL:
         """The first element's address; raises if src was freed, resized or reshaped since."""

@@ -219,7 +219,9 @@ def new_node(cls, key, shape, code, leaves, scalars, exp_type):
 
 
 def _holds_view(key):
-    if key[0] == "V":
+    """Whether ``key`` holds a view, a gather or implicit_dot (the transpose goes through
+    the views' index maps, not the plan's leaf flags)."""
+    if key[0] in ("V", "X", "G"):
         return True
     if key[0] == "C":
         return _holds_view(key[2])
@@ -256,7 +258,7 @@ def transpose(exp):
         raise ShapeError(f"transpose needs a 2-D expression (or a 1-D tensor), got shape {s}")
     if et == kComplex:
         raise TypeError("transpose: a kComplex expression cannot be transposed lazily")
-    if _holds_view(k):   # a view's transpose is one more affine map: compose it
+    if _holds_view(k):   # one more index map: views compose it (mshadow/extension/views.py)
         from .extension.views import transpose_axes
         return transpose_axes(exp, (1, 0))
     fk = _flip(k)

@@ -409,7 +409,8 @@ def _errors():
     x2, x3, x4 = T(np.zeros((4, 4), f)), T(np.zeros((3, 4, 4), f)), T(np.zeros((1, 3, 4, 4), f))
     p22, p33 = T(np.zeros((2, 2), f)), T(np.zeros((3, 3), f))
     return [
-        (lambda: ms.pool(x2 + 1, 2, 2, 2, 2), TypeError, "assign the expression to a tensor first"),
+        (lambda: ms.pool(ms.dot(x2, x2), 2, 2, 2, 2), TypeError,
+         "pool: a dot.*kComplex.*assign it to a tensor first"),
         (lambda: ms.pool(T(np.zeros(4, f)), 2, 2, 2, 2), ms.ShapeError, "at least 2 axes"),
         (lambda: ms.pool(x2, 5, 2, 1, 1), ms.ShapeError,
          "PoolingExp: kernel must be smaller than image"),
@@ -428,7 +429,8 @@ def _errors():
         (lambda: ms.unpool(x2, p22, T(np.zeros((2, 2), np.float64)), 2, 2, 2, 2), ms.DTypeError,
          "unpool: data_src, data_pooled and grad_pooled must share one dtype, got float32, "
          "float32, float64"),
-        (lambda: ms.unpool(x2, p22 * 2, p22, 2, 2, 2, 2), TypeError, "unpool: the source must"),
+        (lambda: ms.unpool(x2, ms.dot(p22, p22), p22, 2, 2, 2, 2), TypeError,
+         "unpool: a dot.*kComplex.*assign it to a tensor first"),
         (lambda: ms.unpool(x2, p22, p22, 2, 2, 2, 2, ms.red), TypeError, "unpool: reducer"),
         (lambda: ms.chpool(x2, 3, ms.red.sum), ms.ShapeError,
          r"chpool: the source must have at least 3 axes, got shape \(4,4\)"),
@@ -448,8 +450,8 @@ def _errors():
          "ChannelUnPoolingExp: pooled tensor and src tensor shape mismatch5 vs 4"),
         (lambda: ms.ch_unpool(x4, x3, x3, 3, ms.red.sum), ms.ShapeError,
          "ChannelUnPoolingExp: pooled tensor and src tensor shape mismatch"),
-        (lambda: ms.ch_unpool(x4, x4, x4 + 0, 3, ms.red.sum), TypeError,
-         "ch_unpool: the source must be a tensor"),
+        (lambda: ms.ch_unpool(x4, x4, "x", 3, ms.red.sum), TypeError,
+         "ch_unpool: the source must be a tensor or an expression, got str"),
         (lambda: ms.unpack_patch2col(x2, 2, 2, 1), ms.ShapeError,
          "unpack_patch2col: the source must have at least 3 axes"),
         (lambda: ms.unpack_patch2col(x3, 5, 2, 1), ms.ShapeError,
@@ -468,8 +470,8 @@ def _errors():
          r"PackColToPatchExp: src.size\(1\) mismatch"),
         (lambda: ms.pack_col2patch(T(np.zeros((3, 9), f)), (1, 4, 4), 2, 2, 1), ms.ShapeError,
          r"PackColToPatchExp: src.size\(0\) mismatch"),
-        (lambda: ms.pack_col2patch(x2 * 1, (1, 4, 4), 2, 2, 1), TypeError,
-         "pack_col2patch: the source must be a tensor"),
+        (lambda: ms.pack_col2patch(ms.dot(x2, x2), (1, 4, 4), 2, 2, 1), TypeError,
+         "pack_col2patch: a dot.*kComplex"),
     ]
 
 

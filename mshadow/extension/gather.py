@@ -14,7 +14,7 @@ from ..errors import DTypeError, ShapeError
 from ..expr import _CODE_BY_FLAG, kChainer, new_node
 from ..shape import Shape
 from ..dtypes import as_dtype, type_flag
-from .views import _tensor, broadcast
+from .views import _source as _view_operand, _tensor, broadcast, take_deferred
 
 Tensor = _core.Tensor
 
@@ -26,7 +26,8 @@ class GatherExp(_core.Exp):
 
 
 def _gather(kernel, srcs, params, shape, code, index=None):
-    leaf = _core.gather_leaf(kernel, tuple(srcs), tuple(params), shape, index)
+    deferred = tuple((i, e) for i, e in enumerate(map(take_deferred, srcs)) if e is not None)
+    leaf = _core.gather_leaf(kernel, tuple(srcs), tuple(params), shape, index, deferred)
     node = new_node(GatherExp, ("X", kernel, code), leaf.shape, code, (leaf,), (), kChainer)
     node.leaf = leaf
     return node
@@ -145,9 +146,10 @@ def concat(a, b, dim):
 
 
 def mask(index, src):
-    """``out[y][x] = src[y][x] * index[y]``: a strided view, no gather needed."""
-    index = _tensor(index, "mask", 1)
-    src = _tensor(src, "mask", 2)
+    """``out[y][x] = src[y][x] * index[y]``: a strided view, no gather needed (so both may
+    be expressions, read in the same pass)."""
+    index = _view_operand(index, "mask", 1)
+    src = _view_operand(src, "mask", 2)
     return src * broadcast(index, src.shape, 0)
 
 

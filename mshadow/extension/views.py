@@ -9,6 +9,8 @@ of an expression is the expression of the views of its leaves (``flip(a + b)`` r
 ``dst[:] = ms.broadcast(bias, x.shape, 1) * ms.flip(ms.F(relu, x), 0)`` is one fused pass
 and nothing is copied or evaluated twice.
 """
+import weakref
+
 import numpy as np
 
 from .. import _core
@@ -41,31 +43,58 @@ def _source(src, where, ndim=None):
     return src
 
 
+# Expression sources of gathers and windows: id(temporary) -> the expression it stands for,
+# until the gather that takes it records the pair (take_deferred). By id, since tensors
+# compare with == into expressions; an entry leaves when its temporary dies.
+_DEFERRED = {}
+
+
+def take_deferred(t):
+    """The expression ``t`` stands for (once), or None."""
+    return _DEFERRED.pop(id(t), None)
+
+
 def _tensor(src, where, ndim=None):
-    """The source of a gather or window extension: a tensor for now (their kernels read
-    memory; evaluating an expression source inside them waits on the typed IR)."""
+    """The source of a gather or window extension (pad, take, pool, im2col, ...) as a tensor.
+
+    Their kernels read memory, so an expression source is evaluated into a temporary of its
+    size each time the assignment runs (lazily: the values are those at assignment time).
+    This is the rule of docs/architecture.md: windows overlap and indices repeat, so
+    evaluating the source once costs less than evaluating it at every read."""
+    if isinstance(src, np.ndarray):
+        src = _core.from_numpy(src)
+    if isinstance(src, _core.Exp):
+        if src.exp_type == kComplex:
+            raise TypeError(f"{where}: a {describe(src.key)} expression (kComplex) cannot be a "
+                            f"source; assign it to a tensor first")
+        tmp = _core.TensorContainer(src.shape, init=None, pad=False, dtype=src.dtype)
+        _DEFERRED[id(tmp)] = src
+        weakref.finalize(tmp, _DEFERRED.pop, id(tmp), None)
+        src = tmp
     if not isinstance(src, Tensor):
-        raise TypeError(f"{where}: the source must be a tensor, got {type(src).__name__} "
-                        f"(assign the expression to a tensor first)")
+        raise TypeError(f"{where}: the source must be a tensor or an expression, got "
+                        f"{type(src).__name__}")
     if ndim is not None and src.ndim != ndim:
         raise ShapeError(f"{where}: the source must be {ndim}-D, got shape {src.shape}")
     return src
 
 
 def _strided(src):
-    """(tensor, byte offset, shape, byte strides) when ``src`` reads one tensor's memory
-    through an affine map (a tensor, a view, a transposed tensor or view), else None."""
+    """(tensor, byte offset, shape, byte strides, deferred expression or None) when ``src``
+    reads one tensor's memory through an affine map (a tensor, a view, a transposed tensor
+    or view), else None."""
     if isinstance(src, Tensor):
-        return src, 0, tuple(src.shape), _core.tensor_strides(src)
+        return src, 0, tuple(src.shape), _core.tensor_strides(src), None
     if isinstance(src, ViewExp):
-        return src.src, src.view.offset, tuple(src.view.shape), src.view.strides
+        v = src.view
+        return src.src, v.offset, tuple(v.shape), v.strides, v.deferred
     if isinstance(src, _core.TransposeExp):
         inner = _strided(src.src)
         if inner is not None:
-            base, off, shape, st = inner
+            base, off, shape, st, deferred = inner
             if len(shape) == 1:          # a 1-D tensor's .T is the (n, 1) column
                 shape, st = (1,) + shape, (0,) + tuple(st)
-            return base, off, (shape[1], shape[0]), (st[1], st[0])
+            return base, off, (shape[1], shape[0]), (st[1], st[0]), deferred
     return None
 
 
@@ -76,9 +105,11 @@ def _compose(src, where, index_map):
     takes the map on each of its leaves, recursively (scalars stay scalars)."""
     d = _strided(src)
     if d is not None:
-        base, off, shape, st = d
+        base, off, shape, st, deferred = d
         nshape, noff, nst = index_map(Shape(shape), tuple(st))
-        return view(base, nshape, off + noff, nst)
+        node = view(base, nshape, off + noff, nst)
+        node.view.deferred = deferred     # a view of a deferred temporary still fills it
+        return node
     if isinstance(src, _core.MapExp):
         return _core.make_map(src.op, tuple(a if _is_scalar(a) else _compose(a, where, index_map)
                                             for a in src.args))
@@ -88,9 +119,12 @@ def _compose(src, where, index_map):
         return _compose(src.src, where,
                         lambda shape, st: index_map(Shape(shape[1], shape[0]), (st[1], st[0]))
                         if len(shape) == 2 else _no_transpose(shape))
-    raise TypeError(f"{where}: cannot read {describe(src.key)} through a view yet (gathers, "
-                    f"implicit_dot and reductions have no index map); assign it to a tensor "
-                    f"first")
+    # a gather, window or implicit_dot: no index map to compose with, so the view reads a
+    # temporary that the expression is evaluated into whenever the assignment runs
+    tmp = _tensor(src, where)
+    node = _compose(tmp, where, index_map)
+    node.view.deferred = take_deferred(tmp)
+    return node
 
 
 def _no_transpose(shape):
