@@ -186,6 +186,18 @@ def _int_helpers(code, ctype):
             f"  return r;\n}}\n")
 
 
+def _per_isa(name, ret, sig, body):
+    """The same C body compiled as name_plain and once per ISA under its target attribute
+    (the compiler vectorises it for each), and the table name_tab[level] that picks one."""
+    out = [f"static {ret} {name}_plain{sig} {{\n{body}\n}}", "#if MS_X86"]
+    for isa in ISAS:
+        out.append(f"static {_TARGET[isa]}{ret} {name}_{isa}{sig} {{\n{body}\n}}")
+    out.append(f"static {ret} (*const {name}_tab[4]){sig} = "
+               f"{{{name}_plain, " + ", ".join(f"{name}_{isa}" for isa in ISAS) + "};")
+    out.append("#endif")
+    return out
+
+
 def _implicit_gemm(code, ctype):
     """implicit_dot for one block: out[x] = sum_k A[k] * B[k][x] (dims = {n, K};
     steps = {A along k, B along x, out, B along k}). Both paths add in k order, so they
@@ -200,12 +212,7 @@ def _implicit_gemm(code, ctype):
     for (x = 0; x < n; ++x) r[x] = ({ctype})(r[x] + a * b[x]);
   }}"""
     sig = "(const char *A, const char *B, char *R, npy_intp n, npy_intp K, npy_intp sa, npy_intp sbk)"
-    out = [f"static void ms_igemm_{code}_plain{sig} {{\n{body}\n}}", "#if MS_X86"]
-    for isa in ISAS:
-        out.append(f"static {_TARGET[isa]}void ms_igemm_{code}_{isa}{sig} {{\n{body}\n}}")
-    out.append(f"static void (*const ms_igemm_{code}_tab[4]){sig} = "
-               f"{{ms_igemm_{code}_plain, " + ", ".join(f"ms_igemm_{code}_{isa}" for isa in ISAS) + "};")
-    out.append("#endif")
+    out = _per_isa(f"ms_igemm_{code}", "void", sig, body)
     out.append(f"""static void ms_k_implicit_gemm_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   const npy_intp n = dims[0], K = dims[1];
   const char *A = args[0], *B = args[1];
@@ -391,12 +398,7 @@ def _reduce_sum(code, ctype):
   for (w = {L} / 2; w > 0; w /= 2)
     for (l = 0; l < w; ++l) acc[l] = ({ctype})(acc[l] + acc[l + w]);
   return acc[0];"""
-    out = [f"static {ctype} ms_rsum_{code}_plain{sig} {{\n{body}\n}}", "#if MS_X86"]
-    for isa in ISAS:
-        out.append(f"static {_TARGET[isa]}{ctype} ms_rsum_{code}_{isa}{sig} {{\n{body}\n}}")
-    out.append(f"static {ctype} (*const ms_rsum_{code}_tab[4]){sig} = "
-               f"{{ms_rsum_{code}_plain, " + ", ".join(f"ms_rsum_{code}_{isa}" for isa in ISAS) + "};")
-    out.append("#endif")
+    out = _per_isa(f"ms_rsum_{code}", ctype, sig, body)
     out.append(f"""static void ms_k_reduce_sum_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   (void)data;
 #if MS_X86
