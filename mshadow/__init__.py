@@ -8,12 +8,13 @@ import os as _os
 
 # libgomp's idle threads spin for about 300,000 iterations by default (OMP_WAIT_POLICY unset).
 # On a machine where other processes compete for the cores, that spinning made 2 threads up
-# to 40x slower than 1. A short spin, then sleep, keeps the threaded default from losing
-# badly under contention (docs/threads.md; benchmarks/bench_threads.py). The user's own
-# OMP_WAIT_POLICY / GOMP_SPINCOUNT win; libgomp reads these once, when it is loaded by the
-# import of mshadow._core below (or earlier by another library, which then decides).
+# to 40x slower than 1, and a shorter spin (GOMP_SPINCOUNT=10000) still 10x at 1e5 elements;
+# sleeping at once (PASSIVE) kept 2 threads within 1.23x of 1 under a competing process and
+# still gained on an idle machine (benchmarks/results/threads-2core-epyc.txt, docs/threads.md).
+# The user's own OMP_WAIT_POLICY / GOMP_SPINCOUNT win; libgomp reads these once, when it is
+# loaded by the import of mshadow._core below (or earlier by another library, which decides).
 if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
-    _os.environ["GOMP_SPINCOUNT"] = "10000"
+    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 del _os
 
 from .errors import (MShadowError, ShapeError, DTypeError, DeviceError, FreedTensorError,
