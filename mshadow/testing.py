@@ -7,6 +7,8 @@ must take and, where transcendentals make it inexact, a rigorous bound on the di
 With ``extensions=True`` leaves are also extension expressions (views, gathers, mask,
 implicit_dot; ``EXT_KINDS``), over fresh sources or over the destination's own memory.
 """
+import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -17,7 +19,7 @@ import mshadow as ms
 from mshadow.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES
 from mshadow.ops_table import OPS_BY_NAME
 
-__all__ = ["ALL_DTYPES", "FLOAT_DTYPES", "INT_DTYPES", "SAVERS", "compute_dtype", "c_cast",
+__all__ = ["child_env", "CHILD_CWD", "ALL_DTYPES", "FLOAT_DTYPES", "INT_DTYPES", "SAVERS", "compute_dtype", "c_cast",
            "ref_apply", "assert_exact", "assert_within", "assert_ulp", "Domain", "OP_SPECS",
            "USER_OPS", "KNOWN_BUGS", "c_idiv", "expression_cases", "Case", "simd_levels", "TRANSCENDENTAL_ULP",
            "EXT_KINDS"]
@@ -28,6 +30,19 @@ _SAVER_OP = {"plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div
 # Two implementations of a transcendental (numpy's SIMD loop on a block, numpy on the whole
 # array, libm) each stay within a few ulp of the true value; their difference within this.
 TRANSCENDENTAL_ULP = 8
+
+
+# A working directory for child Pythons that run ``-c`` code: outside any source checkout,
+# whose unbuilt mshadow/ would otherwise come first on their sys.path.
+CHILD_CWD = tempfile.gettempdir()
+
+
+def child_env(**extra):
+    """``os.environ`` for a child Python that must import the mshadow this process imported
+    (the in-place build of a checkout, or an installed package); ``extra`` is added."""
+    where = os.path.dirname(os.path.dirname(os.path.abspath(ms.__file__)))
+    rest = [q for q in os.environ.get("PYTHONPATH", "").split(os.pathsep) if q]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([where] + rest), **extra)
 
 
 def compute_dtype(dtype):

@@ -16,8 +16,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import mshadow as ms  # noqa: E402
+try:
+    import mshadow as ms  # the one the launching test imported (it sets PYTHONPATH)
+except ImportError:       # run by hand from a checkout with an in-place build
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import mshadow as ms  # noqa: E402
 from mshadow.ps import PSError  # noqa: E402
 
 KEYS = {  # key: (shape, dtype)

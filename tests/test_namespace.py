@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.testing import CHILD_CWD, child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INTERNAL = ["plan", "fallback", "codegen_cpu", "engine", "expr", "ops_table", "dtypes",
@@ -50,7 +51,8 @@ def test_dir_lists_the_public_api_only():
     # mshadow.testing, is bound by the import system but stays out of dir(ms))
     code = ("import inspect, mshadow as ms\n"
             "print(sorted(n for n, v in vars(ms).items() if inspect.ismodule(v)))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=CHILD_CWD, env=child_env(),
+                         capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "['nn', 'op', 'param', 'ps']"
 
@@ -86,7 +88,8 @@ def test_fresh_interpreter_star_import():
     code = ("from mshadow import *\n"
             "assert range(3) == builtins.range(3) and type(1) is int and sum([1, 2]) == 3\n"
             "t = new_tensor((2,), init=1.0)\nprint(t.tolist())\n")
-    out = subprocess.run([sys.executable, "-c", "import builtins\n" + code], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", "import builtins\n" + code], cwd=CHILD_CWD,
+                         env=child_env(),
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[1.0, 1.0]"
 

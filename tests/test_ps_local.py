@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.testing import CHILD_CWD, child_env
 from mshadow.errors import (DeviceError, DTypeError, FreedTensorError, MShadowError, ParamError,
                             ShapeError)
 
@@ -28,7 +29,7 @@ def test_core_import_does_not_load_mpi4py():
     code = ("import sys, mshadow as ms; m = ms.ps.create_shared_model('local'); m.close(); "
             "print('mpi4py' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+                         check=True, timeout=60, cwd=CHILD_CWD, env=child_env()).stdout
     assert out.strip() == "False"
 
 

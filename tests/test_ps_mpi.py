@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from mshadow.testing import child_env
+
 pytest.importorskip("mpi4py",
                     reason="mshadow.ps's mpi backend needs mpi4py (pip install mpi4py mpich)")
 
@@ -47,8 +49,7 @@ def _run(n, args, timeout, keep_going=False):
             pytest.skip("letting survivors report needs MPICH hydra's -disable-auto-cleanup")
         cmd += ["-disable-auto-cleanup"]
     cmd += ["-n", str(n), sys.executable, WORKER] + args
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS="1")
+    env = child_env(OMP_NUM_THREADS="1")
     t0 = time.monotonic()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
@@ -91,8 +92,7 @@ def test_nnet_dist_two_ranks_match_one_process():
     exe, kind = _mpiexec()
     script = os.path.join(ROOT, "examples", "neuralnet", "nnet_dist.py")
     args = [script, "--data", "synthetic", "--epochs", "3", "--timeout", "30"]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS="1")
+    env = child_env(OMP_NUM_THREADS="1")
     flags = ["--allow-run-as-root", "--oversubscribe"] if kind == "openmpi" else []
     one = subprocess.run([sys.executable] + args + ["--backend", "local"], capture_output=True,
                          text=True, timeout=60, env=env, cwd=ROOT)

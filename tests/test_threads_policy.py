@@ -3,19 +3,16 @@ import os
 import subprocess
 import sys
 
-import mshadow
-
-ROOT = os.path.dirname(os.path.dirname(mshadow.__file__))
+from mshadow.testing import CHILD_CWD, child_env
 
 
 def _env_after_import(**env):
-    base = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    base = {k: v for k, v in child_env().items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     base.update(env)
-    base["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
     code = ("import os, mshadow\n"
             "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))")
     out = subprocess.run([sys.executable, "-c", code], env=base, capture_output=True, text=True,
-                         check=True).stdout.split()
+                         check=True, cwd=CHILD_CWD).stdout.split()
     return tuple(None if v == "None" else v for v in out)
 
 
