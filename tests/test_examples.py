@@ -13,17 +13,10 @@ import sys
 import numpy as np
 import pytest
 
+from mshadow.testing import child_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GUIDE = os.path.join(ROOT, "examples", "guide")
-
-
-def env_with_this_mshadow():
-    """The environment for a child Python that imports the mshadow these tests import
-    (the in-place build of a checkout, or an installed wheel)."""
-    import mshadow
-    where = os.path.dirname(os.path.dirname(os.path.abspath(mshadow.__file__)))
-    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([where] + rest))
 
 
 def run_example(monkeypatch, capsys, path, *args):
@@ -103,7 +96,7 @@ def test_defop_plan_listing(monkeypatch, capsys):
 
 def test_basic_demo_command():
     # the README's demo command, run as a user would
-    env = env_with_this_mshadow()
+    env = child_env()
     out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "basic.py")],
                          capture_output=True, text=True, check=True, cwd=ROOT, env=env).stdout
     # mat[i][j] = i*2 + j, then mat += (mat + 10) / 10 + 2, i.e. 1.1 * v + 3

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.testing import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEURALNET = os.path.join(ROOT, "examples", "neuralnet")
@@ -29,14 +30,6 @@ def mods():
         sys.path.remove(NEURALNET)
         for name in ("nnutil", "nnet", "convnet"):
             sys.modules.pop(name, None)
-
-
-def env_with_this_mshadow():
-    """The environment for a child Python that imports the mshadow these tests import
-    (the in-place build of a checkout, or an installed wheel)."""
-    where = os.path.dirname(os.path.dirname(os.path.abspath(ms.__file__)))
-    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([where] + rest))
 
 
 def softmax(z):
@@ -285,7 +278,7 @@ def test_command_line(tmp_path):
     # python examples/neuralnet/nnet.py as a user runs it, with a plot
     for mod in ("tqdm", "matplotlib"):
         pytest.importorskip(mod, reason=f"the example needs {mod}")
-    env = env_with_this_mshadow()
+    env = child_env()
     png = tmp_path / "nnet.png"
     res = subprocess.run([sys.executable, os.path.join(NEURALNET, "nnet.py"), "--synthetic",
                           "--epochs", "1", "--ntrain", "200", "--plot", str(png)],

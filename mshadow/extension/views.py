@@ -29,15 +29,15 @@ class ViewExp(_core.Exp):
 
 
 def _source(src, where, ndim=None):
-    """``src`` as an operand of a view: a tensor (numpy arrays are wrapped) or an expression."""
+    """``src`` as an extension's operand: a tensor (numpy arrays are wrapped) or an expression."""
     if isinstance(src, np.ndarray):
         src = _core.from_numpy(src)
     if not isinstance(src, (Tensor, _core.Exp)):
         raise TypeError(f"{where}: the source must be a tensor or an expression, got "
                         f"{type(src).__name__}")
     if isinstance(src, _core.Exp) and src.exp_type == kComplex:
-        raise TypeError(f"{where}: a {describe(src.key)} expression (kComplex) cannot be read "
-                        f"through a view; assign it to a tensor first")
+        raise TypeError(f"{where}: a {describe(src.key)} expression (kComplex) cannot be an "
+                        f"extension's source; assign it to a tensor first")
     if ndim is not None and len(src.shape) != ndim:
         raise ShapeError(f"{where}: the source must be {ndim}-D, got shape {src.shape}")
     return src
@@ -61,21 +61,12 @@ def _tensor(src, where, ndim=None):
     size each time the assignment runs (lazily: the values are those at assignment time).
     This is the rule of docs/architecture.md: windows overlap and indices repeat, so
     evaluating the source once costs less than evaluating it at every read."""
-    if isinstance(src, np.ndarray):
-        src = _core.from_numpy(src)
+    src = _source(src, where, ndim)
     if isinstance(src, _core.Exp):
-        if src.exp_type == kComplex:
-            raise TypeError(f"{where}: a {describe(src.key)} expression (kComplex) cannot be a "
-                            f"source; assign it to a tensor first")
         tmp = _core.TensorContainer(src.shape, init=None, pad=False, dtype=src.dtype)
         _DEFERRED[id(tmp)] = src
         weakref.finalize(tmp, _DEFERRED.pop, id(tmp), None)
         src = tmp
-    if not isinstance(src, Tensor):
-        raise TypeError(f"{where}: the source must be a tensor or an expression, got "
-                        f"{type(src).__name__}")
-    if ndim is not None and src.ndim != ndim:
-        raise ShapeError(f"{where}: the source must be {ndim}-D, got shape {src.shape}")
     return src
 
 
