@@ -8,7 +8,6 @@ from libc.stdlib cimport malloc, free
 from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t, uint16_t
 from cpython.ref cimport PyObject
 
-from .plan import compile_plan, disassemble as _disassemble
 
 cdef extern from "numpy/ndarraytypes.h":
     ctypedef Py_ssize_t npy_intp
@@ -309,7 +308,7 @@ cdef class Plan:
         free(self.chains)
 
     def disassemble(self):
-        return _disassemble(self.program)
+        return self.program.disassemble()
 
 
 _ROLES = ("map", "gemm_lhs", "gemm_rhs", "view", "gather")
@@ -452,52 +451,37 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars):
 
 
 def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
-    """Evaluate ``plan`` into ``dst``: leaf k of the program is ``leaves[k]``."""
+    """Evaluate ``plan`` into ``dst``: leaf k of the program is ``leaves[k]``.
+
+    Returns False, having stored nothing, when the expression reads ``dst`` at other
+    positions than it writes (``x[:] = x.T``): the engine then evaluates it through a
+    temporary (run_through_temporary), with plans it owns."""
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     dst.data()
     contiguous, alias = _check_leaves(plan, dst.shape, dst.rows, dst.cols, leaves, dst)
     if alias:
-        # the expression reads the destination at other positions: evaluate into a
-        # temporary first, so blocks never see half-written results. The temporary holds
-        # the compute type (float32 for a float16 destination), so the value is rounded
-        # once, by the saver's store, as it would be without the temporary.
-        code = plan.program.dst_code
-        tcode = "f32" if code == "f16" else code
-        tmp = TensorContainer(dst.shape, init=None, pad=False, dtype=_NP_BY_CODE[tcode])
-        _run(_aux_plan(plan.program.key, tcode, "saveto"), tmp, leaves, scalars, contiguous)
-        _run(_aux_plan(("L", tcode, False), code, plan.program.saver), dst, (tmp,), (),
-             _dense(dst))
-        return
+        return False
     _run(plan, dst, leaves, scalars, contiguous and _dense(dst))
+    return True
+
+
+def run_through_temporary(Plan to_tmp, Plan from_tmp, Tensor dst, tuple leaves,
+                          tuple scalars):
+    """``to_tmp`` (the expression, saveto) into a new temporary shaped like ``dst``, then
+    ``from_tmp`` (the temporary as a leaf, with the assignment's saver) into ``dst``."""
+    if dst.readonly:
+        raise ValueError("assignment destination is read-only")
+    dst.data()
+    contiguous, _ = _check_leaves(to_tmp, dst.shape, dst.rows, dst.cols, leaves, None)
+    tmp = TensorContainer(dst.shape, init=None, pad=False,
+                          dtype=_NP_BY_CODE[to_tmp.program.dst_code])
+    _run(to_tmp, tmp, leaves, scalars, contiguous)
+    _run(from_tmp, dst, (tmp,), (), _dense(dst))
 
 
 cdef inline bint _dense(Tensor t):
     return t.rows <= 1 or t.stride == t.cols
-
-
-from collections import OrderedDict
-cdef object _aux_plans = OrderedDict()   # bounded like the engine's cache
-DEF AUX_PLANS_MAX = 256
-
-
-cdef Plan _aux_plan(tuple key, str dst_code, str saver):
-    """The plans of an aliased assignment: the expression into the temporary, then the
-    temporary into the destination with the assignment's saver."""
-    ck = (key, dst_code, saver)
-    p = _aux_plans.get(ck)
-    if p is None:
-        p = Plan(compile_plan(key, dst_code, saver))
-        _aux_plans[ck] = p
-        if len(_aux_plans) > AUX_PLANS_MAX:
-            _aux_plans.popitem(last=False)
-    else:
-        _aux_plans.move_to_end(ck)
-    return p
-
-
-def clear_aux_plans():
-    _aux_plans.clear()
 
 
 cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:

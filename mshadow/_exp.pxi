@@ -1,33 +1,84 @@
 # Expression nodes and their construction (included by _core.pyx).
 #
 # The node classes live here, compiled, because building `-eta * (g + lam * w)` is on the
-# per-assignment path: each node records its structural key, shape, dtype code, leaves and
-# scalars as it is built (TypeCheck and ShapeCheck happen here), in well under a microsecond.
-# mshadow/expr.py holds the public functions (F, tcast, transpose, where, scalar) around them.
+# per-assignment path: each node records its IR node (mshadow/ir.py), shape, dtype code,
+# leaves and scalars as it is built (TypeCheck and ShapeCheck happen here), in well under a
+# microsecond. mshadow/expr.py holds the public functions (F, tcast, transpose, where) around
+# them. This file imports only the layers below it (ir, dtypes, ops_table): nothing above
+# the core calls back into it.
 
-cdef tuple _CODE_BY_FLAG = ("f32", "f64", "f16", "u8", "i32", "i8", "i64")
-cdef tuple _LEAF_KEY = tuple(("L", c, False) for c in _CODE_BY_FLAG)
-cdef tuple _SCALAR_KEY = ("S",)
-cdef dict _NP_BY_CODE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "u8": np.uint8,
-                         "i32": np.int32, "i8": np.int8, "i64": np.int64}
-cdef frozenset _FLOAT_CODES = frozenset(("f32", "f64", "f16"))
+import numbers
+from .dtypes import CODE_BY_FLAG as _DT_CODE_BY_FLAG, NP_BY_CODE as _DT_NP_BY_CODE, \
+    FLOAT_CODES as _DT_FLOAT_CODES
+from .ir import Map as _IRMap, LEAF as _IR_LEAF, SCALAR as _IR_SCALAR, \
+    intern_node as _intern_node, describe as _describe
+from .ops_table import OPS_BY_NAME as _OPS_BY_NAME
+
+cdef tuple _CODE_BY_FLAG = _DT_CODE_BY_FLAG
+cdef tuple _LEAF_KEY = tuple(_IR_LEAF[c] for c in _CODE_BY_FLAG)
+cdef object _SCALAR_KEY = _IR_SCALAR
+cdef dict _NP_BY_CODE = _DT_NP_BY_CODE
+cdef frozenset _FLOAT_CODES = _DT_FLOAT_CODES
 DEF kMapper = 1
 DEF kChainer = 3
 DEF kComplex = 7
 
-cdef object _ScalarExp = None      # mshadow.expr.ScalarExp, bound when expr is imported
-cdef object _fold_fn = None        # mshadow.expr._fold
+
+class ScalarExp:
+    """``scalar(v)``: a constant; it takes the dtype of what it meets unless given one."""
+
+    __slots__ = ("value", "dtype")
+    exp_type = kMapper
+
+    def __init__(self, value, dtype=None):
+        if not isinstance(value, (numbers.Number, np.number)) or isinstance(value, complex):
+            raise TypeError(f"scalar() takes a real number, got {value!r}")
+        self.value = value
+        self.dtype = None if dtype is None else np.dtype(dtype)
+
+    def __repr__(self):
+        return f"scalar({self.value!r}{'' if self.dtype is None else ', ' + self.dtype.name})"
+
+    # a scalar meeting an expression builds the same nodes a Python number would
+    def __add__(self, o): return make_map("plus", (self, o))
+    def __radd__(self, o): return make_map("plus", (o, self))
+    def __sub__(self, o): return make_map("minus", (self, o))
+    def __rsub__(self, o): return make_map("minus", (o, self))
+    def __mul__(self, o):
+        if getattr(o, "exp_type", 0) == kComplex:
+            return NotImplemented   # dot(a, b) folds a scalar into its alpha itself
+        return make_map("mul", (self, o))
+
+    def __rmul__(self, o): return make_map("mul", (o, self))
+    def __truediv__(self, o): return make_map("div", (self, o))
+    def __rtruediv__(self, o): return make_map("div", (o, self))
+    def __neg__(self): return make_map("neg", (self,))
 
 
-def _bind_expr_module(scalar_cls, fold):
-    global _ScalarExp, _fold_fn
-    _ScalarExp = scalar_cls
-    _fold_fn = fold
+cdef object _ScalarExp = ScalarExp
+
+
+def _fold(name, args):
+    """Evaluate an operator on scalars only, at build time (a constant subtree)."""
+    dtypes = {a.dtype for a in args if isinstance(a, ScalarExp) and a.dtype is not None}
+    vals = [a.value if isinstance(a, ScalarExp) else a for a in args]
+    if len(dtypes) > 1:
+        raise DTypeError(f"{name}: scalars of different dtypes {sorted(d.name for d in dtypes)}")
+    if dtypes:
+        dt = dtypes.pop()
+        res = _OPS_BY_NAME[name].ref(*[np.asarray(v, dtype=dt) for v in vals])
+        return ScalarExp(np.asarray(res, dtype=dt).item(), dt)
+    with np.errstate(all="ignore"):
+        res = _OPS_BY_NAME[name].ref(*[np.asarray(v) for v in vals])
+    return np.asarray(res).item()
+
+
+cdef object _fold_fn = _fold
 
 
 cdef class Exp:
     """Base of every lazy expression: ``exp_type`` is kMapper, kChainer or kComplex."""
-    cdef public tuple key
+    cdef public object key       # its IR node (mshadow/ir.py)
     cdef public object shape
     cdef public str code
     cdef public tuple leaves
@@ -103,11 +154,11 @@ cdef class Exp:
 
     def __array_function__(self, func, types, args, kwargs):
         raise TypeError(f"numpy.{func.__name__} cannot read a lazy expression "
-                        f"({_expr().describe(self.key)}); assign it to a tensor first "
+                        f"({_describe(self.key)}); assign it to a tensor first "
                         f"(t[:] = exp), then call numpy on t")
 
     def __array__(self, dtype=None, copy=None):
-        raise TypeError(f"numpy cannot read a lazy expression ({_expr().describe(self.key)}); "
+        raise TypeError(f"numpy cannot read a lazy expression ({_describe(self.key)}); "
                         f"assign it to a tensor first (t[:] = exp), then use np.asarray(t) "
                         f"or numpy's reductions on t")
 
@@ -117,7 +168,7 @@ cdef class Exp:
         return _expr().transpose(self)
 
     def __repr__(self):
-        return (f"{type(self).__name__}({_expr().describe(self.key)}, shape={self.shape}, "
+        return (f"{type(self).__name__}({_describe(self.key)}, shape={self.shape}, "
                 f"dtype={self.code})")
 
 
@@ -210,7 +261,7 @@ cdef object _operand_parts(str name, object a):
                               f"no GPU backend)")
         return _CODE_BY_FLAG[(<Tensor> a).type_flag], (<Tensor> a).shape
     if (<Exp> a).exp_type == kComplex:
-        raise TypeError(f"{name}: a {_expr().describe((<Exp> a).key)} expression (kComplex) "
+        raise TypeError(f"{name}: a {_describe((<Exp> a).key)} expression (kComplex) "
                         f"cannot be nested inside another expression; assign it to a tensor first")
     return (<Exp> a).code, (<Exp> a).shape
 
@@ -246,7 +297,7 @@ cpdef object make_map(str name, tuple args):
             elif s is not shape and s != shape:
                 k = _LEAF_KEY[(<Tensor> a).type_flag] if isinstance(a, Tensor) else (<Exp> a).key
                 raise ShapeError(f"{name}: Shapes of operands are not the same, "
-                                 f"Shape1={shape}, Shape2={s} (in {_expr().describe(k)})")
+                                 f"Shape1={shape}, Shape2={s} (in {_describe(k)})")
         elif not _is_scalar_arg(a):
             if isinstance(a, np.ndarray):
                 return make_map(name, _arrays_as_tensors(args))
@@ -285,7 +336,7 @@ cpdef object make_map(str name, tuple args):
         node = UnaryMapExp.__new__(UnaryMapExp)
     else:
         node = TernaryMapExp.__new__(TernaryMapExp)
-    node.key = ("M", name, code) + keys
+    node.key = _intern_node(_IRMap, ("M", name, code) + keys)
     node.shape = shape
     node.code = code
     node.leaves = leaves

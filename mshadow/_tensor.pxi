@@ -646,9 +646,10 @@ cdef object _plan_cache = None    # engine._plans, an OrderedDict kept in LRU or
 cdef _assign(Tensor dst, object value, str saver):
     """Route ``dst <saver> value`` to the expression engine.
 
-    A compiled plan for an element-wise expression of the right dtype and shape runs from
-    here; everything else (first use of a structure, dot, scalars, errors) goes through
-    mshadow.engine.assign, which checks and compiles.
+    This is the engine's fast path, compiled: a plan of mshadow.engine's cache for an
+    element-wise expression of the right dtype and shape runs from here. Everything else
+    (first use of a structure, dot, scalars, aliasing, errors) goes to mshadow.engine.assign,
+    which checks, compiles and caches. The core never compiles nor caches a plan itself.
     """
     global _engine_assign, _plan_cache
     cdef Exp e
@@ -659,12 +660,12 @@ cdef _assign(Tensor dst, object value, str saver):
     if type(value) is not Tensor and isinstance(value, Exp):
         e = <Exp> value
         if e.exp_type != 7 and e.shape == dst.shape:
-            ck = (e.key, _CODE_BY_FLAG[dst.type_flag], saver)
+            ck = (e.key, _CODE_BY_FLAG[dst.type_flag], saver, dst.device)
             plan = _plan_cache.get(ck)
             if type(plan) is Plan and e.code == _CODE_BY_FLAG[dst.type_flag]:
                 _plan_cache.move_to_end(ck)
-                run_plan(<Plan> plan, dst, e.leaves, e.scalars)
-                return
+                if run_plan(<Plan> plan, dst, e.leaves, e.scalars):
+                    return
     _engine_assign(dst, value, saver)
 
 

@@ -4,7 +4,7 @@ Owns mshadow's kComplex DotEngine: products stay lazy until assigned, then go to
 """
 
 
-from . import _core
+from . import _core, ir
 import importlib
 from .device import cpu
 from .engine import register_complex
@@ -47,7 +47,7 @@ def _operand(x, where):
     x = _as_operand(x, where)
     if isinstance(x, Tensor):
         return x, False
-    if isinstance(x, TransposeExp) and x.key[0] == "L" and len(x.leaves) == 1:
+    if isinstance(x, TransposeExp) and type(x.key) is ir.Leaf and len(x.leaves) == 1:
         return x.leaves[0], True
     raise TypeError(f"{where}: operands must be tensors or transposed tensors (t.T), got the "
                     f"expression {describe(x.key)}; assign it to a tensor first")
@@ -71,7 +71,7 @@ class _ProductExp(ScaledExp):
 
 
 def _init(node, tag, lhs, ltrans, rhs, rtrans, shape, code):
-    node.key = (tag, code, ltrans, rtrans, len(lhs.shape), len(rhs.shape))
+    node.key = ir.Product(tag, code, ltrans, rtrans, len(lhs.shape), len(rhs.shape))
     # the dims come from validated tensor shapes: skip Shape's per-dim checks (per-call path)
     node.shape = tuple.__new__(Shape, shape)
     node.code = code
@@ -211,7 +211,7 @@ def _eval(dst, exp, saver):
         raise TypeError(f"dst {sym} {type(exp).__name__}: saver {saver} has no BLAS form; a matrix "
                         f"product can only be assigned (=, saveto), added (+=, plusto) or "
                         f"subtracted (-=, minusto). Assign it to a tensor first.")
-    where = exp.key[0]
+    where = exp.key.kind
     _check_dst(dst, exp, where)
     if dst.shape != exp.shape:
         form = "dot-gemv" if len(exp.shape) == 1 and exp.shape[0] != 1 else "dot-gemm"

@@ -1,7 +1,10 @@
 """The supported element types: numpy dtypes paired with mshadow's TypeFlag (base.h).
 
-One table; everything else (type switches, names, C type codes) is derived from it.
+One table (``DTYPES``); everything else (type switches, names, C types, the short codes
+the IR and the kernels use) is derived from it.
 """
+from collections import namedtuple
+
 import numpy as np
 
 from .errors import DTypeError
@@ -27,6 +30,31 @@ _FLAG_TO_DTYPE = {
 _DTYPE_TO_FLAG = {dt: fl for fl, dt in _FLAG_TO_DTYPE.items()}
 
 ALL_DTYPES = tuple(_FLAG_TO_DTYPE.values())
+
+# One row per storage type, in TypeFlag order. ``code`` names the type in the IR, in plan
+# programs and in generated kernel names; ``compute`` is the type its arithmetic runs in
+# (float16 is stored, never computed: mshadow's half_t computes in float32).
+DType = namedtuple("DType", "code flag np ctype size compute is_float")
+DTYPES = (
+    DType("f32", kFloat32, float32, "float", 4, "f32", True),
+    DType("f64", kFloat64, float64, "double", 8, "f64", True),
+    DType("f16", kFloat16, float16, "uint16_t", 2, "f32", True),
+    DType("u8", kUint8, uint8, "uint8_t", 1, "u8", False),
+    DType("i32", kInt32, int32, "int32_t", 4, "i32", False),
+    DType("i8", kInt8, int8, "int8_t", 1, "i8", False),
+    DType("i64", kInt64, int64, "int64_t", 8, "i64", False),
+)
+BY_CODE = {d.code: d for d in DTYPES}
+CODE_BY_FLAG = tuple(d.code for d in DTYPES)          # TypeFlag -> code
+NP_BY_CODE = {d.code: d.np.type for d in DTYPES}      # code -> numpy scalar type
+CODE_BY_DTYPE = {d.np: d.code for d in DTYPES}        # numpy dtype -> code
+FLOAT_CODES = frozenset(d.code for d in DTYPES if d.is_float)
+INT_CODES = tuple(d.code for d in DTYPES if not d.is_float)
+
+
+def compute_code(code):
+    """The type ``code``'s arithmetic runs in (float16 -> float32)."""
+    return BY_CODE[code].compute
 FLOAT_DTYPES = (float32, float64, float16)
 INT_DTYPES = (uint8, int8, int32, int64)
 

@@ -1,24 +1,32 @@
-"""ExpEngine: routes ``dst <saver> exp`` to the plan that evaluates it.
+"""ExpEngine: routes ``dst <saver> exp`` to the plan that evaluates it, and owns the caches.
 
-Element-wise expressions (kRValue, kMapper, kChainer) go to a cached MapPlan; kComplex
-ones (dot) go to their own engine. Every check runs before the first store.
+Element-wise expressions (kRValue, kMapper, kChainer) go to a compiled plan, lowered from
+their IR node by the device's backend (mshadow/cpu) and cached here, by (device, node, dst
+dtype, saver); kComplex ones (dot, reductions) go to their own engine. Every check runs
+before the first store. The compiled core's fast path (``_assign`` in _tensor.pxi) reads
+this cache and runs a hit; everything else comes here.
+
+    Tensor.__setitem__ -> _core._assign -> [hit] _core.run_plan -> C executor
+                                        -> [miss] engine.assign -> cpu.lower -> _core.Plan
 """
 from collections import OrderedDict, namedtuple
 
 import numpy as np
 
-from . import _core
+from . import _core, fallback, ir
+from .lower.cpu import compile_plan, UntracedOp
+from .dtypes import CODE_BY_FLAG as _CODE_BY_FLAG, NP_BY_CODE as _NP_BY_CODE, compute_code
 from .errors import DeviceError, DTypeError, ShapeError
-from .expr import Exp, ScalarExp, _is_scalar, _scalar_value, _CODE_BY_FLAG, _LEAF_KEY, kComplex, describe
-from . import fallback
-from .plan import compile_plan, UntracedOp
+from .expr import Exp, ScalarExp, _is_scalar, _scalar_value, kComplex
 
 Tensor = _core.Tensor
 _run_plan = _core.run_plan
 _Plan = _core.Plan
+describe = ir.describe
 
-# (key, dst code, saver) -> Plan, least recently used first. Bounded: a long-running process
-# that builds ever new structures keeps at most PLAN_CACHE_SIZE plans (a few KiB each).
+# (node, dst code, saver, device) -> Plan, least recently used first. Bounded: a
+# long-running process that builds ever new structures keeps at most PLAN_CACHE_SIZE plans
+# (a few KiB each). The only plan cache: aliased assignments and reductions use it too.
 PLAN_CACHE_SIZE = 2048
 _plans = OrderedDict()
 _stats = {"hits": 0, "misses": 0}
@@ -37,7 +45,6 @@ def plan_cache_info():
 def clear_plan_cache():
     """Drop every compiled plan (they are compiled again on next use)."""
     _plans.clear()
-    _core.clear_aux_plans()
     _stats["hits"] = _stats["misses"] = 0
 
 
@@ -56,17 +63,19 @@ def register_complex(tag, fn):
     _complex_engines[tag] = fn
 
 
-_FALLBACK = object()   # marks keys that hold an untraceable operator
+_FALLBACK = object()   # marks nodes that hold an untraceable operator
 
 
-def get_plan(key, dst_code, saver):
-    """The cached compiled plan for an expression structure, dtype and saver (compiled on first use)."""
-    ck = (key, dst_code, saver)
+def get_plan(node, dst_code, saver, device=_core.cpu):
+    """The cached compiled plan for an IR node, dst dtype and saver (compiled on first use)."""
+    ck = (node, dst_code, saver, device)
     plan = _plans.get(ck)
     if plan is None:
         _stats["misses"] += 1
+        if device is not _core.cpu:
+            raise DeviceError("GPU tensors need the CUDA backend, which is not available")
         try:
-            plan = _Plan(compile_plan(key, dst_code, saver))
+            plan = _Plan(compile_plan(node, dst_code, saver))
         except UntracedOp:
             plan = _FALLBACK
         _plans[ck] = plan
@@ -78,57 +87,73 @@ def get_plan(key, dst_code, saver):
     return plan
 
 
-def assign(dst, value, saver):
-    """Evaluate ``dst <saver> value``; ``value`` is an expression, a tensor, an array or a scalar."""
+def _parts(dst, value):
+    """(node, leaves, scalars, code, shape) of an assigned value; refuses bad values."""
     code = _CODE_BY_FLAG[dst.type_flag]
     if isinstance(value, Exp):
-        if value.exp_type == kComplex:
-            return _complex_engines[value.key[0]](dst, value, saver)
-        key, leaves, scalars = value.key, value.leaves, value.scalars
-        ecode, eshape = value.code, value.shape
-    elif isinstance(value, Tensor):
+        return value.key, value.leaves, value.scalars, value.code, value.shape
+    if isinstance(value, Tensor):
         if value.device is not dst.device:
             raise DeviceError(f"Assignment: a {value.device.name} tensor to a {dst.device.name} "
                               f"tensor; use ms.copy between devices")
-        key, leaves, scalars = _LEAF_KEY[value.type_flag], (value,), ()
-        ecode, eshape = _CODE_BY_FLAG[value.type_flag], value.shape
-    elif _is_scalar(value):
+        return (ir.LEAF[_CODE_BY_FLAG[value.type_flag]], (value,), (),
+                _CODE_BY_FLAG[value.type_flag], value.shape)
+    if _is_scalar(value):
         if isinstance(value, ScalarExp):
             if value.dtype is not None and value.dtype != dst.dtype:
                 raise DTypeError(f"Assignment: scalar of dtype {value.dtype} to a tensor of dtype "
                                  f"{dst.dtype}; use ms.tcast")
             value = value.value
-        key, leaves, scalars = ("S",), (), (_scalar_value(value, code, "Assignment"),)
-        ecode, eshape = code, dst.shape
-    elif isinstance(value, np.ndarray):
-        return assign(dst, _core.from_numpy(value), saver)
-    else:
-        raise TypeError(f"cannot assign {type(value).__name__} to a tensor (expected an "
-                        f"expression, a Tensor, a numpy array or a real scalar)")
+        return ir.SCALAR, (), (_scalar_value(value, code, "Assignment"),), code, dst.shape
+    raise TypeError(f"cannot assign {type(value).__name__} to a tensor (expected an "
+                    f"expression, a Tensor, a numpy array or a real scalar)")
+
+
+def assign(dst, value, saver):
+    """Evaluate ``dst <saver> value``; ``value`` is an expression, a tensor, an array or a scalar."""
+    if isinstance(value, Exp) and value.exp_type == kComplex:
+        return _complex_engines[value.key[0]](dst, value, saver)
+    if isinstance(value, np.ndarray):
+        value = _core.from_numpy(value)
+    node, leaves, scalars, ecode, eshape = _parts(dst, value)
+    code = _CODE_BY_FLAG[dst.type_flag]
     if eshape != dst.shape:
         raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
-                         f"eshape: {eshape} dshape:{dst.shape} (expression {describe(key)})")
+                         f"eshape: {eshape} dshape:{dst.shape} (expression {describe(node)})")
     if ecode != code:
         raise DTypeError(f"Assignment: expression of dtype {value.dtype} to a tensor of dtype "
                          f"{dst.dtype}; use ms.tcast")
-    plan = get_plan(key, code, saver)
+    plan = get_plan(node, code, saver, dst.device)
     if plan is _FALLBACK:
         if dst.readonly:
             raise ValueError("assignment destination is read-only")
-        return fallback.evaluate(key, leaves, scalars, dst, saver)
-    _run_plan(plan, dst, leaves, scalars)
+        return fallback.evaluate(node, leaves, scalars, dst, saver, _gathered)
+    if not _run_plan(plan, dst, leaves, scalars):
+        # the expression reads the destination at other positions: evaluate it into a
+        # temporary of the compute type first (a float16 destination is then rounded once,
+        # by the saver's store), so no block sees half-written results
+        tcode = compute_code(code)
+        _core.run_through_temporary(get_plan(node, tcode, "saveto"),
+                                    get_plan(ir.LEAF[tcode], code, saver), dst, leaves, scalars)
+
+
+def _gathered(node, leaf):
+    """A Gather leaf's values in a new tensor (for the numpy fallback)."""
+    tmp = _core.TensorContainer(leaf.shape, init=None, pad=False, dtype=_NP_BY_CODE[node.code])
+    _run_plan(get_plan(node, node.code, "saveto"), tmp, (leaf,), ())
+    return tmp
 
 
 def plan_for(dst, exp, saver="saveto"):
     """The compiled plan ``dst <saver> exp`` would run (for ``disassemble``)."""
     if isinstance(exp, Tensor):
-        key = _LEAF_KEY[exp.type_flag]
+        node = ir.LEAF[_CODE_BY_FLAG[exp.type_flag]]
     elif isinstance(exp, Exp):
-        key = exp.key
+        node = exp.key
     else:
-        key = ("S",)
-    plan = get_plan(key, _CODE_BY_FLAG[dst.type_flag], saver)
+        node = ir.SCALAR
+    plan = get_plan(node, _CODE_BY_FLAG[dst.type_flag], saver, dst.device)
     if plan is _FALLBACK:
-        raise TypeError(f"{describe(key)} holds an operator that could not be traced: it has no "
+        raise TypeError(f"{describe(node)} holds an operator that could not be traced: it has no "
                         f"compiled plan (it runs through mshadow/fallback.py)")
     return plan

@@ -1,16 +1,17 @@
 """Lazy expressions: Exp classes, operator overloading, F, scalar, tcast, transpose.
 
-Nothing here evaluates. Each node records, as it is built, what an assignment needs: its
-structural key (for the plan cache), shape and dtype (ShapeCheck and TypeCheck happen
-here, before anything is stored), and its leaf tensors and scalar values in plan order.
-The node classes and ``make_map`` are compiled (mshadow/_exp.pxi): building a node is on
-the per-assignment path.
+Nothing here evaluates. Each expression records, as it is built, what an assignment needs:
+its IR node (mshadow/ir.py: the structure, which keys the plan cache), shape and dtype
+(ShapeCheck and TypeCheck happen here, before anything is stored), and its leaf tensors and
+scalar values in binding order. The node classes, ``make_map`` and ``ScalarExp`` are
+compiled (mshadow/_exp.pxi): building a node is on the per-assignment path.
 """
 import numbers
 
 import numpy as np
 
-from . import _core
+from . import _core, ir
+from .dtypes import CODE_BY_FLAG as _CODE_BY_FLAG, NP_BY_CODE as _NP_BY_CODE, INT_CODES
 from .errors import DTypeError, ShapeError
 from .ops_table import OPS_BY_NAME
 from .shape import Shape
@@ -26,43 +27,10 @@ _scalar_value = _core._scalar_value_py
 # expression type lattice (namespace expr::type)
 kRValue, kMapper, kChainer, kComplex = 0, 1, 3, 7
 
-# storage code of each TypeFlag (kFloat32=0 ... kInt64=6)
-_CODE_BY_FLAG = ("f32", "f64", "f16", "u8", "i32", "i8", "i64")
-_LEAF_KEY = tuple(("L", c, False) for c in _CODE_BY_FLAG)
-_NP_BY_CODE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "u8": np.uint8,
-               "i32": np.int32, "i8": np.int8, "i64": np.int64}
-_SCALAR_KEY = ("S",)
-
-
-class ScalarExp:
-    """``scalar(v)``: a constant; it takes the dtype of what it meets unless given one."""
-
-    __slots__ = ("value", "dtype")
-    exp_type = kMapper
-
-    def __init__(self, value, dtype=None):
-        if not isinstance(value, (numbers.Number, np.number)) or isinstance(value, complex):
-            raise TypeError(f"scalar() takes a real number, got {value!r}")
-        self.value = value
-        self.dtype = None if dtype is None else np.dtype(dtype)
-
-    def __repr__(self):
-        return f"scalar({self.value!r}{'' if self.dtype is None else ', ' + self.dtype.name})"
-
-    # a scalar meeting an expression builds the same nodes a Python number would
-    def __add__(self, o): return make_map("plus", (self, o))
-    def __radd__(self, o): return make_map("plus", (o, self))
-    def __sub__(self, o): return make_map("minus", (self, o))
-    def __rsub__(self, o): return make_map("minus", (o, self))
-    def __mul__(self, o):
-        if getattr(o, "exp_type", 0) == kComplex:
-            return NotImplemented   # dot(a, b) folds a scalar into its alpha itself
-        return make_map("mul", (self, o))
-
-    def __rmul__(self, o): return make_map("mul", (o, self))
-    def __truediv__(self, o): return make_map("div", (self, o))
-    def __rtruediv__(self, o): return make_map("div", (o, self))
-    def __neg__(self): return make_map("neg", (self,))
+ScalarExp = _core.ScalarExp
+# the IR leaf of a tensor of each TypeFlag (kFloat32=0 ... kInt64=6)
+_LEAF_KEY = tuple(ir.LEAF[c] for c in _CODE_BY_FLAG)
+describe = ir.describe
 
 
 def scalar(value, dtype=None):
@@ -70,7 +38,7 @@ def scalar(value, dtype=None):
     return ScalarExp(value, dtype)
 
 
-_INT_CODES = ("u8", "i8", "i32", "i64")
+_INT_CODES = INT_CODES
 
 
 def scale_value(v, code, where, what="expression"):
@@ -155,24 +123,6 @@ def _as_operand(x, where):
                     f"(expected a Tensor, an expression, a numpy array or a real scalar)")
 
 
-def _fold(name, args):
-    """Evaluate an operator on scalars only, at build time (a constant subtree)."""
-    dtypes = {a.dtype for a in args if isinstance(a, ScalarExp) and a.dtype is not None}
-    vals = [a.value if isinstance(a, ScalarExp) else a for a in args]
-    if len(dtypes) > 1:
-        raise DTypeError(f"{name}: scalars of different dtypes {sorted(d.name for d in dtypes)}")
-    if dtypes:
-        dt = dtypes.pop()
-        res = OPS_BY_NAME[name].ref(*[np.asarray(v, dtype=dt) for v in vals])
-        return ScalarExp(np.asarray(res, dtype=dt).item(), dt)
-    with np.errstate(all="ignore"):
-        res = OPS_BY_NAME[name].ref(*[np.asarray(v) for v in vals])
-    return np.asarray(res).item()
-
-
-_core._bind_expr_module(ScalarExp, _fold)
-
-
 def F(op, *args):
     """``F(op, a[, b[, c]])``: apply an operator (a name, an ms.op entry or a defined op)."""
     name = getattr(op, "name", op)
@@ -201,7 +151,7 @@ def tcast(dtype, exp):
     k, s, c, lv, sc, et = _parts(exp)
     if et == kComplex:
         raise TypeError("tcast: a kComplex expression cannot be nested; assign it first")
-    node = new_node(TypecastExp, ("C", code, k), s, code, lv, sc, et | kMapper)
+    node = new_node(TypecastExp, ir.Cast(code, k), s, code, lv, sc, et | kMapper)
     node.src = exp
     return node
 
@@ -218,32 +168,6 @@ def new_node(cls, key, shape, code, leaves, scalars, exp_type):
     return node
 
 
-def _holds_view(key):
-    """Whether ``key`` holds a view, a gather or implicit_dot (the transpose goes through
-    the views' index maps, not the plan's leaf flags)."""
-    if key[0] in ("V", "X", "G"):
-        return True
-    if key[0] == "C":
-        return _holds_view(key[2])
-    return key[0] == "M" and any(_holds_view(k) for k in key[3:])
-
-
-def _flip(key):
-    if key[0] == "G":
-        raise TypeError("transpose of an expression holding implicit_dot(a, b) is not "
-                        "supported; write implicit_dot(b.T, a.T)")
-    if key[0] in ("V", "X"):
-        raise TypeError(f"transpose of an expression holding {describe(key)} is not supported; "
-                        f"use ms.transpose_axes on the tensor, or assign it to a tensor first")
-    if key[0] == "L":
-        return ("L", key[1], not key[2])
-    if key[0] == "S":
-        return key
-    if key[0] == "C":
-        return ("C", key[1], _flip(key[2]))
-    return key[:3] + tuple(_flip(k) for k in key[3:])
-
-
 def transpose(exp):
     """``exp.T`` of a 2-D expression: element (y, x) reads (x, y); ``T.T`` is the original.
 
@@ -258,11 +182,11 @@ def transpose(exp):
         raise ShapeError(f"transpose needs a 2-D expression (or a 1-D tensor), got shape {s}")
     if et == kComplex:
         raise TypeError("transpose: a kComplex expression cannot be transposed lazily")
-    if _holds_view(k):   # one more index map: views compose it (mshadow/extension/views.py)
+    if ir.holds_remap(k):   # one more index map: views compose it (extension/views.py)
         from .extension.views import transpose_axes
         return transpose_axes(exp, (1, 0))
-    fk = _flip(k)
-    if fk[0] == "L" and not fk[2]:
+    fk = ir.transposed(k)
+    if type(fk) is ir.Leaf and not fk.transposed:
         return lv[0]   # (t.T).T is t
     node = new_node(TransposeExp, fk, Shape(s[1], s[0]), c, lv, sc, et | kChainer)
     node.src = exp
@@ -278,22 +202,3 @@ def shape_of(value):
     if isinstance(value, (Tensor, Exp)) or hasattr(value, "shape"):
         return Shape(value.shape)
     raise TypeError(f"cannot assign {type(value).__name__} {value!r} to a tensor")
-
-
-def describe(key):
-    """A readable form of a structural key: plus(L.f32, mul(S, L.f32.T))."""
-    if key[0] == "L":
-        return f"Tensor<{key[1]}>" + (".T" if key[2] else "")
-    if key[0] == "S":
-        return "scalar"
-    if key[0] == "C":
-        return f"tcast<{key[1]}>({describe(key[2])})"
-    if key[0] == "M":
-        return f"{key[1]}({', '.join(describe(k) for k in key[3:])})"
-    if key[0] == "G":
-        return f"implicit_dot({describe(key[2])}, {describe(key[3])})"
-    if key[0] == "V":
-        return f"View<{key[1]}>"
-    if key[0] == "X":
-        return f"{key[1][2:]}<{key[2]}>"
-    return str(key[0])

@@ -1,14 +1,17 @@
-"""Block-wise numpy evaluation of an expression key, for operators that could not be traced.
+"""Block-wise numpy evaluation of an IR node, for operators that could not be traced.
 
 Runs the expression on numpy views of blocks of rows (never a full-size temporary), with
-the operator table's numpy references giving mshadow's semantics; single-threaded.
+the operator table's numpy references giving mshadow's semantics; single-threaded. A
+visitor of mshadow/ir.py like the CPU lowering; it imports nothing above it (the engine
+hands it the gathers' values).
 """
 import numpy as np
 
-from . import _core
+from . import ir
+from .lower.cpu import USER_OPS, _COMPOSITES
+from .dtypes import NP_BY_CODE as _NP_BY_CODE, CODE_BY_DTYPE, compute_code
+from .ir import SAVERS as SAVER_OPS
 from .ops_table import OPS_BY_NAME
-from .plan import SAVER_OPS, USER_OPS, compute_code, _COMPOSITES
-from .expr import _NP_BY_CODE
 
 BLOCK_ELEMS = 1 << 16
 
@@ -19,7 +22,9 @@ def _view2d(t, transposed):
     return a.T if transposed else a
 
 
-class _Eval:
+class _Eval(ir.Visitor):
+    """The value of a node on rows ``rows`` of the destination, of the compute type."""
+
     def __init__(self, views, scalars, rows):
         self.views = views
         self.scalars = scalars
@@ -27,33 +32,37 @@ class _Eval:
         self.li = 0
         self.si = 0
 
-    def run(self, key, cc):
-        tag = key[0]
-        if tag in ("L", "V", "X"):
-            v = self.views[self.li][self.rows]
-            self.li += 1
-            return v.astype(_NP_BY_CODE[compute_code(_code(key))], copy=False)
-        if tag == "G":   # implicit_dot, summed in k order as the compiled kernel does
-            a, b = self.views[self.li][self.rows], self.views[self.li + 1]
-            self.li += 2
-            out = np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)
-            with np.errstate(over="ignore"):
-                for k in range(a.shape[1]):
-                    out = (out + a[:, k:k + 1] * b[k:k + 1, :]).astype(a.dtype)
-            return out
-        if tag == "S":
-            s = self.scalars[self.si]
-            self.si += 1
-            return np.asarray(s).astype(_NP_BY_CODE[cc])
-        if tag == "C":
-            src = self.run(key[2], compute_code(_code(key[2])))
-            out = src.astype(_NP_BY_CODE[key[1]])
-            return out.astype(_NP_BY_CODE[compute_code(key[1])], copy=False)
-        name, code = key[1], key[2]
-        c = compute_code(code)
-        args = [self.run(k, c) for k in key[3:]]
-        res = apply(name, args, c)
-        if code == "f16":   # every half_t operator's result is a half, as compiled
+    def _read(self, node, cc):
+        v = self.views[self.li][self.rows]
+        self.li += 1
+        return v.astype(_NP_BY_CODE[compute_code(node.code)], copy=False)
+
+    visit_Leaf = visit_View = visit_Gather = _read
+
+    def visit_ImplicitDot(self, node, cc):   # summed in k order as the compiled kernel does
+        a, b = self.views[self.li][self.rows], self.views[self.li + 1]
+        self.li += 2
+        out = np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)
+        with np.errstate(over="ignore"):
+            for k in range(a.shape[1]):
+                out = (out + a[:, k:k + 1] * b[k:k + 1, :]).astype(a.dtype)
+        return out
+
+    def visit_Scalar(self, node, cc):
+        s = self.scalars[self.si]
+        self.si += 1
+        return np.asarray(s).astype(_NP_BY_CODE[cc])
+
+    def visit_Cast(self, node, cc):
+        src = self.visit(node.arg, compute_code(node.arg.code))
+        out = src.astype(_NP_BY_CODE[node.code])
+        return out.astype(_NP_BY_CODE[compute_code(node.code)], copy=False)
+
+    def visit_Map(self, node, cc):
+        c = compute_code(node.code)
+        args = [self.visit(a, c) for a in node.args]
+        res = apply(node.op, args, c)
+        if node.code == "f16":   # every half_t operator's result is a half, as compiled
             res = res.astype(np.float16).astype(np.float32)
         return res
 
@@ -170,55 +179,33 @@ def _expand(tree, args, cc):
     return apply(tree[0], [_expand(t, args, cc) for t in tree[1:]], cc)
 
 
-def _code(key):
-    return key[2] if key[0] in ("M", "X") else key[1]
-
-
-def evaluate(key, leaves, scalars, dst, saver):
-    """``dst <saver> key`` with numpy, a block of rows at a time."""
+def evaluate(node, leaves, scalars, dst, saver, gathered):
+    """``dst <saver> node`` with numpy, a block of rows at a time. ``gathered(node, leaf)``
+    gives a Gather leaf's values as a tensor (the engine runs its reader kernel)."""
     out = _view2d(dst, False)
     views = []
-    lk = []
-    _leaf_keys(key, lk)
-    for t, leaf in zip(leaves, lk):
-        v = _leaf_view(t, leaf, dst)
+    for t, leaf in zip(leaves, ir.leaves(node)):
+        v = _leaf_view(t, leaf, dst, gathered)
         if np.shares_memory(v, out) and not (v.__array_interface__ == out.__array_interface__):
             v = v.copy()   # read elsewhere than written: never see half-written rows
         views.append(v)
-    dcode = {np.dtype(v): k for k, v in _NP_BY_CODE.items()}[dst.dtype]
-    cc = compute_code(dcode)
+    cc = compute_code(CODE_BY_DTYPE[dst.dtype])
     rows, cols = out.shape
     step = max(1, BLOCK_ELEMS // max(cols, 1))
     for r0 in range(0, rows, step):
         sl = slice(r0, min(rows, r0 + step))
-        val = _Eval(views, scalars, sl).run(key, cc)
+        val = _Eval(views, scalars, sl).visit(node, cc)
         sop = SAVER_OPS[saver]
         if sop is not None:
             val = apply(sop, [out[sl].astype(_NP_BY_CODE[cc]), val], cc)
         out[sl] = np.broadcast_to(val, out[sl].shape)
 
 
-def _leaf_view(t, leaf, dst):
+def _leaf_view(t, leaf, dst, gathered):
     """The leaf as a 2-D numpy array in the destination's (rows, cols) geometry."""
-    if leaf[0] == "L":
-        return _view2d(t, leaf[2])
+    if type(leaf) is ir.Leaf:
+        return _view2d(t, leaf.transposed)
     rows, cols = dst.flat_to_2d().shape
-    if leaf[0] == "X":   # run the gather alone into a temporary (this path is slow anyway)
-        from . import engine
-        tmp = _core.TensorContainer(t.shape, init=None, pad=False, dtype=dst.dtype)
-        _core.run_plan(engine.get_plan(leaf, leaf[2], "saveto"), tmp, (t,), ())
-        return tmp.numpy().reshape(rows, cols)
+    if type(leaf) is ir.Gather:   # its values in a temporary (this path is slow anyway)
+        return gathered(leaf, t).numpy().reshape(rows, cols)
     return t.numpy().reshape(rows, cols)   # a strided view: may copy (this path is slow anyway)
-
-
-def _leaf_keys(key, acc):
-    """The leaf nodes of ``key`` in binding order (implicit_dot contributes two)."""
-    if key[0] in ("L", "V", "X"):
-        acc.append(key)
-    elif key[0] == "G":
-        acc.extend([("L",) + key[2][1:], ("L",) + key[3][1:]])
-    elif key[0] == "C":
-        _leaf_keys(key[2], acc)
-    elif key[0] == "M":
-        for k in key[3:]:
-            _leaf_keys(k, acc)

@@ -10,7 +10,7 @@ import itertools
 import warnings
 
 from . import expr as _expr
-from . import plan as _plan
+from .lower import cpu as _plan
 from .ops_table import OPS
 
 __all__ = ["Op", "define", "TraceError"]

@@ -14,7 +14,7 @@ import mshadow as ms
 from mshadow.testing import CHILD_CWD, child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-INTERNAL = ["plan", "fallback", "codegen_cpu", "engine", "expr", "ops_table", "dtypes",
+INTERNAL = ["ir", "lower", "fallback", "codegen_cpu", "engine", "expr", "ops_table", "dtypes",
             "device", "shape", "errors", "aliases", "blob", "config", "extension", "_core",
             "_blas"]
 
@@ -60,8 +60,9 @@ def test_dir_lists_the_public_api_only():
 def test_internal_modules_still_resolve():
     # tests and downstream code use ms.engine._plans, `from mshadow import engine`
     assert ms.engine is sys.modules["mshadow.engine"]
-    from mshadow import config, plan
-    assert plan.compile_plan and config.__name__ == "mshadow.config"
+    from mshadow import config, ir
+    from mshadow.lower import cpu as lower
+    assert ms.cpu is ms.device.cpu and lower.compile_plan and ir.Map and config.__name__ == "mshadow.config"
     import mshadow.fallback
     assert mshadow.fallback.__name__ == "mshadow.fallback"
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):

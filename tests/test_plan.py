@@ -3,15 +3,16 @@ import numpy as np
 import pytest
 
 import mshadow as ms
-from mshadow.plan import compile_plan, disassemble
+from mshadow import ir
+from mshadow.lower.cpu import compile_plan, disassemble
 
-F32 = ("L", "f32", False)
-F32T = ("L", "f32", True)
-S = ("S",)
+F32 = ir.Leaf("f32", False)
+F32T = ir.Leaf("f32", True)
+S = ir.SCALAR
 
 
 def M(op, *args, code="f32"):
-    return ("M", op, code) + args
+    return ir.Map(op, code, *args)
 
 
 def listing(key, saver="saveto", dst="f32"):

@@ -80,8 +80,9 @@ def test_integer_sums_wrap_like_cpp():
 
 
 def test_sum_is_one_pass_without_a_temporary():
-    from mshadow.plan import compile_plan, disassemble
-    key = ("M", "mul", "f32", ("L", "f32", False), ("L", "f32", False))
+    from mshadow.lower.cpu import compile_plan, disassemble
+    from mshadow import ir
+    key = ir.Map("mul", "f32", ir.LEAF["f32"], ir.LEAF["f32"])
     lines = disassemble(compile_plan(key, "f32", "sum")).splitlines()[1:]
     assert lines == ["r0 = mul_f32(L0, L1)", "dst = reduce_sum_f32(r0)"]
 

@@ -9,7 +9,7 @@ out of bounds), never a read outside the source.
 import math
 import struct
 
-from .. import _core
+from .. import _core, ir
 from ..errors import DTypeError, ShapeError
 from ..expr import _CODE_BY_FLAG, kChainer, new_node
 from ..shape import Shape
@@ -28,7 +28,7 @@ class GatherExp(_core.Exp):
 def _gather(kernel, srcs, params, shape, code, index=None):
     deferred = tuple((i, e) for i, e in enumerate(map(take_deferred, srcs)) if e is not None)
     leaf = _core.gather_leaf(kernel, tuple(srcs), tuple(params), shape, index, deferred)
-    node = new_node(GatherExp, ("X", kernel, code), leaf.shape, code, (leaf,), (), kChainer)
+    node = new_node(GatherExp, ir.Gather(kernel, code), leaf.shape, code, (leaf,), (), kChainer)
     node.leaf = leaf
     return node
 

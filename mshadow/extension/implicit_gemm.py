@@ -3,7 +3,7 @@
 Unlike ``dot`` (kComplex, handed to BLAS), it is a kChainer, so it nests inside fused
 expressions: ``dst[:] = ms.implicit_dot(a, b.T) + c`` is one pass with no temporary.
 """
-from .. import _core
+from .. import _core, ir
 from ..errors import DTypeError, ShapeError
 from ..expr import _CODE_BY_FLAG, kChainer, new_node
 from ..shape import Shape
@@ -21,7 +21,7 @@ def _leaf(x, side):
     """A 2-D tensor, or the transpose of one, as (key, tensor, rows, cols) in read order."""
     if isinstance(x, Tensor):
         t, transposed = x, False
-    elif isinstance(x, _core.TransposeExp) and x.key[0] == "L":
+    elif isinstance(x, _core.TransposeExp) and type(x.key) is ir.Leaf:
         t, transposed = x.leaves[0], True
     else:
         raise TypeError(f"implicit_dot: the {side} operand must be a 2-D tensor or its .T, "
@@ -29,7 +29,7 @@ def _leaf(x, side):
     if t.ndim != 2:
         raise ShapeError(f"implicit_dot: the {side} operand must be 2-D, got shape {t.shape}")
     rows, cols = (t.shape[1], t.shape[0]) if transposed else (t.shape[0], t.shape[1])
-    return (("L", _CODE_BY_FLAG[t.type_flag], transposed), t, rows, cols)
+    return (ir.Leaf(_CODE_BY_FLAG[t.type_flag], transposed), t, rows, cols)
 
 
 def implicit_dot(lhs, rhs):
@@ -46,6 +46,6 @@ def implicit_dot(lhs, rhs):
     if code == "f16":
         raise DTypeError("implicit_dot does not take float16 operands (no half accumulator); "
                          "copy them to float32 first")
-    node = new_node(ImplicitGEMMExp, ("G", code, lk, rk), Shape(m, n), code, (lt, rt), (), kChainer)
+    node = new_node(ImplicitGEMMExp, ir.ImplicitDot(code, lk, rk), Shape(m, n), code, (lt, rt), (), kChainer)
     node.lhs, node.rhs = lhs, rhs
     return node

@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-from .. import _core
+from .. import _core, ir
 from ..device import cpu
 from ..engine import assign, get_plan, register_complex
 from ..errors import DeviceError, DTypeError, ShapeError
@@ -80,12 +80,12 @@ class ReduceExp(ScaledExp):
 
 
 def _key_of(x):
-    return ("L", _CODE_BY_FLAG[x.type_flag], False) if isinstance(x, Tensor) else x.key
+    return ir.LEAF[_CODE_BY_FLAG[x.type_flag]] if isinstance(x, Tensor) else x.key
 
 
 def _node(src, code, shape, form, reducer, axis, mask, where):
     node = ReduceExp.__new__(ReduceExp)
-    node.key = ("reduce", code, form, reducer.name, axis, mask, _key_of(src))
+    node.key = ir.Reduce(code, form, reducer.name, axis, mask, _key_of(src))
     node.shape = Shape(*shape)
     node.code = code
     node.leaves = (src,) if isinstance(src, Tensor) else tuple(src.leaves)
@@ -204,7 +204,7 @@ def _array(src):
         return src.numpy()
     if isinstance(src, ViewExp):
         return src.view.numpy()
-    if isinstance(src, TransposeExp) and src.key[0] == "L":
+    if isinstance(src, TransposeExp) and type(src.key) is ir.Leaf:
         a = src.leaves[0].numpy()
         return a.T if a.ndim == 2 else a.reshape(tuple(src.shape))   # 1-D t.T: a column
     # no view describes it: evaluate once into a temporary (allocates the source's size)
@@ -323,7 +323,7 @@ def sum(exp):  # noqa: A001  ms.sum, as numpy's; `from mshadow import *` leaves 
     if not isinstance(exp, (Tensor, Exp)):
         raise TypeError(f"sum: expected a tensor or an expression, got {type(exp).__name__}")
     if isinstance(exp, Tensor):
-        key, shape, code = ("L", _CODE_BY_FLAG[exp.type_flag], False), exp.shape, \
+        key, shape, code = ir.LEAF[_CODE_BY_FLAG[exp.type_flag]], exp.shape, \
             _CODE_BY_FLAG[exp.type_flag]
         leaves, scalars = (exp,), ()
         if exp.device is not cpu:

@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from .. import _core
+from .. import _core, ir
 from ..errors import ShapeError
 from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, describe, kChainer, kComplex, \
     new_node, tcast
@@ -127,7 +127,7 @@ def view(src, shape, offset, strides):
     leaf = _core.strided_view(src, shape, offset, strides)
     code = _CODE_BY_FLAG[src.type_flag]
     step = _core.view_step_kind(leaf.strides[-1], src.itemsize)
-    node = new_node(ViewExp, ("V", code, step), leaf.shape, code, (leaf,), (), kChainer)
+    node = new_node(ViewExp, ir.View(code, step), leaf.shape, code, (leaf,), (), kChainer)
     node.src, node.view = src, leaf
     return node
 

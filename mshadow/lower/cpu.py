@@ -1,47 +1,33 @@
-"""The plan compiler: an expression's structure -> a flat register program. Pure Python.
+"""CPU lowering: an IR node (mshadow/ir.py) -> a flat register program. Pure Python.
 
-Input is the structural key an expression builds as it is constructed (ops, dtypes, leaf
-kinds; no pointers, no values), the destination dtype and the saver; output is a Program
-that the CPU executor binds to pointers and scalars, and that the GPU emitter can turn into
-CUDA C. Programs are cached by (key, dst dtype, saver), so this runs once per structure.
+Input is an expression's IR node (ops, dtypes, leaf kinds; no pointers, no values), the
+destination dtype and the saver; output is a Program that the CPU executor binds to pointers
+and scalars. The engine caches programs by (device, node, dst dtype, saver), so this runs
+once per structure.
 
-Keys:  ('L', code, transposed)   a tensor leaf, read at (y, x) or, transposed, at (x, y)
-       ('S',)                    a scalar, typed by the operator it feeds
-       ('G', code, lhs, rhs)     implicit_dot of two leaves: sum_k lhs(y, k) * rhs(k, x)
-       ('X', kernel, code)       a gather (pad, take, one_hot, ...): a kernel of gather.h fills
-                                 a register with the values of each block
-       ('V', code, step)         a strided view of a tensor (broadcast, mirror, flip, swapaxis,
-                                 transpose, crop, ...): read in place through a row map; step
-                                 says how its last axis is read (0 unit, 1 zero, 2 other)
-       ('M', op, code, *args)    an element-wise operator whose result has storage ``code``
-       ('C', code, arg)          tcast to ``code``
+How each node is read:
+    Leaf         in place at (y, x), or at (x, y) when transposed       (role 'map')
+    View         in place through a row map (extension/views.py)        (role 'view')
+    Gather       a reader kernel of gather*.h fills a register per block (role 'gather')
+    ImplicitDot  a kernel reads whole rows of lhs and columns of rhs     ('gemm_lhs/rhs')
+    Map, Cast    a generated kernel per operator; runs of them fuse into one chain
 Operands: ('reg', i, code), ('leaf', k, code), ('scalar', s, code), ('dst', 0, code).
 """
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
-from .codegen_cpu import CHAIN_BINARY, CHAIN_UNARY, CHAIN_MAX
-from .ops_table import OPS_BY_NAME, kernel_kind
-
-SAVER_OPS = {"saveto": None, "plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
-# Reductions: the program ends in a kernel that sums each block into one partial result
-# (the executor's per-block destination); the caller combines the partials in order.
-REDUCERS = {"sum": "reduce_sum"}
+from .. import ir
+from ..codegen_cpu import CHAIN_BINARY, CHAIN_UNARY, CHAIN_MAX
+from ..dtypes import BY_CODE, compute_code
+from ..ir import REDUCERS, SAVERS as SAVER_OPS
+from ..ops_table import OPS_BY_NAME, kernel_kind
 
 # user-defined operators traced to composite form: name -> (arity, composite expression tree)
 USER_OPS = {}
 
 
 class UntracedOp(Exception):
-    """The key holds an operator with no compiled form (an untraceable defined op)."""
-
-
-_SIZE = {"f32": 4, "f64": 8, "f16": 2, "u8": 1, "i8": 1, "i32": 4, "i64": 8}
-
-
-def compute_code(code):
-    """float16 is stored, never computed: its arithmetic runs in float32 (mshadow's half_t)."""
-    return "f32" if code == "f16" else code
+    """The node holds an operator with no compiled form (an untraceable defined op)."""
 
 
 @dataclass
@@ -78,6 +64,9 @@ class Program:
     saver: str = "saveto"
     # the defined operators inlined here, as they were traced: the plan owns what it runs
     user_ops: dict = field(default_factory=dict)
+
+    def disassemble(self):
+        return disassemble(self)
 
 
 def _opd(o):
@@ -125,7 +114,7 @@ def parse_composite(text):
 _COMPOSITES = {op.name: parse_composite(op.composite) for op in OPS_BY_NAME.values() if op.composite}
 
 
-class _Compiler:
+class _Compiler(ir.Visitor):
     def __init__(self, dst_code, saver):
         self.p = Program(dst_code=dst_code, saver=saver)
         self.free = []
@@ -151,7 +140,7 @@ class _Compiler:
     def instr(self, kernel, ins, out_code):
         # An element-wise kernel may write over its input only when both have one width:
         # a widening cast in place would overwrite elements it has not read yet.
-        same_width = all(_SIZE[o[2]] == _SIZE[out_code] for o in ins)
+        same_width = all(BY_CODE[o[2]].size == BY_CODE[out_code].size for o in ins)
         if same_width:
             self.release(ins)
         out = self.reg(out_code)
@@ -167,55 +156,60 @@ class _Compiler:
         self.consts[s] = value
         return ("scalar", s, code)
 
-    def leaf(self, key, role, param=0):
+    def leaf(self, code, transposed, role, param=0):
         k = len(self.p.leaf_codes)
-        self.p.leaf_codes.append(key[1])
-        self.p.leaf_transposed.append(key[2])
+        self.p.leaf_codes.append(code)
+        self.p.leaf_transposed.append(transposed)
         self.p.leaf_roles.append(role)
         self.p.leaf_params.append(param)
-        return ("leaf", k, key[1])
+        return ("leaf", k, code)
 
     def cast(self, opd, code):
         if opd[2] == code:
             return opd
         return self.instr(("k", f"cast_{opd[2]}_{code}"), [opd], code)
 
-    # the tree walk
-    def emit(self, key, ctx):
-        tag = key[0]
-        if tag == "L":
-            opd = self.leaf(key, "map")
-            return self.cast(opd, "f32") if key[1] == "f16" else opd
-        if tag == "X":
-            opd = self.leaf(("L", key[2], False), "gather")
-            out = self.instr(("k", key[1]), [opd], key[2])
-            return self.cast(out, "f32") if key[2] == "f16" else out
-        if tag == "V":
-            opd = self.leaf(("L", key[1], False), "view", key[2])
-            return self.cast(opd, "f32") if key[1] == "f16" else opd
-        if tag == "G":   # the kernel reads whole rows of lhs and columns of rhs
-            lhs = self.leaf(key[2], "gemm_lhs")
-            rhs = self.leaf(key[3], "gemm_rhs")
-            return self.instr(("k", f"implicit_gemm_{key[1]}"), [lhs, rhs], key[1])
-        if tag == "S":
-            s = len(self.p.scalar_codes)
-            self.p.scalar_codes.append((ctx[0], ctx[1]))
-            return ("scalar", s, ctx[1])
-        if tag == "C":
-            target = key[1]
-            src = self.emit(key[2], (_key_code(key[2]), compute_code(_key_code(key[2]))))
-            if target == "f16":  # round through half so the value is what a half holds
-                return self.cast(self.cast(src, "f16"), "f32")
-            return self.cast(src, target)
-        if tag == "M":
-            name, code = key[1], key[2]
-            cc = compute_code(code)
-            args = [self.emit(a, (code, cc)) for a in key[3:]]
-            res = self.apply(name, args, cc)
-            if code == "f16":   # mshadow's half_t: every operator's result is a half
-                res = self.cast(self.cast(res, "f16"), "f32")
-            return res
-        raise ValueError(f"unknown plan node {key!r}")
+    def computed(self, opd):
+        """A stored value as its compute type (float16 is read as float32)."""
+        return self.cast(opd, "f32") if opd[2] == "f16" else opd
+
+    # the tree walk: visit(node, ctx) returns the operand holding the node's value, of its
+    # compute type; ctx = (storage, compute) code a scalar takes from the operator it feeds
+    def visit_Leaf(self, node, ctx):
+        return self.computed(self.leaf(node.code, node.transposed, "map"))
+
+    def visit_Gather(self, node, ctx):
+        opd = self.leaf(node.code, False, "gather")
+        return self.computed(self.instr(("k", node.kernel), [opd], node.code))
+
+    def visit_View(self, node, ctx):
+        return self.computed(self.leaf(node.code, False, "view", node.step))
+
+    def visit_ImplicitDot(self, node, ctx):   # the kernel reads rows of lhs, columns of rhs
+        lhs = self.leaf(node.lhs.code, node.lhs.transposed, "gemm_lhs")
+        rhs = self.leaf(node.rhs.code, node.rhs.transposed, "gemm_rhs")
+        return self.instr(("k", f"implicit_gemm_{node.code}"), [lhs, rhs], node.code)
+
+    def visit_Scalar(self, node, ctx):
+        s = len(self.p.scalar_codes)
+        self.p.scalar_codes.append((ctx[0], ctx[1]))
+        return ("scalar", s, ctx[1])
+
+    def visit_Cast(self, node, ctx):
+        src_code = node.arg.code
+        src = self.visit(node.arg, (src_code, compute_code(src_code)))
+        if node.code == "f16":  # round through half so the value is what a half holds
+            return self.cast(self.cast(src, "f16"), "f32")
+        return self.cast(src, node.code)
+
+    def visit_Map(self, node, ctx):
+        code = node.code
+        cc = compute_code(code)
+        args = [self.visit(a, (code, cc)) for a in node.args]
+        res = self.apply(node.op, args, cc)
+        if code == "f16":   # mshadow's half_t: every operator's result is a half
+            res = self.cast(self.cast(res, "f16"), "f32")
+        return res
 
     def apply(self, name, args, cc):
         """Emit operator ``name`` on operands of compute type ``cc``."""
@@ -371,31 +365,21 @@ def fuse_chains(p):
     return p
 
 
-def _key_code(key):
-    if key[0] in ("L", "G", "V"):
-        return key[1]
-    if key[0] == "X":
-        return key[2]
-    if key[0] in ("M", "C"):
-        return key[2] if key[0] == "M" else key[1]
-    raise ValueError("a bare scalar has no dtype")
+def compile_plan(node, dst_code, saver):
+    """Lower the IR ``node`` for a destination of storage ``dst_code`` and a saver name.
 
-
-def compile_plan(key, dst_code, saver):
-    """Compile ``key`` for a destination of storage ``dst_code`` and a saver name."""
+    With a reducing saver (ir.REDUCERS) ``dst_code`` names the expression's storage, and the
+    destination receives partial results of its compute type."""
+    if not isinstance(node, ir.Node):
+        raise TypeError(f"compile_plan: expected an IR node, got {type(node).__name__}")
     if saver not in SAVER_OPS and saver not in REDUCERS:
         raise ValueError(f"unknown saver {saver!r} (expected one of {', '.join(SAVER_OPS)})")
     c = _Compiler(dst_code, saver)
     cc = compute_code(dst_code)
-    if saver in REDUCERS:   # dst_code names the expression's storage; partials: compute type
+    if saver in REDUCERS:
         c.p.dst_code = cc
-        res = c.emit(key, (dst_code, cc))
-        prog = fuse_chains(c.finish(res))
-        prog.const_values = c.consts
-        prog.key = key
-        return prog
-    res = c.emit(key, (dst_code, cc))
+    res = c.visit(node, (dst_code, cc))
     prog = fuse_chains(c.finish(res))
     prog.const_values = c.consts
-    prog.key = key
+    prog.key = node
     return prog

@@ -1,0 +1,252 @@
+"""The typed expression IR: the structure of what an assignment computes.
+
+mshadow evaluates ``dst = exp`` through ``Plan<E>::Eval(y, x)``, one C++ type per node of
+the expression. Here each node of that tree is a frozen, hash-consed value that holds no
+pointers and no numbers: the tensors and scalar values travel beside it, in the order
+``leaves`` gives (binding order). One node therefore stands for every assignment of the
+same structure, and together with the device, the destination's dtype and the saver it is
+the key of the compiled-plan cache of every backend.
+
+    Leaf(code, transposed)       a tensor read at (y, x), or at (x, y) when transposed
+    Scalar()                     a scalar, typed by the operator it feeds
+    Map(op, code, *args)         an element-wise operator of ops_table, result stored as code
+    Cast(code, arg)              tcast: arg converted to code
+    View(code, step)             Remap: a tensor read in place through an affine index map
+                                 (the extensions of extension/views.py); ``step`` is how the
+                                 last axis is read: 0 unit, 1 zero (one value a row), 2 other
+    Gather(kernel, code)         Remap: values from computed addresses, by a reader kernel
+                                 (pad, take, pool, im2col, ...; mshadow/readers.py)
+    ImplicitDot(code, lhs, rhs)  sum_k lhs(y, k) * rhs(k, x), lhs and rhs Leaf nodes
+    Reduce(code, form, reducer, axis, mask, src)   a reduction (kComplex root)
+    Product(kind, code, ltrans, rtrans, lnd, rnd)  dot / batch_dot (kComplex root)
+
+Every node is a tuple whose first item is its tag: hashing and equality (one cache lookup
+per assignment) run at C speed, and the compiled core builds a node in one allocation.
+Walks over the tree are the visitors below (``describe``, ``transposed``, ``leaves``) and
+the backends' lowerings (mshadow/lower/cpu.py); none of them index a node by position.
+"""
+from .dtypes import BY_CODE
+
+# Savers: how a value is stored into the destination (mshadow's sv::saveto, ...): the name
+# and the element-wise operator that combines the old value with the new one.
+SAVERS = {"saveto": None, "plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
+# Reducing savers: the destination receives one partial result per block (mshadow/cpu).
+REDUCERS = {"sum": "reduce_sum", "sum_cols": "acc_sum"}
+
+_INTERN = {}
+_INTERN_MAX = 1 << 16
+
+
+class Node(tuple):
+    """Base of the IR's node types. Nodes are immutable and interned: building a node equal
+    to one that exists returns that one, so equal structures share one object."""
+
+    __slots__ = ()
+    TAG = None
+
+    def __new__(cls, *fields):
+        return _intern(tuple.__new__(cls, (cls.TAG,) + fields))
+
+    def __getnewargs__(self):
+        return tuple(self[1:])
+
+    def __repr__(self):
+        return describe(self)
+
+    @property
+    def children(self):
+        """The sub-expressions this node reads (empty for leaves)."""
+        return ()
+
+
+def _intern(node):
+    n = _INTERN.get(node)
+    if n is None or type(n) is not type(node):
+        if len(_INTERN) >= _INTERN_MAX:   # bounded: nodes stay valid, sharing restarts
+            _INTERN.clear()
+        _INTERN[node] = n = node
+    return n
+
+
+def intern_node(cls, fields):
+    """``cls(*fields)`` for a tuple of fields that already starts with the tag (the core's
+    hot path builds the tuple itself)."""
+    return _intern(tuple.__new__(cls, fields))
+
+
+class Leaf(Node):
+    __slots__ = ()
+    TAG = "L"
+    code = property(lambda self: self[1])
+    transposed = property(lambda self: self[2])
+
+
+class Scalar(Node):
+    __slots__ = ()
+    TAG = "S"
+
+    @property
+    def code(self):
+        raise ValueError("a bare scalar has no dtype (it takes the one of what it meets)")
+
+
+class Map(Node):
+    __slots__ = ()
+    TAG = "M"
+    op = property(lambda self: self[1])
+    code = property(lambda self: self[2])
+    args = property(lambda self: self[3:])
+    children = args
+
+
+class Cast(Node):
+    __slots__ = ()
+    TAG = "C"
+    code = property(lambda self: self[1])
+    arg = property(lambda self: self[2])
+    children = property(lambda self: (self[2],))
+
+
+class Remap(Node):
+    """A source read at transformed coordinates (mshadow's chainer extensions)."""
+    __slots__ = ()
+
+
+class View(Remap):
+    __slots__ = ()
+    TAG = "V"
+    code = property(lambda self: self[1])
+    step = property(lambda self: self[2])
+
+
+class Gather(Remap):
+    __slots__ = ()
+    TAG = "X"
+    kernel = property(lambda self: self[1])
+    code = property(lambda self: self[2])
+
+
+class ImplicitDot(Node):
+    __slots__ = ()
+    TAG = "G"
+    code = property(lambda self: self[1])
+    lhs = property(lambda self: self[2])
+    rhs = property(lambda self: self[3])
+
+
+class Reduce(Node):
+    """A reduction of ``src`` (kComplex: it is a whole assignment's root, not an operand)."""
+    __slots__ = ()
+    TAG = "reduce"
+    code = property(lambda self: self[1])
+    form = property(lambda self: self[2])
+    reducer = property(lambda self: self[3])
+    axis = property(lambda self: self[4])
+    mask = property(lambda self: self[5])
+    src = property(lambda self: self[6])
+
+
+class Product(Node):
+    """dot or batch_dot of two (possibly transposed) tensors (kComplex, evaluated by BLAS)."""
+    __slots__ = ()
+    kind = property(lambda self: self[0])
+    code = property(lambda self: self[1])
+    ltrans = property(lambda self: self[2])
+    rtrans = property(lambda self: self[3])
+
+    def __new__(cls, kind, code, ltrans, rtrans, lnd, rnd):
+        return _intern(tuple.__new__(cls, (kind, code, ltrans, rtrans, lnd, rnd)))
+
+    def __getnewargs__(self):
+        return tuple(self)
+
+
+SCALAR = Scalar()
+LEAF = {code: Leaf(code, False) for code in BY_CODE}   # the untransposed tensor leaf of a code
+
+# kComplex roots: evaluated by an engine of their own (engine.register_complex), by tag
+COMPLEX_NODES = (Reduce, Product)
+
+
+# ---- visitors ----------------------------------------------------------------------------
+
+def describe(node):
+    """A readable form: plus(Tensor<f32>, mul(scalar, Tensor<f32>.T))."""
+    t = type(node)
+    if t is Leaf:
+        return f"Tensor<{node.code}>" + (".T" if node.transposed else "")
+    if t is Scalar:
+        return "scalar"
+    if t is Cast:
+        return f"tcast<{node.code}>({describe(node.arg)})"
+    if t is Map:
+        return f"{node.op}({', '.join(describe(a) for a in node.args)})"
+    if t is ImplicitDot:
+        return f"implicit_dot({describe(node.lhs)}, {describe(node.rhs)})"
+    if t is View:
+        return f"View<{node.code}>"
+    if t is Gather:
+        return f"{node.kernel[2:]}<{node.code}>"
+    if t is Reduce:
+        return f"{node.form}<{node.reducer}>({describe(node.src)})"
+    if t is Product:
+        return f"{node.kind}<{node.code}>"
+    return str(node[0])
+
+
+def holds_remap(node):
+    """Whether ``node`` reads through a Remap or an ImplicitDot (a transpose of it then goes
+    through the views' index maps, not through the leaves' transpose flags)."""
+    t = type(node)
+    if t is View or t is Gather or t is ImplicitDot:
+        return True
+    return any(holds_remap(c) for c in node.children)
+
+
+def transposed(node):
+    """The node of ``exp.T`` for a 2-D ``exp`` of Leaf, Scalar, Map and Cast nodes: every
+    leaf's transpose flag flipped (``T.T`` is the original)."""
+    t = type(node)
+    if t is Leaf:
+        return Leaf(node.code, not node.transposed)
+    if t is Scalar:
+        return node
+    if t is Cast:
+        return Cast(node.code, transposed(node.arg))
+    if t is Map:
+        return Map(node.op, node.code, *[transposed(a) for a in node.args])
+    if t is ImplicitDot:
+        raise TypeError("transpose of an expression holding implicit_dot(a, b) is not "
+                        "supported; write implicit_dot(b.T, a.T)")
+    raise TypeError(f"transpose of an expression holding {describe(node)} is not supported; "
+                    f"use ms.transpose_axes on the tensor, or assign it to a tensor first")
+
+
+def leaves(node, acc=None):
+    """The nodes that bind one leaf each, in binding order (an ImplicitDot binds its lhs and
+    rhs Leaf nodes): the i-th is read from the expression's ``leaves[i]``."""
+    if acc is None:
+        acc = []
+    t = type(node)
+    if t is Leaf or t is View or t is Gather:
+        acc.append(node)
+    elif t is ImplicitDot:
+        acc.extend((node.lhs, node.rhs))
+    else:
+        for c in node.children:
+            leaves(c, acc)
+    return acc
+
+
+def scalar_count(node):
+    """How many scalar values the expression binds."""
+    if type(node) is Scalar:
+        return 1
+    return sum(scalar_count(c) for c in node.children)
+
+
+class Visitor:
+    """Dispatch on the node's type: ``visit(node, *ctx)`` calls ``visit_<Type>``."""
+
+    def visit(self, node, *ctx):
+        return getattr(self, "visit_" + type(node).__name__)(node, *ctx)
