@@ -82,6 +82,7 @@ cdef extern from "mshadow/plan_exec.h":
         npy_intp reg_bytes
         npy_intp rows, cols, block
         int nthreads
+        npy_intp gB, gM, gR
     int MS_VIEW_MAXDIM
     int ms_run_program(const ms_program *p) nogil
     int ms_max_threads() nogil
@@ -198,8 +199,9 @@ def have_openmp():
     return bool(ms_have_openmp())
 
 
-cdef dict _CODE_SIZE = {"f32": 4, "f64": 8, "f16": 2, "u8": 1, "i8": 1, "i32": 4, "i64": 8}
-cdef dict _CODE_NUM = {"f32": 0, "f64": 1, "f16": 2, "u8": 3, "i32": 4, "i8": 5, "i64": 6}
+from .dtypes import DTYPES as _DTYPES
+cdef dict _CODE_SIZE = {d.code: d.size for d in _DTYPES}
+cdef dict _CODE_NUM = {d.code: d.flag for d in _DTYPES}
 
 
 cdef class Plan:
@@ -436,18 +438,45 @@ cdef tuple _check_leaves(Plan plan, object shape, Py_ssize_t rows, Py_ssize_t co
     return contiguous, alias
 
 
-def run_reduce(Plan plan, shape, tuple leaves, tuple scalars):
+def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False):
     """Evaluate a reduction plan over an expression of ``shape``: returns the per-block
     partial results, in block order (row by row, blocks of RBLOCK elements along a row; one
-    long row when every leaf is contiguous), as a 1-D array of the plan's compute type."""
+    long row when every leaf is contiguous, unless ``by_rows``), as a 1-D array of the
+    plan's compute type. With ``by_rows`` it has shape[:-1] x blocks-per-row entries."""
     shape = as_shape(shape)
     cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
     contiguous, _ = _check_leaves(plan, shape, rows, cols, leaves, None)
+    if by_rows:
+        contiguous = False
     cdef Py_ssize_t nparts = (rows if not contiguous else 1) * (
         ((cols if not contiguous else rows * cols) + RBLOCK - 1) // RBLOCK)
     parts = np.zeros(max(nparts, 1), dtype=_NP_BY_CODE[plan.program.dst_code])
     _run(plan, from_numpy(parts), leaves, scalars, contiguous, rows, cols)
     return parts[:nparts]
+
+
+def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
+                   Py_ssize_t rows_per_group):
+    """Sum an expression of ``shape`` over ``axis`` (not the last), in one pass, with
+    ``plan`` compiled for the saver plusto into its compute type.
+
+    Rows of ``shape`` flattened to (A, B, M) x cols, B the reduced axis: each group of
+    ``rows_per_group`` consecutive b of one (a, m) is added row by row, in order, into an
+    accumulator row of its own (one thread a group). Returns the accumulators, zeros to
+    start, as an (A, M, ceil(B / rows_per_group), cols) array of the compute type."""
+    shape = as_shape(shape)
+    nd = len(shape)
+    if not 0 <= axis < nd - 1:
+        raise ValueError(f"run_accumulate: axis {axis} must be a leading axis of {shape}")
+    cdef Py_ssize_t A = _prod(shape[:axis]), B = shape[axis], M = _prod(shape[axis + 1:nd - 1])
+    cdef Py_ssize_t cols = shape[nd - 1], R = max(1, min(rows_per_group, B))
+    cdef Py_ssize_t nch = (B + R - 1) // R if B else 0
+    acc = np.zeros((A, M, nch, cols), dtype=_NP_BY_CODE[plan.program.dst_code])
+    _check_leaves(plan, shape, A * B * M, cols, leaves, None)
+    if acc.size:
+        _run(plan, from_numpy(acc.reshape(-1, cols)), leaves, scalars, False, A * B * M, cols,
+             B, M, R)
+    return acc
 
 
 def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
@@ -523,9 +552,12 @@ cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):
 
 
 cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
-          Py_ssize_t rows=-1, Py_ssize_t cols=-1):
+          Py_ssize_t rows=-1, Py_ssize_t cols=-1, Py_ssize_t gB=0, Py_ssize_t gM=1,
+          Py_ssize_t gR=1):
     """Run ``plan`` over ``dst``'s 2-D geometry; or, given ``rows`` x ``cols``, over that
-    geometry with ``dst`` holding one value per block (a reduction's partial results)."""
+    geometry with ``dst`` holding one value per block (a reduction's partial results); or,
+    given also ``gB`` > 0, with ``dst`` holding one row per group of rows (gB, gM, gR: see
+    ms_program in plan_exec.h; a column reduction's accumulators)."""
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef ms_leaf stack_leaf[16]
     cdef ms_gather stack_gather[16]
@@ -552,12 +584,15 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
             rows, cols = dst.rows, dst.cols
             lv[0].rowstep = dst.stride * dst.itemsize
             lv[0].colstep = dst.itemsize
+        elif gB > 0:   # block (y, x0) of group g accumulates into row g from column x0
+            lv[0].rowstep = cols * dst.itemsize
+            lv[0].colstep = dst.itemsize
         else:   # block (y, x0) writes partial y * blocks_per_row + x0 / RBLOCK
             lv[0].rowstep = ((rows * cols if contiguous else cols) + RBLOCK - 1) // RBLOCK \
                 * dst.itemsize
             lv[0].colstep = dst.itemsize
         lv[0].inner = cols
-        lv[0].per_block = per_block
+        lv[0].per_block = 2 if gB > 0 else per_block
         for k in range(nl):
             lv[k + 1].nmap = 0
             lv[k + 1].per_block = 0
@@ -590,7 +625,8 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
         prog.leaf = lv
         prog.scalars = sv
         prog.nreg = plan.nreg
-        prog.reg_bytes = (RBLOCK if per_block else BLOCK) * 8
+        prog.reg_bytes = (RBLOCK if per_block and gB == 0 else BLOCK) * 8
+        prog.gB, prog.gM, prog.gR = gB, gM, gR
         if contiguous:
             prog.rows = 1
             prog.cols = rows * cols
@@ -601,7 +637,9 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
         prog.nthreads = max(1, min(_num_threads, n // MIN_PER_THREAD))
         # Registers must fit in L1, so programs that use them go block by block; a fully
         # fused program has none and takes whole rows, one share of them per thread.
-        if per_block:   # a reduction's blocks never depend on the thread count
+        if gB > 0:      # whole rows for a fully fused program; group by group
+            prog.block = BLOCK if plan.nreg else max(BLOCK, prog.cols)
+        elif per_block:   # a reduction's blocks never depend on the thread count
             prog.block = RBLOCK
         elif plan.nreg:
             prog.block = BLOCK

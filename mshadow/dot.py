@@ -15,7 +15,7 @@ from .shape import Shape
 
 Tensor = _core.Tensor
 
-_INT_CODES = ("u8", "i8", "i32", "i64")
+from .dtypes import INT_CODES as _INT_CODES
 
 # saver -> (sign of alpha, beta): mshadow's Saver::AlphaBLAS / BetaBLAS
 _BLAS_CONSTANTS = {"saveto": (1, 0), "plusto": (1, 1), "minusto": (-1, 1)}

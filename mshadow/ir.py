@@ -31,7 +31,7 @@ from .dtypes import BY_CODE
 # and the element-wise operator that combines the old value with the new one.
 SAVERS = {"saveto": None, "plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
 # Reducing savers: the destination receives one partial result per block (mshadow/cpu).
-REDUCERS = {"sum": "reduce_sum", "sum_cols": "acc_sum"}
+REDUCERS = {"sum": "reduce_sum"}
 
 _INTERN = {}
 _INTERN_MAX = 1 << 16

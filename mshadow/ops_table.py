@@ -126,7 +126,9 @@ COMPUTE_TYPES = (
     ("i32", "int32_t", np.dtype(np.int32)),
     ("i64", "int64_t", np.dtype(np.int64)),
 )
-# Storage types (casts exist between every pair): the compute types plus float16.
+# Storage types (casts exist between every pair): the compute types plus float16. (This
+# module is loaded by path at build time, before the package exists, so it cannot import
+# dtypes.DTYPES; tests/test_ir.py checks that the two tables agree.)
 STORAGE_TYPES = COMPUTE_TYPES + (("f16", "uint16_t", np.dtype(np.float16)),)
 TYPE_CODE = {dt: code for code, _, dt in STORAGE_TYPES}
 FLOAT_CODES = ("f32", "f64")

@@ -106,3 +106,104 @@ def test_sum_with_an_untraceable_operator():
     a = np.array([-1.0, 2.0, -3.0], np.float32)
     with pytest.warns(RuntimeWarning, match="could not be traced"):
         assert ms.sum(ms.F(branchy, ms.from_numpy(a))) == 6.0
+
+
+# ---- reductions over axes, fused with their source ---------------------------------------
+
+def _arrays(shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "f":
+        return [rng.uniform(-2, 2, shape).astype(dtype) for _ in range(2)]
+    return [rng.integers(-100, 100, shape).astype(dtype) for _ in range(2)]
+
+
+def _check(got, want, dtype):
+    if np.dtype(dtype).kind in "iu":
+        np.testing.assert_array_equal(got, want.astype(dtype))
+    else:
+        tol = 2e-2 if dtype == np.float16 else (1e-5 if dtype == np.float32 else 1e-12)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * 10)
+
+
+@pytest.fixture
+def no_temporary(monkeypatch):
+    """Fail if a reduction evaluates its expression source into a full-size temporary."""
+    from mshadow.extension import reduce as red_mod
+
+    def refuse(src):
+        raise AssertionError(f"evaluated {src!r} into a temporary")
+    monkeypatch.setattr(red_mod, "_array", refuse)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize("shape", [(7,), (300, 5), (5, 300), (3, 4, 5), (2, 3, 4, 70),
+                                   (130, 1000), (1, 1), (4100, 3)])
+def test_axis_sums_of_an_expression_are_fused(shape, dtype, no_temporary):
+    a, b = _arrays(shape, dtype, 1)
+    A, B = ms.from_numpy(a), ms.from_numpy(b)
+    wide = np.float64 if np.dtype(dtype).kind == "f" else dtype
+    prod = a.astype(wide) * b.astype(wide)
+    if dtype == np.float16:   # half_t rounds every operator's result
+        prod = (a * b).astype(np.float64)
+    nd = len(shape)
+    for d in range(nd):
+        if nd == 1:
+            continue
+        out = ms.new_tensor((shape[d],), 0, dtype=dtype)
+        out[:] = ms.sumall_except_dim(A * B, d)
+        _check(out.numpy(), prod.sum(axis=tuple(k for k in range(nd) if k != d)), dtype)
+    for ax in range(nd if nd > 1 else 0):
+        out = ms.new_tensor(shape[:ax] + shape[ax + 1:], 0, dtype=dtype)
+        out[:] = ms.reduce_with_axis(A * B, ax, ms.red.sum)
+        _check(out.numpy(), prod.sum(axis=ax), dtype)
+    keep = ms.new_tensor(shape[:-1] + (1,), 1, dtype=dtype)
+    keep += ms.reduce_keepdim(A * B, nd - 1, ms.red.sum) * 2
+    _check(keep.numpy(), 1 + 2 * prod.sum(axis=-1, keepdims=True), dtype)
+
+
+def test_sum_rows_of_nested_extensions_is_fused(no_temporary):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
+    X = ms.from_numpy(x)
+    out = ms.new_tensor((3,), 0)
+    out[:] = ms.sumall_except_dim(ms.pool(X * 1, 2, 2, 2, 2), 1)
+    pooled = x.reshape(4, 3, 8, 2, 8, 2).max(axis=(3, 5))
+    np.testing.assert_allclose(out.numpy(), pooled.sum(axis=(0, 2, 3)), rtol=1e-5)
+    m = ms.from_numpy(rng.standard_normal((64, 33)).astype(np.float32))
+    cols = ms.new_tensor((33,), 0)
+    cols[:] = ms.sum_rows(ms.F(ms.op.relu, ms.flip(m, 0) * 2))
+    np.testing.assert_allclose(cols.numpy(), np.maximum(m.numpy() * 2, 0).sum(0), rtol=1e-5)
+
+
+def test_axis_sums_do_not_depend_on_the_thread_count():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((3000, 257)).astype(np.float32)
+    A = ms.from_numpy(a)
+    results = []
+    old = ms.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            ms.set_num_threads(n)
+            r0, r1 = ms.new_tensor((257,), 0), ms.new_tensor((3000,), 0)
+            r0[:] = ms.sum_rows(A * A)
+            r1[:] = ms.reduce_with_axis(A * A, 1, ms.red.sum)
+            results.append((r0.numpy().tobytes(), r1.numpy().tobytes()))
+    finally:
+        ms.set_num_threads(old)
+    assert results[0] == results[1] == results[2]
+
+
+def test_column_sum_order_is_the_documented_one():
+    # groups of ROWS_PER_GROUP rows added in order in float32, the groups in float64
+    from mshadow.extension.reduce import ROWS_PER_GROUP as R
+    rng = np.random.default_rng(6)
+    a = (rng.standard_normal((300, 40)) * 1e3).astype(np.float32)
+    want = np.zeros(40, np.float64)
+    for g in range(0, 300, R):
+        acc = np.zeros(40, np.float32)
+        for row in a[g:g + R] * np.float32(1):
+            acc = (acc + row).astype(np.float32)
+        want += acc
+    out = ms.new_tensor((40,), 0)
+    out[:] = ms.sum_rows(ms.from_numpy(a) * 1)
+    np.testing.assert_array_equal(out.numpy(), want.astype(np.float32))

@@ -1,13 +1,15 @@
 """Reductions of reduceto1d.h and reduce_with_axis.h as kComplex expressions and their engine.
 
-Evaluated by numpy reductions over zero-copy views; the small result is stored through the engine.
+A source that is a tensor, ``t.T`` or a strided view is reduced by numpy over a zero-copy
+view. A sum over any other expression is fused: the expression is evaluated block by block
+and summed where it is computed, with no temporary of its size (docs/reduce_nn.md gives the
+summation order). maximum/minimum and the arg-mask over such an expression evaluate it into
+a temporary first. The small result is stored through the engine.
 """
 # Design: the reduction never writes the destination itself; every store goes through
 # mshadow.engine.assign with the assignment's saver, so dtype, read-only and freed-tensor rules
-# live in one place. A source that is a tensor, ``t.T`` or a strided view extension is read in
-# place; any other expression is first evaluated into a temporary TensorContainer (that path
-# allocates the source's size). mshadow's reduce_with_axis/reduce_keepdim are chainers that nest
-# in element-wise expressions; here they are evaluated by this engine and must be assigned to a
+# live in one place. mshadow's reduce_with_axis/reduce_keepdim are chainers that nest in
+# element-wise expressions; here they are evaluated by this engine and must be assigned to a
 # tensor first.
 import numbers
 
@@ -16,6 +18,7 @@ import numpy as np
 from .. import _core, ir
 from ..device import cpu
 from ..engine import assign, get_plan, register_complex
+from ..dtypes import compute_code
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
                     describe, kComplex)
@@ -28,10 +31,10 @@ Tensor = _core.Tensor
 __all__ = ["ReduceExp", "sumall_except_dim", "reduce_except_dim", "sum_rows",
            "reduce_with_axis", "reduce_keepdim", "reduce_into"]
 
-_INT_CODES = ("u8", "i8", "i32", "i64")
+from ..dtypes import INT_CODES as _INT_CODES
 _UFUNC = {"sum": np.add, "maximum": np.maximum, "minimum": np.minimum}
 _ARG = {"maximum": np.argmax, "minimum": np.argmin}
-SAVERS = ("saveto", "plusto", "minusto", "multo", "divto")
+SAVERS = tuple(ir.SAVERS)
 
 
 def check_reducer(reducer, where):
@@ -224,18 +227,78 @@ def _init_value(name, dtype):
     return info.min if name == "maximum" else info.max
 
 
+def _reduced_axes(form, axis, nd):
+    return tuple(k for k in range(nd) if k != axis) if form == "except_dim" else (axis,)
+
+
+def _result_shape(shape, form, axis):
+    if form == "except_dim":
+        return (shape[axis],)
+    out = list(shape)
+    if form == "keepdim":
+        out[axis] = 1
+    else:
+        del out[axis]
+    return tuple(out)
+
+
+def _fusable(src, reducer_name, mask):
+    """A sum over an expression that no zero-copy view describes (else numpy reads it)."""
+    return (reducer_name == "sum" and not mask and isinstance(src, Exp)
+            and src.exp_type != kComplex and not isinstance(src, ViewExp)
+            and not (isinstance(src, TransposeExp) and type(src.key) is ir.Leaf))
+
+
+ROWS_PER_GROUP = 64   # rows a column reduction adds in order before the next accumulator
+
+
+def fused_sum(src, form, axis):
+    """The sum of the expression ``src`` over the reduced axes, evaluated and summed in one
+    pass, in its compute type (float64 for float sums of partial results); None if the
+    expression holds an untraceable operator."""
+    shape, code = tuple(src.shape), src.code
+    cc = compute_code(code)
+    nd = len(shape)
+    axes = _reduced_axes(form, axis, nd)
+    if not axes:         # nothing to sum (except_dim of a 1-D source): the values themselves
+        return None
+    wide = np.float64 if np.dtype(_NP_BY_CODE[cc]).kind == "f" else _NP_BY_CODE[cc]
+    if nd - 1 in axes:   # the last axis is summed: per-block partial sums of each row
+        plan = get_plan(src.key, code, "sum")
+        if not isinstance(plan, _core.Plan):
+            return None
+        parts = _core.run_reduce(plan, shape, src.leaves, src.scalars, True)
+        rows = parts.reshape(shape[:-1] + (-1,)).sum(axis=-1, dtype=wide)
+        rest = tuple(k for k in axes if k != nd - 1)
+        res = np.add.reduce(rows, axis=rest, dtype=wide) if rest else rows
+    else:                # a leading axis: accumulate rows of groups in order, then the groups
+        plan = get_plan(src.key, cc, "plusto")
+        if not isinstance(plan, _core.Plan):
+            return None
+        first = axes[0]
+        acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP)
+        res = acc.sum(axis=2, dtype=wide)                   # (A, M, cols)
+        res = res.reshape(shape[:first] + shape[first + 1:])
+        rest = tuple(k - 1 for k in axes[1:])               # except_dim: the other leading axes
+        if rest:
+            res = np.add.reduce(res, axis=rest, dtype=wide)
+    res = np.asarray(res).reshape(_result_shape(shape, form, axis))
+    with np.errstate(over="ignore", invalid="ignore"):
+        return res.astype(_NP_BY_CODE[cc])
+
+
 def compute(a, code, form, reducer_name, axis, mask, scale):
     """The reduced values (a fresh contiguous array of the storage dtype, scale applied).
 
     float16 accumulates and scales in float32 and is rounded once; integer sums wrap as C
-    does; maximum/minimum propagate NaN (MXNet's red::maximum, numpy's np.maximum).
+    does; maximum/minimum propagate NaN (MXNet's red::maximum, numpy's np.maximum). ``a``
+    is the source as an array, or the result of fused_sum already.
     """
     dtype = np.dtype(_NP_BY_CODE[code])
     acc = np.dtype(np.float32) if code == "f16" else dtype
-    if form == "except_dim":
-        axes = tuple(k for k in range(a.ndim) if k != axis)
-    else:
-        axes = (axis,)
+    if isinstance(a, _Fused):
+        return _finish(np.ascontiguousarray(a.values), scale, acc, dtype)
+    axes = _reduced_axes(form, axis, a.ndim)
     keep = form == "keepdim"
     if mask:
         if a.shape[axis] == 0:
@@ -254,7 +317,18 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
         res = _UFUNC[reducer_name].reduce(a, axis=axes, keepdims=keep,
                                           initial=_init_value(reducer_name, dtype))
         res = np.asarray(res, dtype=acc)
-    res = np.ascontiguousarray(res)
+    return _finish(np.ascontiguousarray(res), scale, acc, dtype)
+
+
+class _Fused:
+    """A reduction's values, computed in the pass over its source (fused_sum)."""
+    __slots__ = ("values",)
+
+    def __init__(self, values):
+        self.values = values
+
+
+def _finish(res, scale, acc, dtype):
     if scale != 1:
         with np.errstate(over="ignore", invalid="ignore"):
             np.multiply(res, np.asarray(scale).astype(acc), out=res)
@@ -278,7 +352,13 @@ def check_dst(dst, exp_code, devices, where):
 
 def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
     """``dst <saver> scale * reduce(src)`` once every check has passed."""
-    res = compute(_array(src), _code_of_src(src), form, reducer_name, axis, mask, scale)
+    a = None
+    if _fusable(src, reducer_name, mask) and Shape(src.shape).size():
+        values = fused_sum(src, form, axis)
+        a = None if values is None else _Fused(values)
+    if a is None:
+        a = _array(src)
+    res = compute(a, _code_of_src(src), form, reducer_name, axis, mask, scale)
     assign(dst, _core.from_numpy(res), saver)
 
 

@@ -39,8 +39,10 @@ typedef struct {
                                   (the index of each leading axis times its byte stride) */
   npy_intp mdiv[MS_VIEW_MAXDIM], mmod[MS_VIEW_MAXDIM], mstride[MS_VIEW_MAXDIM];
   const ms_gather *gather;     /* a gather leaf's sources and parameters (mshadow/gather.h) */
-  int per_block;               /* one element per block: block (y, x0) addresses
-                                  ptr + y * rowstep + (x0 / block) * colstep (reductions) */
+  int per_block;               /* 1: one element per block: block (y, x0) addresses
+                                  ptr + y * rowstep + (x0 / block) * colstep (reductions);
+                                  2: one row per group of rows (accumulations): block (y, x0)
+                                  of group g addresses ptr + g * rowstep + x0 * colstep */
 } ms_leaf;
 
 typedef struct {
@@ -52,11 +54,16 @@ typedef struct {
   npy_intp reg_bytes;
   npy_intp rows, cols, block;
   int nthreads;
+  /* Grouped runs (gB > 0; column reductions): rows are (A, B, M) with B the reduced axis;
+   * group g = (a * M + m) * nch + k, nch = ceil(B / gR), holds rows b in [k gR, (k+1) gR)
+   * of (a, m), in order. One thread runs a whole group, so a per_block = 2 leaf (the
+   * group's accumulator row) is never written by two threads. */
+  npy_intp gB, gM, gR;
 } ms_program;
 
-/* Evaluate block b (row b / nbx, columns from (b % nbx) * block) with scratch `regs`. */
-static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy_intp nbx) {
-  const npy_intp y = b / nbx, x0 = (b % nbx) * p->block;
+/* Evaluate the block of row y from column x0 with scratch `regs`; g is y's group. */
+static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy_intp x0,
+                                npy_intp g) {
   npy_intp n = p->cols - x0;
   int k, j;
   if (n > p->block) n = p->block;
@@ -74,7 +81,9 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp b, npy
           break;
         case MS_OPD_LEAF: {
           const ms_leaf *L = &p->leaf[id];
-          if (L->per_block) {
+          if (L->per_block == 2) {
+            args[j] = L->ptr + g * L->rowstep + x0 * L->colstep;
+          } else if (L->per_block) {
             args[j] = L->ptr + y * L->rowstep + (x0 / p->block) * L->colstep;
           } else if (L->nmap) {
             npy_intp off = 0;
@@ -124,10 +133,30 @@ static inline int ms_thread_flags(void) {
   return ((ms_fpe_flags & 1) ? MS_RUN_IDIV0 : 0) | (ms_gather_error ? MS_RUN_GATHER_OOB : 0);
 }
 
+/* Run work item i: block i (row i / nbx, columns from (i % nbx) * block), or, in a grouped
+ * run, every block of group i, row by row. */
+static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_intp nbx) {
+  npy_intp xb;
+  if (p->gB <= 0) {
+    ms_run_block(p, regs, i / nbx, (i % nbx) * p->block, 0);
+    return;
+  }
+  const npy_intp nch = (p->gB + p->gR - 1) / p->gR;
+  const npy_intp k = i % nch, am = i / nch, a = am / p->gM, m = am % p->gM;
+  npy_intp b = k * p->gR, bend = b + p->gR;
+  if (bend > p->gB) bend = p->gB;
+  for (; b < bend; ++b) {
+    const npy_intp y = (a * p->gB + b) * p->gM + m;
+    for (xb = 0; xb < nbx; ++xb) ms_run_block(p, regs, y, xb * p->block, i);
+  }
+}
+
 /* Returns the MS_RUN_* flags of this run (0: done, nothing to report). */
 static int ms_run_program(const ms_program *p) {
   const npy_intp nbx = (p->cols + p->block - 1) / p->block;
-  const npy_intp total = p->rows * nbx;
+  const npy_intp total = p->gB > 0
+      ? (p->rows / (p->gB * p->gM)) * p->gM * ((p->gB + p->gR - 1) / p->gR)
+      : p->rows * nbx;
   int failed = 0;
   npy_intp b;
   if (total <= 0) return 0;
@@ -140,7 +169,7 @@ static int ms_run_program(const ms_program *p) {
       if (regs == NULL) return MS_RUN_NOMEM;
     }
     ms_clear_thread_flags();
-    for (b = 0; b < total; ++b) ms_run_block(p, regs, b, nbx);
+    for (b = 0; b < total; ++b) ms_run_item(p, regs, b, nbx);
     if (regs != stack_regs) ms_aligned_free(regs);
     return ms_thread_flags();
   }
@@ -158,7 +187,7 @@ static int ms_run_program(const ms_program *p) {
 #endif
     for (b = 0; b < total; ++b) {
       if (p->nreg && regs == NULL) continue;
-      ms_run_block(p, regs, b, nbx);
+      ms_run_item(p, regs, b, nbx);
     }
     if (regs) ms_aligned_free(regs);
     failed |= ms_thread_flags();
