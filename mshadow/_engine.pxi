@@ -36,6 +36,7 @@ cdef extern from "mshadow/kernels_gen.h":
         int swap
         int scalar
     const ms_chain_step ms_chain_step_table[]
+    const ms_kernel_entry ms_reader_table[]
 
 cdef extern from "mshadow/gather.h":
     ctypedef struct ms_gather:
@@ -44,10 +45,6 @@ cdef extern from "mshadow/gather.h":
         int code[3]
         npy_intp p[12]
     int MS_GATHER_PARAMS
-    const ms_kernel_entry ms_gather_table[]
-
-cdef extern from "mshadow/gather_spatial.h":
-    const ms_kernel_entry ms_gather_spatial_table[]
 
 cdef extern from "mshadow/plan_exec.h":
     enum:
@@ -110,8 +107,7 @@ cdef _load_gathers(const ms_kernel_entry *table):
         k += 1
 
 
-_load_gathers(ms_gather_table)
-_load_gathers(ms_gather_spatial_table)
+_load_gathers(ms_reader_table)
 
 _ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
 
@@ -392,7 +388,7 @@ cdef tuple _check_leaves(Plan plan, object shape, Py_ssize_t rows, Py_ssize_t co
             gl = leaves[k]          # a typed assignment: anything else raises TypeError
             gl.check()
             if gl.shape != shape:
-                raise ShapeError(f"Assignment: {gl.kernel[2:]} of shape {gl.shape} does not "
+                raise ShapeError(f"Assignment: {gl.name} of shape {gl.shape} does not "
                                  f"match target {shape}")
             contiguous = False
             for src in gl.srcs:

@@ -3,7 +3,7 @@
 
 cdef class GatherLeaf:
     """Sources (up to 3 tensors), parameters and output shape of one gather."""
-    cdef readonly str kernel          # the kernel's name in ms_gather_table ("g_take", ...)
+    cdef readonly str kernel          # the kernel's name in ms_reader_table ("g_take_f32", ...)
     cdef readonly tuple srcs
     cdef readonly tuple params
     cdef readonly object shape
@@ -11,6 +11,11 @@ cdef class GatherLeaf:
     cdef tuple snapshot
     cdef readonly tuple deferred      # (source position, expression): evaluated into that
                                       # source, a temporary, each time the gather runs
+
+    @property
+    def name(self):
+        """The reader's name ("take" for the kernel "g_take_f32")."""
+        return self.kernel[2:].rsplit("_", 1)[0]
 
     def check(self, bint evaluate=True):
         """Sources evaluated (expression sources), alive, unchanged since the expression
@@ -25,7 +30,7 @@ cdef class GatherLeaf:
         for t, snap in zip(self.srcs, self.snapshot):
             t.data()
             if (t.shape, t.stride) != snap:
-                raise ShapeError(f"a source of {self.kernel[2:]} changed from shape {snap[0]} "
+                raise ShapeError(f"a source of {self.name} changed from shape {snap[0]} "
                                  f"(stride {snap[1]}) to {t.shape} (stride {t.stride}) since the "
                                  f"expression was built")
         if self.index is not None:
@@ -34,10 +39,10 @@ cdef class GatherLeaf:
             if idx.size:
                 lo, hi = idx.min(), idx.max()
                 if idx.dtype.kind == "f" and not (np.isfinite(lo) and np.isfinite(hi)):
-                    raise IndexError(f"{self.kernel[2:]}: index values must be finite numbers "
+                    raise IndexError(f"{self.name}: index values must be finite numbers "
                                      f"in [0, {bound}), got [{lo}, {hi}]")
                 if int(lo) < 0 or int(hi) >= bound:
-                    raise IndexError(f"{self.kernel[2:]}: index values must lie in [0, {bound}), "
+                    raise IndexError(f"{self.name}: index values must lie in [0, {bound}), "
                                      f"got [{lo}, {hi}]")
 
     cdef int bind(self, ms_gather *g) except -1:

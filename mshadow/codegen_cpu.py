@@ -12,9 +12,10 @@ import sys
 
 if __package__:
     from .ops_table import OPS, OPS_BY_NAME, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
-    from . import vmath
+    from . import readers, vmath
 else:  # loaded by path from setup.py, before the package is importable
     from ops_table import OPS, OPS_BY_NAME, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
+    import readers
     import vmath
 
 ISAS = ("sse2", "avx2", "avx512")
@@ -262,7 +263,7 @@ def chain_steps():
 # The sources the generated header is made from: the header records their hash, and the
 # compiled core refuses to import against sources that have changed since (an editable
 # install whose ops_table.py was edited without a rebuild would run stale step codes).
-GENERATOR_SOURCES = ("ops_table.py", "vmath.py", "codegen_cpu.py")
+GENERATOR_SOURCES = ("ops_table.py", "vmath.py", "readers.py", "codegen_cpu.py")
 
 
 def fingerprint():
@@ -410,6 +411,77 @@ def _reduce_sum(code, ctype):
     return "\n".join(out)
 
 
+# The value type V, sum accumulator A and the maximum/minimum init values of the readers,
+# per storage type (mshadow/readers.py).
+_READER_TYPES = {
+    "f32": ("float", "float", "-INFINITY", "INFINITY"),
+    "f64": ("double", "double", "-INFINITY", "INFINITY"),
+    "f16": ("float", "float", "-INFINITY", "INFINITY"),
+    "u8": ("uint8_t", "uint64_t", "0", "UINT8_MAX"),
+    "i8": ("int8_t", "uint64_t", "INT8_MIN", "INT8_MAX"),
+    "i32": ("int32_t", "uint64_t", "INT32_MIN", "INT32_MAX"),
+    "i64": ("int64_t", "uint64_t", "INT64_MIN", "INT64_MAX"),
+}
+
+
+def _reader_kernel(r, code):
+    names = ", ".join(f"{p} = g->p[{k}]" for k, p in enumerate(r.params))
+    unused = " ".join(f"(void){p};" for p in r.params)
+    body = [f"/* {r.kernel(code)}: {r.doc} */",
+            f"static void ms_k_{r.kernel(code)}(char **args, npy_intp const *dims, "
+            f"npy_intp const *steps, void *data) {{",
+            "  const ms_gather *g = (const ms_gather *)args[0];",
+            "  char *out = args[1];",
+            "  const npy_intp n = dims[0], y = dims[1], x0 = dims[2];"]
+    if names:
+        body.append(f"  const npy_intp {names};")
+    body += [f"  npy_intp i;", f"  (void)steps; (void)data; (void)y; (void)g; {unused}"]
+    if r.row:
+        body.append("  " + r.row)
+    body += ["  for (i = 0; i < n; ++i) {",
+             "    const npy_intp x = x0 + i;",
+             "    V v;",
+             "    {",
+             "      " + r.elem,
+             "    }",
+             f"    ms_wr_{code}(out + i * (npy_intp)sizeof(T), v);"]
+    if r.next:
+        body.append("    " + r.next)
+    body += ["    (void)x;", "  }", "}"]
+    return "\n".join(body)
+
+
+def _readers(names):
+    """One kernel per row of mshadow/readers.py and storage type, and their table."""
+    out = ["/* ---- readers (mshadow/readers.py): the gather contract of mshadow/gather.h ---- */",
+           "#define IDX(k, r) ms_read_index(g->src[k] + (r) * g->rowstep[k], g->code[k])",
+           "#define BAD_INDEX (ms_gather_error = 1)",
+           "#define REDUCE(red, res, v) MS_REDUCE(red, res, v)"]
+    entries = []
+    for code, ctype, _ in STORAGE_TYPES:
+        V, A, low, high = _READER_TYPES[code]
+        load = "ms_half_to_float(t)" if code == "f16" else "(V)t"
+        store = "ms_float_to_half((float)v)" if code == "f16" else "(T)v"
+        out += [f"#define T {ctype}", f"#define V {V}", f"#define A {A}",
+                f"#define LOW ({low})", f"#define HIGH ({high})", "#define ZERO ((V)0)",
+                f"static inline V ms_rd_{code}(const char *p) {{ T t; memcpy(&t, p, sizeof t); "
+                f"return {load}; }}",
+                f"static inline void ms_wr_{code}(char *p, V v) {{ T t = {store}; "
+                f"memcpy(p, &t, sizeof t); }}",
+                f"#define LD(k, r, c) ms_rd_{code}(g->src[k] + (r) * g->rowstep[k] + "
+                f"(c) * (npy_intp)sizeof(T))"]
+        for r in readers.READERS:
+            out.append(_reader_kernel(r, code))
+            entries.append(r.kernel(code))
+        out += ["#undef T", "#undef V", "#undef A", "#undef LOW", "#undef HIGH", "#undef ZERO",
+                "#undef LD"]
+    out += ["#undef IDX", "#undef BAD_INDEX", "#undef REDUCE",
+            "static const ms_kernel_entry ms_reader_table[] = {"]
+    out += [f'  {{"{n}", ms_k_{n}}},' for n in entries]
+    out.append("  {NULL, NULL}\n};")
+    return "\n".join(out)
+
+
 def _cast_expr(src, dst, dst_ctype):
     if src == dst:
         return "a"
@@ -426,7 +498,8 @@ def generate():
            "#ifndef MSHADOW_KERNELS_GEN_H_", "#define MSHADOW_KERNELS_GEN_H_",
            f'#define MS_KERNELS_FINGERPRINT "{fingerprint()}"',
            "#include <math.h>", "#include <stdint.h>", "#include <stddef.h>",
-           '#include "mshadow/packet.h"', '#include "mshadow/half.h"', "",
+           '#include "mshadow/packet.h"', '#include "mshadow/half.h"',
+           '#include "mshadow/gather.h"', "",
            "typedef void (*ms_loop_fn)(char **, npy_intp const *, npy_intp const *, void *);",
            "typedef void (*ms_packet_fn)(char *, char **, npy_intp, int);",
            "static int ms_isa_level = 0;     /* set at import to the detected level */",
@@ -491,6 +564,7 @@ def generate():
     out.append("static const ms_kernel_entry ms_kernel_table[] = {")
     out += [f'  {{"{n}", ms_k_{n}}},' for n in names]
     out.append("  {NULL, NULL}\n};")
+    out.append(_readers(names))
     out.append("#endif  /* MSHADOW_KERNELS_GEN_H_ */\n")
     return "\n".join(out)
 

@@ -186,7 +186,7 @@ def describe(node):
     if t is View:
         return f"View<{node.code}>"
     if t is Gather:
-        return f"{node.kernel[2:]}<{node.code}>"
+        return f"{node.kernel[2:].rsplit('_', 1)[0]}<{node.code}>"
     if t is Reduce:
         return f"{node.form}<{node.reducer}>({describe(node.src)})"
     if t is Product:

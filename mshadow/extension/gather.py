@@ -1,10 +1,10 @@
 """Extensions whose elements come from computed addresses (pad.h, take.h, choose.h, fill.h,
 spatial_upsampling_nearest.h, one_hot.h, range.h, concat.h, mask.h).
 
-Each builds a GatherLeaf: its sources and integer parameters for a kernel of
-mshadow/include/mshadow/gather.h, which fills a block of a row at a time. Index tensors are
-checked before anything is stored: an index out of range is an IndexError (mshadow reads
-out of bounds), never a read outside the source.
+Each builds a GatherLeaf: its sources and named integer parameters for a reader of
+mshadow/readers.py, whose generated kernel fills a block of a row at a time. Index tensors
+are checked before anything is stored: an index out of range is an IndexError (mshadow
+reads out of bounds), never a read outside the source.
 """
 import math
 import struct
@@ -14,6 +14,7 @@ from ..errors import DTypeError, ShapeError
 from ..expr import _CODE_BY_FLAG, kChainer, new_node
 from ..shape import Shape
 from ..dtypes import as_dtype, type_flag
+from ..readers import READERS_BY_NAME
 from .views import _source as _view_operand, _tensor, broadcast, take_deferred
 
 Tensor = _core.Tensor
@@ -25,9 +26,16 @@ class GatherExp(_core.Exp):
     __slots__ = ("leaf",)
 
 
-def _gather(kernel, srcs, params, shape, code, index=None):
+def gather(reader, srcs, shape, code, index=None, **params):
+    """The expression of reader ``reader`` (a row of mshadow/readers.py) over the tensors
+    ``srcs``, with its parameters by name; ``index`` = (position in srcs, exclusive bound)
+    of an index tensor, range-checked before anything is stored."""
+    r = READERS_BY_NAME[reader]
+    if len(srcs) != len(r.sources):
+        raise TypeError(f"reader {reader} takes sources {r.sources}, got {len(srcs)}")
+    kernel = r.kernel(code)
     deferred = tuple((i, e) for i, e in enumerate(map(take_deferred, srcs)) if e is not None)
-    leaf = _core.gather_leaf(kernel, tuple(srcs), tuple(params), shape, index, deferred)
+    leaf = _core.gather_leaf(kernel, tuple(srcs), r.pack(**params), shape, index, deferred)
     node = new_node(GatherExp, ir.Gather(kernel, code), leaf.shape, code, (leaf,), (), kChainer)
     node.leaf = leaf
     return node
@@ -47,8 +55,7 @@ def pad(src, py, px=None):
         raise ShapeError(f"pad: padding must be non-negative, got ({py}, {px})")
     H, W = src.shape[-2], src.shape[-1]
     shape = Shape(tuple(src.shape[:-2]) + (H + 2 * py, W + 2 * px))
-    return _gather("g_pad", [src], [src.itemsize, H, W, py, px, H + 2 * py, W + 2 * px],
-                   shape, _code(src))
+    return gather("pad", [src], shape, _code(src), H=H, W=W, py=py, px=px, oH=H + 2 * py)
 
 
 def take(index, src):
@@ -56,8 +63,8 @@ def take(index, src):
     index = _tensor(index, "take", 1)
     src = _tensor(src, "take", 2)
     shape = Shape(index.shape[0], src.shape[1])
-    return _gather("g_take", [src, index], [src.itemsize, src.shape[0]], shape, _code(src),
-                   index=(1, src.shape[0]))
+    return gather("take", [src, index], shape, _code(src), index=(1, src.shape[0]),
+                  K=src.shape[0])
 
 
 def mat_choose_row_element(src, index):
@@ -67,8 +74,8 @@ def mat_choose_row_element(src, index):
     if index.shape[0] != src.shape[0]:
         raise ShapeError(f"mat_choose_row_element: index {index.shape} must have one entry per "
                          f"row of {src.shape}")
-    return _gather("g_choose_row", [src, index], [src.itemsize, src.shape[1]],
-                   Shape(src.shape[0]), _code(src), index=(1, src.shape[1]))
+    return gather("choose_row", [src, index], Shape(src.shape[0]), _code(src),
+                  index=(1, src.shape[1]), cols=src.shape[1])
 
 
 def mat_fill_row_element(src, val, index):
@@ -81,8 +88,8 @@ def mat_fill_row_element(src, val, index):
                          f"{index.shape} must agree on the number of rows")
     if val.dtype != src.dtype:
         raise DTypeError(f"mat_fill_row_element: val has dtype {val.dtype}, src {src.dtype}")
-    return _gather("g_fill_row", [src, index, val], [src.itemsize, src.shape[1]], src.shape,
-                   _code(src), index=(1, src.shape[1]))
+    return gather("fill_row", [src, index, val], src.shape, _code(src),
+                  index=(1, src.shape[1]), cols=src.shape[1])
 
 
 def upsampling_nearest(src, scale):
@@ -93,7 +100,7 @@ def upsampling_nearest(src, scale):
                          f"{scale}")
     H, W = src.shape[-2], src.shape[-1]
     shape = Shape(tuple(src.shape[:-2]) + (H * scale, W * scale))
-    return _gather("g_upsample", [src], [src.itemsize, H, scale, H * scale], shape, _code(src))
+    return gather("upsample", [src], shape, _code(src), H=H, scale=scale, oH=H * scale)
 
 
 def one_hot_encode(index, num_choices, dtype=None):
@@ -101,8 +108,8 @@ def one_hot_encode(index, num_choices, dtype=None):
     index = _tensor(index, "one_hot_encode", 1)
     dt = as_dtype("float32" if dtype is None else dtype)
     code = _CODE_BY_FLAG[type_flag(dt)]
-    return _gather("g_one_hot_" + code, [index], [0, num_choices],
-                   Shape(index.shape[0], num_choices), code, index=(0, num_choices))
+    return gather("one_hot", [index], Shape(index.shape[0], num_choices), code,
+                  index=(0, num_choices), num_choices=num_choices)
 
 
 def range(start, stop, step=1, repeat=1, dtype=None):
@@ -123,7 +130,8 @@ def range(start, stop, step=1, repeat=1, dtype=None):
     n = repeat * int(math.ceil((stop - start) / step))
     code = _CODE_BY_FLAG[type_flag(dt)]
     bits = [struct.unpack("<q", struct.pack("<d", float(v)))[0] for v in (start, step)]
-    return _gather("g_range_" + code, [], [0, repeat] + bits, Shape(n), code)
+    return gather("range", [], Shape(n), code, repeat=repeat, start_bits=bits[0],
+                  step_bits=bits[1])
 
 
 def concat(a, b, dim):
@@ -137,12 +145,12 @@ def concat(a, b, dim):
     shape = list(a.shape)
     shape[dim] += b.shape[dim]
     if dim == nd - 1:
-        params = [a.itemsize, a.shape[-1], 1, 0, 0]
-    else:   # rows of a and b alternate in groups of prod(shape[dim:-1]) rows
-        ra = Shape(a.shape).prod_shape(dim, nd - 1)
-        rb = Shape(b.shape).prod_shape(dim, nd - 1)
-        params = [a.itemsize, 0, 0, ra, rb]
-    return _gather("g_concat", [a, b], params, shape, _code(a))
+        return gather("concat", [a, b], shape, _code(a), split=a.shape[-1], along_columns=1,
+                      ra=0, rb=0)
+    # rows of a and b alternate in groups of prod(shape[dim:-1]) rows
+    return gather("concat", [a, b], shape, _code(a), split=0, along_columns=0,
+                  ra=Shape(a.shape).prod_shape(dim, nd - 1),
+                  rb=Shape(b.shape).prod_shape(dim, nd - 1))
 
 
 def mask(index, src):

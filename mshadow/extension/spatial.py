@@ -1,14 +1,15 @@
 """Spatial extensions: pool/unpool, chpool/ch_unpool, unpack_patch2col (im2col), pack_col2patch.
-Each is a gather leaf for a kernel of mshadow/include/mshadow/gather_spatial.h; shapes checked here."""
+Each is a gather over a reader of mshadow/readers.py; shapes are checked here."""
 import operator
 
+from .. import readers
 from ..errors import DTypeError, ShapeError
 from ..op import _Reducer, red
 from ..shape import as_shape
-from .gather import _code, _gather
+from .gather import _code, gather
 from .views import _tensor
 
-_REDUCER_ID = {"sum": 0, "maximum": 1, "minimum": 2}
+_REDUCER_ID = {"sum": readers.SUM, "maximum": readers.MAXIMUM, "minimum": readers.MINIMUM}
 
 
 def _reducer(reducer, where):
@@ -65,8 +66,8 @@ def pool(src, ky, kx, sy, sx, reducer=red.maximum, pshape=None):
             raise ShapeError(f"pool: pshape must have 2 entries, got {pshape}")
         oh, ow = pshape
     shape = tuple(src.shape[:-2]) + (oh, ow)
-    return _gather("g_sp_pool_" + _code(src), [src], [r, H, W, ky, kx, sy, sx, oh], shape,
-                   _code(src))
+    return gather("pool", [src], shape, _code(src), red=r, H=H, W=W, ky=ky, kx=kx, sy=sy,
+                  sx=sx, oH=oh)
 
 
 def unpool(data_src, data_pooled, grad_pooled, ky, kx, sy, sx, reducer=red.maximum):
@@ -84,9 +85,9 @@ def unpool(data_src, data_pooled, grad_pooled, ky, kx, sy, sx, reducer=red.maxim
             or tuple(data_pooled.shape[:-2]) != tuple(data_src.shape[:-2])):
         raise ShapeError("UnPoolingExp: pool and src shape mismatch")
     pH, pW = data_pooled.shape[-2], data_pooled.shape[-1]
-    return _gather("g_sp_unpool_" + _code(data_src), [data_src, data_pooled, grad_pooled],
-                   [r, data_src.shape[-2], ky, kx, sy, sx, pH, pW], data_src.shape,
-                   _code(data_src))
+    return gather("unpool", [data_src, data_pooled, grad_pooled], data_src.shape,
+                  _code(data_src), red=r, H=data_src.shape[-2], ky=ky, kx=kx, sy=sy, sx=sx,
+                  pH=pH, pW=pW)
 
 
 # ---- channel_pool.h / channel_unpool.h ----------------------------------------------------
@@ -118,8 +119,8 @@ def chpool(src, nsize, reducer, stride=1, pad=None):
         raise ShapeError("chpool: local size must be smaller than nchannels")
     oC = (C - nsize + 2 * pad + 1) // stride
     shape = tuple(src.shape[:-3]) + (oC,) + tuple(src.shape[-2:])
-    return _gather("g_sp_chpool_" + _code(src), [src], [r, C, oC, H, nsize, stride, pad], shape,
-                   _code(src))
+    return gather("chpool", [src], shape, _code(src), red=r, C=C, oC=oC, H=H, nsize=nsize,
+                  stride=stride, pad=pad)
 
 
 def ch_unpool(data_src, data_pooled, grad_pooled, nsize, reducer, stride=1, pad=None):
@@ -142,8 +143,9 @@ def ch_unpool(data_src, data_pooled, grad_pooled, nsize, reducer, stride=1, pad=
                              f"{ps[k] if len(ps) == len(ss) else ps} vs "
                              f"{ss[k] if len(ps) == len(ss) else ss}")
     C, H = ss[-3], ss[-2]
-    return _gather("g_sp_ch_unpool_" + _code(data_src), [data_src, data_pooled, grad_pooled],
-                   [r, C, ps[-3], H, nsize, stride, pad], data_src.shape, _code(data_src))
+    return gather("ch_unpool", [data_src, data_pooled, grad_pooled], data_src.shape,
+                  _code(data_src), red=r, C=C, pC=ps[-3], H=H, nsize=nsize, stride=stride,
+                  pad=pad)
 
 
 # ---- unpack_patch2col.h / pack_col2patch.h ------------------------------------------------
@@ -170,8 +172,8 @@ def unpack_patch2col(img, ky, kx, sy, sx=None, dy=1, dx=None):
         raise ShapeError("UnpackPatchToCol:image shape smaller than patch size")
     N = as_shape(img.shape).prod_shape(0, img.ndim - 3)
     oh, ow = _out_extent(H, ky, sy, dy), _out_extent(W, kx, sx, dx)
-    return _gather("g_sp_im2col", [img], [img.itemsize, C, H, W, ky, kx, sy, sx, dy, dx, oh, ow],
-                   (C * ky * kx, N * oh * ow), _code(img))
+    return gather("im2col", [img], (C * ky * kx, N * oh * ow), _code(img), C=C, H=H, W=W,
+                  ky=ky, kx=kx, sy=sy, sx=sx, dy=dy, dx=dx, oh=oh, ow=ow)
 
 
 def pack_col2patch(mat, imshape, ky, kx, sy, sx=None, dy=1, dx=None):
@@ -193,5 +195,5 @@ def pack_col2patch(mat, imshape, ky, kx, sy, sx=None, dy=1, dx=None):
         raise ShapeError("PackColToPatchExp: src.size(1) mismatch")
     if mat.shape[0] != ky * kx * C:
         raise ShapeError("PackColToPatchExp: src.size(0) mismatch")
-    return _gather("g_sp_col2im_" + _code(mat), [mat], [C, H, ky, kx, sy, sx, dy, dx, oh, ow],
-                   imshape, _code(mat))
+    return gather("col2im", [mat], imshape, _code(mat), C=C, H=H, ky=ky, kx=kx, sy=sy, sx=sx,
+                  dy=dy, dx=dx, oh=oh, ow=ow)

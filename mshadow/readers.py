@@ -1,0 +1,181 @@
+"""The readers table: one row per gathering extension family (the Remap nodes that are not
+affine views). A row gives the reader's sources, its named integer parameters and its
+per-element index form in C; mshadow/codegen_cpu.py generates one CPU kernel per row and
+storage type from it (and a CUDA emitter can generate its kernels from the same rows).
+
+The index form fills element (y, x) of the output's 2-D flattening (rows y of every
+leading axis, columns x of the last axis) and is written in three parts, all C:
+
+    row   runs once per block, with y and x0 (the block's first column) known;
+    elem  runs for each x = x0 + i and must set ``v``;
+    next  (optional) runs after each element: incremental index walks (no division).
+
+Inside them: the parameters by name (``npy_intp``), ``LD(k, r, c)`` (source k's element
+at row r, column c, loaded as the value type V), ``IDX(k, r)`` (element r of the index
+source k, truncated toward zero as mshadow's casts), ``ZERO``, ``LOW`` / ``HIGH`` (the
+maximum's and minimum's init values), ``REDUCE(red, acc, v)`` (maximum/minimum, NaN
+propagating) and ``BAD_INDEX`` (records an out-of-range index: the engine raises
+IndexError; indices are also checked before anything is stored). ``V`` is the type values
+are compared in (float for float16), ``A`` the sum accumulator (float for float16, uint64
+for integers: wrapping, which equals mshadow's result modulo the type's width). A row is
+compiled for every storage type; its kernel is named ``g_<name>_<code>``.
+
+Adding a gathering extension is one row here, its constructor (a few lines building the
+GatherExp with ``gather`` in extension/gather.py) and its tests.
+"""
+from dataclasses import dataclass
+from typing import Tuple
+
+SUM, MAXIMUM, MINIMUM = 0, 1, 2   # a reducer parameter's values (ms.red.sum, ...)
+
+
+@dataclass(frozen=True)
+class Reader:
+    name: str
+    doc: str
+    sources: Tuple[str, ...]          # source names, in binding order
+    params: Tuple[str, ...]           # integer parameters, by name
+    elem: str
+    row: str = ""
+    next: str = ""
+
+    def pack(self, **params):
+        """The parameters in the kernel's order; every name given, none unknown."""
+        missing = [p for p in self.params if p not in params]
+        extra = [p for p in params if p not in self.params]
+        if missing or extra:
+            raise TypeError(f"reader {self.name}: parameters {self.params}, got "
+                            f"{tuple(params)} (missing {missing}, unknown {extra})")
+        return tuple(int(params[p]) for p in self.params)
+
+    def kernel(self, code):
+        return f"g_{self.name}_{code}"
+
+
+_WINDOW_REDUCE = """
+      if (red == 0) {
+        A acc = 0;
+        for (a = ys; a < ye; ++a) for (b = xs; b < xe; ++b) acc += (A)LD(0, base + a, b);
+        v = (V)acc;
+      } else {
+        V res = red == 1 ? LOW : HIGH;
+        for (a = ys; a < ye; ++a) for (b = xs; b < xe; ++b) { const V t = LD(0, base + a, b); REDUCE(red, res, t); }
+        v = res;
+      }"""
+
+READERS = (
+    Reader("pad", "zero padding of the last two axes: out(lead, oh, ow) = src(lead, oh - py, "
+           "ow - px), 0 outside", ("src",), ("H", "W", "py", "px", "oH"),
+           row="const npy_intp lead = y / oH, h = y % oH - py;",
+           elem="v = (h >= 0 && h < H && x >= px && x - px < W) ? LD(0, lead * H + h, x - px) : ZERO;"),
+    Reader("take", "take(index, src): out[y][x] = src[index[y]][x]", ("src", "index"), ("K",),
+           row="const npy_intp r = IDX(1, y); const int ok = r >= 0 && r < K; if (!ok) BAD_INDEX;",
+           elem="v = ok ? LD(0, r, x) : ZERO;"),
+    Reader("choose_row", "mat_choose_row_element: out[x] = src[x][index[x]] (a 1-D output)",
+           ("src", "index"), ("cols",),
+           elem="{ const npy_intp c = IDX(1, x); if (c < 0 || c >= cols) { BAD_INDEX; v = ZERO; } "
+                "else v = LD(0, x, c); }"),
+    Reader("fill_row", "mat_fill_row_element: src with src[y][index[y]] = val[y]",
+           ("src", "index", "val"), ("cols",),
+           row="const npy_intp c = IDX(1, y); if (c < 0 || c >= cols) BAD_INDEX;",
+           elem="v = x == c ? LD(2, y, 0) : LD(0, y, x);"),
+    Reader("upsample", "upsampling_nearest: out(lead, oh, ow) = src(lead, oh / s, ow / s)",
+           ("src",), ("H", "scale", "oH"),
+           row="const npy_intp r = (y / oH) * H + (y % oH) / scale;",
+           elem="v = LD(0, r, x / scale);"),
+    Reader("concat", "concat along the last axis (split: the first column of b) or a leading "
+           "one (in each group of ra + rb rows the first ra come from a)",
+           ("a", "b"), ("split", "along_columns", "ra", "rb"),
+           row="const npy_intp grp = along_columns ? 0 : y / (ra + rb), "
+               "rr = along_columns ? 0 : y % (ra + rb);",
+           elem="if (along_columns) v = x < split ? LD(0, y, x) : LD(1, y, x - split);\n"
+                "      else v = rr < ra ? LD(0, grp * ra + rr, x) : LD(1, grp * rb + rr - ra, x);"),
+    Reader("one_hot", "one_hot_encode: out[y][x] = (index[y] == x)", ("index",), ("num_choices",),
+           row="const npy_intp c = IDX(0, y); if (c < 0 || c >= num_choices) BAD_INDEX;",
+           elem="v = (V)(x == c ? 1 : 0);"),
+    Reader("range", "range: out[x] = start + (x / repeat) * step (start, step: the bits of "
+           "doubles)", (), ("repeat", "start_bits", "step_bits"),
+           row="double start, step; memcpy(&start, &start_bits, 8); memcpy(&step, &step_bits, 8);",
+           elem="v = (V)(start + (double)(x / repeat) * step);"),
+    Reader("im2col", "unpack_patch2col: out[(c*ky + i)*kx + j][(n*oh + oy)*ow + ox] = "
+           "img(n, c, oy*sy + i*dy, ox*sx + j*dx), zero outside the image",
+           ("img",), ("C", "H", "W", "ky", "kx", "sy", "sx", "dy", "dx", "oh", "ow"),
+           row="const npy_intp xoff = (y % kx) * dx, yoff = ((y / kx) % ky) * dy, "
+               "c = y / (kx * ky);\n"
+               "  /* walk (image, oy, ox) incrementally: divisions once per block */\n"
+               "  npy_intp ox = x0 % ow, oy = (x0 / ow) % oh, img = x0 / (ow * oh);",
+           elem="{ const npy_intp h = oy * sy + yoff, w = ox * sx + xoff;\n"
+                "      v = (h < H && w < W) ? LD(0, (img * C + c) * H + h, w) : ZERO; }",
+           next="if (++ox == ow) { ox = 0; if (++oy == oh) { oy = 0; ++img; } }"),
+    Reader("pool", "pool: out(lead, py, px) = reduce of src(lead, py*sy.., px*sx..) over the "
+           "ky x kx window clipped to the image (a window past it keeps the init value)",
+           ("src",), ("red", "H", "W", "ky", "kx", "sy", "sx", "oH"),
+           row="const npy_intp ys = MS_MIN((y % oH) * sy, H), ye = MS_MIN(ys + ky, H);\n"
+               "  const npy_intp base = (y / oH) * H;\n  npy_intp a, b;",
+           elem="const npy_intp xs = MS_MIN(x * sx, W), xe = MS_MIN(xs + kx, W);"
+                + _WINDOW_REDUCE),
+    Reader("unpool", "unpool: out(y, x) = sum over the pooled windows holding (y, x) of "
+           "PartialGrad * grad (every tied extreme gets the gradient)",
+           ("data_src", "data_pooled", "grad_pooled"), ("red", "H", "ky", "kx", "sy", "sx", "pH", "pW"),
+           row="const npy_intp h = y % H, prow = (y / H) * pH;\n"
+               "  const npy_intp pymin = h < ky ? 0 : (h - ky + sy) / sy;\n"
+               "  const npy_intp pymax = MS_MIN((h + sy) / sy, pH);\n  npy_intp a, b;",
+           elem="const npy_intp pxmin = x < kx ? 0 : (x - kx + sx) / sx;\n"
+                "      const npy_intp pxmax = MS_MIN((x + sx) / sx, pW);\n"
+                "      const V vsrc = LD(0, y, x);\n"
+                "      A acc = 0;\n"
+                "      for (a = pymin; a < pymax; ++a) for (b = pxmin; b < pxmax; ++b) {\n"
+                "        /* PartialGrad times grad, as mshadow: a 0 partial still multiplies */\n"
+                "        const A pg = (red == 0 || vsrc == LD(1, prow + a, b)) ? 1 : 0;\n"
+                "        acc += pg * (A)LD(2, prow + a, b);\n"
+                "      }\n"
+                "      v = (V)acc;"),
+    Reader("chpool", "chpool: out(n, c, h, w) = reduce over channels [c*stride - pad, +nsize), "
+           "clipped by the output channel count (quirk 11) and by C",
+           ("src",), ("red", "C", "oC", "H", "nsize", "stride", "pad"),
+           row="const npy_intp h = y % H, c = (y / H) % oC, img = (y / H) / oC;\n"
+               "  const npy_intp cs = MS_MAX(c * stride - pad, 0);\n"
+               "  const npy_intp ce = MS_MIN(MS_MIN(c * stride - pad + nsize, oC), C);\n"
+               "  npy_intp k;",
+           elem="if (red == 0) {\n"
+                "        A acc = 0;\n"
+                "        for (k = cs; k < ce; ++k) acc += (A)LD(0, (img * C + k) * H + h, x);\n"
+                "        v = (V)acc;\n"
+                "      } else {\n"
+                "        V res = red == 1 ? LOW : HIGH;\n"
+                "        for (k = cs; k < ce; ++k) { const V t = LD(0, (img * C + k) * H + h, x); "
+                "REDUCE(red, res, t); }\n"
+                "        v = res;\n"
+                "      }"),
+    Reader("ch_unpool", "ch_unpool: the gradient of chpool (mshadow's window formula, its end "
+           "clipped by the pooled channel count)",
+           ("data_src", "data_pooled", "grad_pooled"), ("red", "C", "pC", "H", "nsize", "stride", "pad"),
+           row="const npy_intp h = y % H, c = (y / H) % C, img = (y / H) / C;\n"
+               "  const npy_intp cs = c < nsize - pad ? 0 : (c - (nsize - pad) + stride) / stride;\n"
+               "  const npy_intp ce = MS_MIN((c + pad + stride) / stride, pC);\n  npy_intp k;",
+           elem="const V vsrc = LD(0, y, x);\n"
+                "      A acc = 0;\n"
+                "      for (k = cs; k < ce; ++k) {\n"
+                "        const npy_intp prow = (img * pC + k) * H + h;\n"
+                "        const A pg = (red == 0 || vsrc == LD(1, prow, x)) ? 1 : 0;\n"
+                "        acc += pg * (A)LD(2, prow, x);\n"
+                "      }\n"
+                "      v = (V)acc;"),
+    Reader("col2im", "pack_col2patch: out(n, c, h, w) = sum of the column entries "
+           "unpack_patch2col reads from (h, w), windows in mshadow's order, each tap found exactly",
+           ("mat",), ("C", "H", "ky", "kx", "sy", "sx", "dy", "dx", "oh", "ow"),
+           row="const npy_intp h = y % H, c = (y / H) % C, img = (y / H) / C;\n  npy_intp a, b;",
+           elem="A acc = 0;\n"
+                "      for (a = ky - 1; a >= 0; --a) {\n"
+                "        const npy_intp ty = h - a * dy;\n"
+                "        if (ty < 0 || ty % sy != 0 || ty / sy >= oh) continue;\n"
+                "        for (b = kx - 1; b >= 0; --b) {\n"
+                "          const npy_intp tx = x - b * dx;\n"
+                "          if (tx < 0 || tx % sx != 0 || tx / sx >= ow) continue;\n"
+                "          acc += (A)LD(0, (c * ky + a) * kx + b, (img * oh + ty / sy) * ow + tx / sx);\n"
+                "        }\n"
+                "      }\n"
+                "      v = (V)acc;"),
+)
+
+READERS_BY_NAME = {r.name: r for r in READERS}
