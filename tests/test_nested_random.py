@@ -1391,3 +1391,31 @@ def test_implicit_dot_of_expressions():
     out[:] = ms.implicit_dot(_t(a) * 2, ms.flip(_t(b), 0))
     np.testing.assert_array_equal(out.numpy(), (a * 2) @ b[::-1])
 
+
+@ms.op.define
+def _branchy(v):
+    return v if v > 0 else -v          # Python control flow: cannot be traced (fallback.py)
+
+
+@pytest.mark.filterwarnings("ignore:.*could not be traced")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "an untraceable operator over a VIEW of a gather reads the gather's temporary unfilled: "
+    "mshadow/fallback.py _leaf_view() reads a 'V' leaf with t.numpy() and never evaluates "
+    "t.deferred (the plan's _check_leaves does); the result is uninitialised memory"))
+def test_untraceable_operator_over_a_view_of_a_gather():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    out = ms.new_tensor((2, 3))
+    out[:] = ms.F(_branchy, ms.flip(ms.pad(_t(x), 0), 0))
+    np.testing.assert_array_equal(out.numpy(), np.abs(x[::-1]))
+
+
+@pytest.mark.filterwarnings("ignore:.*could not be traced")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "an untraceable operator over tcast(float64, <float32 gather>) gives wrong values: "
+    "mshadow/fallback.py _leaf_view() runs an 'X' leaf into a temporary of the DESTINATION's "
+    "dtype (float64) with the gather's float32 plan, so float32 bytes are read as float64"))
+def test_untraceable_operator_over_a_gather_of_another_dtype():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    out = ms.new_tensor((2, 3), dtype=np.float64)
+    out[:] = ms.F(_branchy, ms.tcast(np.float64, ms.pad(_t(x), 0)))
+    np.testing.assert_array_equal(out.numpy(), np.abs(x).astype(np.float64))
