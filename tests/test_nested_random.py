@@ -18,10 +18,12 @@ its absolute error (sup norm). A tree whose values stay integer-valued and small
 copies, exact-mode trees, int32) gets the bound 0 and is compared bit for bit; the others
 within the bound they earn (float32 ~ 1e-6 relative for simple trees).
 
-Each tree is one seed: ``_run_tree(seed, dtype, saver, force_alias)`` (or
-``_run_reduction(seed, dtype, kind, saver)``) rebuilds it alone, and a failure message
-prints the seed and the tree.
+Each tree is one seed: a failure message starts with the call that rebuilds that tree
+alone (``_run_tree(seed, dtype, saver, force_alias, focus)`` or
+``_run_reduction(seed, dtype, kind, saver)``), then prints the tree.
 """
+import sys
+
 import numpy as np
 import pytest
 
@@ -579,7 +581,7 @@ def _index(g, n, bound):
         return t, ints, "idx"
     if kind == 1:
         base = ints.astype(np.float32)
-        return ms.from_numpy(base) * 1.0 + 0.5, ints, "(idx+0.5)"   # 2.5 -> 2
+        return ms.from_numpy(base) * 1.0 + 0.5, c_index(base + 0.5), "(idx+0.5)"  # 2.5 -> 2
     if kind == 2:
         base = ints[::-1].astype(np.float64).copy()
         return ms.flip(ms.from_numpy(base), 0), ints, "flip(idx)"
@@ -829,7 +831,7 @@ def _gemm_operand(g, shape, dt):
     destination when its shape fits."""
     if g.dst is not None and g.rng.rand() < g.alias_p:
         n = g.alias_leaf(shape, dt)
-        if n is not None and n.desc in ("dst", "dst2", "dst.T", "dst_up", "dst_down"):
+        if n is not None:
             return n
     vals = g.values(shape, dt)
     if g.rng.rand() < 0.5:
@@ -1014,7 +1016,8 @@ def _run_tree(seed, dt, saver, force_alias=False, focus=None):
         raise AssertionError(f"seed {seed}: no tree of {focus or 'any kind'} "
                              f"{'read the destination' if force_alias else 'fits'}")
     e, want, err = _expected(g, saver, old, n)
-    what = f"seed={seed} dtype={dt} saver={saver}: dst{list(shape)} <{saver}> {n.desc}"
+    what = (f"_run_tree({seed}, {dt.name!r}, {saver!r}, {force_alias}, {focus!r}): "
+            f"dst{list(shape)} <{saver}> {n.desc}")
     _apply(dst, saver, e)
     _check(dst.numpy(), want, err, dt, what, F32 if F32 in g.dtypes else dt)
     guard()
@@ -1094,7 +1097,7 @@ def _run_reduction(seed, dt, kind, saver):
         "sumall_except_dim", "sum_rows", "sum") else (axis,)
     if kind == "sum":
         axes = tuple(range(nd))
-    what = f"seed={seed} dtype={dt} {kind}<{red}> saver={saver}: {s.desc}"
+    what = f"_run_reduction({seed}, {dt.name!r}, {kind!r}, {saver!r}) <{red}>: {s.desc}"
     coarsest = F32 if F32 in g.dtypes else dt
     STATS["reductions"] += 1
     STATS["kinds"] |= g.kinds
@@ -1194,8 +1197,8 @@ def test_random_nested_trees_per_outer_kind(kind):
 def test_random_nested_trees_large_two_threads(shape, monkeypatch):
     """Rows longer than a 512-element block, and more than 2 x 32768 elements so OpenMP
     splits the rows (gather blocks, view rows) between two threads."""
-    monkeypatch.setattr(__import__(__name__), "MAX_ELEMS", 200_000)
-    monkeypatch.setattr(__import__(__name__), "_dst_shape", lambda g: shape)
+    monkeypatch.setattr(sys.modules[__name__], "MAX_ELEMS", 200_000)
+    monkeypatch.setattr(sys.modules[__name__], "_dst_shape", lambda g: shape)
     threads = ms.get_num_threads()
     ms.set_num_threads(2)
     try:
