@@ -10,10 +10,10 @@
 import numbers
 from .dtypes import CODE_BY_FLAG as _DT_CODE_BY_FLAG, NP_BY_CODE as _DT_NP_BY_CODE, \
     FLOAT_CODES as _DT_FLOAT_CODES
-from .ir import Map as _IRMap, LEAF as _IR_LEAF, SCALAR as _IR_SCALAR, \
-    intern_node as _intern_node, describe as _describe
+from .ir import Map as _IRMap, LEAF as _IR_LEAF, SCALAR as _IR_SCALAR, describe as _describe
 from .ops_table import OPS_BY_NAME as _OPS_BY_NAME
 
+cdef object _tuple_new = tuple.__new__   # an ir.Map from its fields, without a Python frame
 cdef tuple _CODE_BY_FLAG = _DT_CODE_BY_FLAG
 cdef tuple _LEAF_KEY = tuple(_IR_LEAF[c] for c in _CODE_BY_FLAG)
 cdef object _SCALAR_KEY = _IR_SCALAR
@@ -336,7 +336,7 @@ cpdef object make_map(str name, tuple args):
         node = UnaryMapExp.__new__(UnaryMapExp)
     else:
         node = TernaryMapExp.__new__(TernaryMapExp)
-    node.key = _intern_node(_IRMap, ("M", name, code) + keys)
+    node.key = _tuple_new(_IRMap, ("M", name, code) + keys)
     node.shape = shape
     node.code = code
     node.leaves = leaves

@@ -127,6 +127,9 @@ def assign(dst, value, saver):
     if plan is _FALLBACK:
         if dst.readonly:
             raise ValueError("assignment destination is read-only")
+        for leaf in leaves:   # a view of a gather's temporary: fill it, as run_plan does
+            if isinstance(leaf, _core.ViewLeaf) and leaf.deferred is not None:
+                assign(leaf.src, leaf.deferred, "saveto")
         return fallback.evaluate(node, leaves, scalars, dst, saver, _gathered)
     if not _run_plan(plan, dst, leaves, scalars):
         # the expression reads the destination at other positions: evaluate it into a
