@@ -34,11 +34,16 @@ cdef class GatherLeaf:
             if idx.size:
                 lo, hi = idx.min(), idx.max()
                 if idx.dtype.kind == "f" and not (np.isfinite(lo) and np.isfinite(hi)):
-                    raise IndexError(f"{self.kernel[2:]}: index values must be finite numbers "
+                    raise IndexError(f"{self._name()}: index values must be finite numbers "
                                      f"in [0, {bound}), got [{lo}, {hi}]")
                 if int(lo) < 0 or int(hi) >= bound:
-                    raise IndexError(f"{self.kernel[2:]}: index values must lie in [0, {bound}), "
+                    raise IndexError(f"{self._name()}: index values must lie in [0, {bound}), "
                                      f"got [{lo}, {hi}]")
+
+    cdef str _name(self):
+        """The extension's name for messages: the kernel's without "g_" and a dtype suffix."""
+        name, _, code = self.kernel[2:].rpartition("_")
+        return name if code in _NP_BY_CODE else self.kernel[2:]
 
     cdef int bind(self, ms_gather *g) except -1:
         cdef Tensor t

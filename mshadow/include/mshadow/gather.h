@@ -1,6 +1,6 @@
 /* Gathers: leaves whose elements come from computed addresses, not a strided view
  * (pad, take, mat_choose_row_element, mat_fill_row_element, upsampling_nearest,
- * one_hot_encode, range, concat).
+ * one_hot_encode, range, concat; take_grad in gather_take_grad.h, included below).
  *
  * Design: a gather kernel fills out[0..n) with the values of destination row y, columns
  * x0..x0+n-1 (dims = {n, y, x0}); args[0] is its ms_gather (sources and parameters bound
@@ -184,12 +184,15 @@ MS_GATHER_TYPED(int8_t, i8, MS_STORE_F32)
 MS_GATHER_TYPED(int32_t, i32, MS_STORE_F32)
 MS_GATHER_TYPED(int64_t, i64, MS_STORE_F32)
 
+#include "mshadow/gather_take_grad.h"
+
 static const ms_kernel_entry ms_gather_table[] = {
   {"g_pad", ms_g_pad}, {"g_take", ms_g_take}, {"g_choose_row", ms_g_choose_row},
   {"g_fill_row", ms_g_fill_row}, {"g_upsample", ms_g_upsample}, {"g_concat", ms_g_concat},
 #define MS_GT(code) {"g_one_hot_" #code, ms_g_one_hot_##code}, {"g_range_" #code, ms_g_range_##code}
   MS_GT(f32), MS_GT(f64), MS_GT(f16), MS_GT(u8), MS_GT(i8), MS_GT(i32), MS_GT(i64),
 #undef MS_GT
+  MS_GATHER_TAKE_GRAD_ENTRIES,
   {NULL, NULL}
 };
 
