@@ -50,6 +50,9 @@ cdef extern from "mshadow/gather.h":
 cdef extern from "mshadow/gather_spatial.h":
     const ms_kernel_entry ms_gather_spatial_table[]
 
+cdef extern from "mshadow/gather_complex.h":
+    const ms_kernel_entry ms_gather_complex_table[]
+
 cdef extern from "mshadow/plan_exec.h":
     enum:
         MS_OPD_REG, MS_OPD_LEAF, MS_OPD_SCALAR
@@ -112,6 +115,7 @@ cdef _load_gathers(const ms_kernel_entry *table):
 
 _load_gathers(ms_gather_table)
 _load_gathers(ms_gather_spatial_table)
+_load_gathers(ms_gather_complex_table)
 
 _ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
 
