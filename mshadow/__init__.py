@@ -36,7 +36,11 @@ from .extension import (implicit_dot, broadcast, broadcast_keepdim, broadcast_sc
                         broadcast_to, broadcast_with_axis, crop, flip, mirror, repmat, reshape,
                         slice_axis, swapaxis, transpose_axes, concat, mask,
                         mat_choose_row_element, mat_fill_row_element, one_hot_encode, pad,
-                        take, upsampling_nearest)
+                        take, upsampling_nearest, broadcast_multi_axes, transpose_indices,
+                        take_grad, complex_mul_cc, complex_mul_cr, complex_mul_rc,
+                        complex_div_cc, complex_div_cr, complex_div_rc, conj, complex_exchange,
+                        complex_pad_imag, complex_toreal, complex_abs_square,
+                        complex_sum_real_imag)
 from .extension import range  # noqa: A004  mshadow's range<DType>; Python's is builtins.range
 from .aliases import *  # noqa: F401,F403  the C++ spellings (NewTensor, FreeSpace, ...)
 from . import aliases as _aliases
@@ -87,6 +91,10 @@ __all__ = [
     "broadcast_with_axis", "crop", "flip", "mirror", "repmat", "reshape", "slice_axis",
     "swapaxis", "transpose_axes", "concat", "mask", "mat_choose_row_element",
     "mat_fill_row_element", "one_hot_encode", "pad", "take", "upsampling_nearest",
+    "broadcast_multi_axes", "transpose_indices", "take_grad", "complex_mul_cc",
+    "complex_mul_cr", "complex_mul_rc", "complex_div_cc", "complex_div_cr", "complex_div_rc",
+    "conj", "complex_exchange", "complex_pad_imag", "complex_toreal", "complex_abs_square",
+    "complex_sum_real_imag",
     *_aliases.__all__,
     "TShape", "TBlob", "save_binary", "load_binary", "save", "load", "Random", "show_config",
     "param", "dot", "batch_dot", "vector_dot", "batch_gemm", "DotExp", "BatchDotExp",

@@ -46,6 +46,7 @@ cdef extern from "mshadow/gather.h":
         npy_intp p[12]
     int MS_GATHER_PARAMS
 
+
 cdef extern from "mshadow/plan_exec.h":
     enum:
         MS_OPD_REG, MS_OPD_LEAF, MS_OPD_SCALAR

@@ -1,6 +1,7 @@
 """Random: mshadow's random number generator (random.h) on numpy's MT19937 Generator.
 
-Seeded as ``std::mt19937(seed)``: get_rand_int() gives C++'s raw draws; the samplers are numpy's.
+Seeded as ``std::mt19937(seed)``: get_rand_int() gives C++'s raw draws (one, or a tensor
+of them); the samplers are numpy's.
 """
 import numpy as np
 
@@ -48,9 +49,42 @@ class Random:
         """The seed last given to ``seed()`` or the constructor (``GetSeed``)."""
         return self._seed
 
-    def get_rand_int(self):
-        """One raw 32-bit draw of the engine, as ``std::mt19937::operator()``."""
-        return int(self._bitgen.random_raw())
+    def get_rand_int(self, dst=None):
+        """One raw 32-bit draw of the engine, as ``std::mt19937::operator()``; or, given a
+        tensor ``dst`` (``GetRandInt(Tensor<cpu, 1, unsigned>)``), fill it with raw draws
+        in row-major order and return it.
+
+        The draws continue the same sequence as the scalar form and the samplers: filling n
+        elements gives what n calls of ``get_rand_int()`` would. ``dst`` must hold 32 or
+        64-bit integers: int64 keeps each draw's value (0 .. 2**32 - 1); int32 keeps its 32
+        bits (C++'s unsigned as int: draws >= 2**31 read negative). A numpy array of uint32
+        (C++'s ``unsigned``) or uint64 is filled in place too. ``dst`` need not have the
+        Random's dtype, as in C++.
+        """
+        if dst is None:
+            return int(self._bitgen.random_raw())
+        if isinstance(dst, np.ndarray) and dst.dtype in (np.uint32, np.uint64):
+            if not dst.flags.writeable:
+                raise ValueError("Random: the tensor to fill is read-only")
+            dst[...] = self._bitgen.random_raw(dst.size).reshape(dst.shape)
+            return dst
+        from ._core import Tensor, from_numpy
+        if not isinstance(dst, (Tensor, np.ndarray)):   # a list would be filled as a copy
+            raise TypeError(f"GetRandInt: expected a tensor or a numpy array to fill, got "
+                            f"{type(dst).__name__}")
+        t = from_numpy(dst)   # a Tensor passes through; a numpy array becomes a view
+        if t.dtype not in (np.int32, np.int64):
+            raise DTypeError(f"GetRandInt: the draws are 32-bit unsigned integers, so the "
+                             f"tensor must hold int32 or int64 (or be a numpy uint32/uint64 "
+                             f"array), got {t.dtype}")
+        if not t.device.kDevCPU:
+            raise DeviceError("Random(device=cpu) cannot fill a gpu tensor")
+        if t.readonly:
+            raise ValueError("Random: the tensor to fill is read-only")
+        a = t.numpy()
+        draws = self._bitgen.random_raw(a.size).reshape(a.shape)
+        a[...] = draws.astype(np.uint32).view(np.int32) if t.dtype == np.int32 else draws
+        return t
 
     def get_rnd_engine(self):
         """The numpy Generator behind this Random (``GetRndEngine``)."""

@@ -178,4 +178,56 @@ READERS = (
                 "      v = (V)acc;"),
 )
 
+
+# take_grad.h: the gradient of take, a scatter-add read as a gather. Every output element
+# sums, in increasing i, the src rows whose index is its row (mshadow's TakeGradExp::Eval);
+# the block's prelude scans the index once for the first and last match.
+READERS += (
+    Reader("take_grad", "take_grad: out[k][x] = sum over i with index[i] == k of src[i][x], "
+           "in increasing i", ("src", "index"), ("N", "K"),
+           row="npy_intp lo = N, hi = -1, j;\n"
+               "  for (j = 0; j < N; ++j) {\n"
+               "    const npy_intp k = IDX(1, j);\n"
+               "    if (k == y) { if (lo == N) lo = j; hi = j; }\n"
+               "    else if (k < 0 || k >= K) BAD_INDEX;\n"
+               "  }",
+           elem="A acc = 0;\n"
+                "      for (j = lo; j <= hi; ++j) if (IDX(1, j) == y) acc += (A)LD(0, j, x);\n"
+                "      v = (V)acc;"),
+)
+
+# complex.h on an interleaved (re, im) last axis: output column x of a row is the real (x
+# even) or imaginary (x odd) part of complex element x / 2. A real operand (cr's rhs, rc's
+# lhs) has one column per complex element and an explicit 0 imaginary part, so inf or NaN
+# there still gives NaN, as in mshadow. Division is mshadow's textbook formula.
+_CX_LOAD = {
+    "cc": "const V ar = LD(0, y, 2 * c), ai = LD(0, y, 2 * c + 1), "
+          "br = LD(1, y, 2 * c), bi = LD(1, y, 2 * c + 1);",
+    "cr": "const V ar = LD(0, y, 2 * c), ai = LD(0, y, 2 * c + 1), br = LD(1, y, c), bi = 0;",
+    "rc": "const V ar = LD(0, y, c), ai = 0, br = LD(1, y, 2 * c), bi = LD(1, y, 2 * c + 1);",
+}
+_CX_OP = {
+    "mul": "v = (x & 1) ? ar * bi + br * ai : ar * br - ai * bi;",
+    "div": "v = (x & 1) ? (br * ai - ar * bi) / (br * br + bi * bi)\n"
+           "                  : (ar * br + ai * bi) / (br * br + bi * bi);",
+}
+READERS += tuple(
+    Reader(f"cx_{op}_{kind}", f"complex_{op}_{kind}: (a {'*' if op == 'mul' else '/'} b) per "
+           f"complex element", ("a", "b"), (),
+           elem=f"const npy_intp c = x >> 1;\n      {_CX_LOAD[kind]}\n      {_CX_OP[op]}")
+    for op in ("mul", "div") for kind in ("cc", "cr", "rc"))
+READERS += (
+    Reader("cx_conj", "conj: the imaginary parts negated", ("a",), (),
+           elem="v = (x & 1) ? -LD(0, y, x) : LD(0, y, x);"),
+    Reader("cx_exchange", "complex_exchange: real and imaginary parts swapped", ("a",), (),
+           elem="v = LD(0, y, x ^ 1);"),
+    Reader("cx_pad_imag", "complex_pad_imag: a real source as complex, imaginary parts 0",
+           ("a",), (), elem="v = (x & 1) ? (V)0 : LD(0, y, x >> 1);"),
+    Reader("cx_abs_square", "complex_abs_square: re * re + im * im per complex element",
+           ("a",), (), elem="v = LD(0, y, 2 * x) * LD(0, y, 2 * x) + "
+                            "LD(0, y, 2 * x + 1) * LD(0, y, 2 * x + 1);"),
+    Reader("cx_sum_real_imag", "complex_sum_real_imag: re + im per complex element", ("a",), (),
+           elem="v = LD(0, y, 2 * x) + LD(0, y, 2 * x + 1);"),
+)
+
 READERS_BY_NAME = {r.name: r for r in READERS}

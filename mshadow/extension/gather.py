@@ -1,5 +1,5 @@
 """Extensions whose elements come from computed addresses (pad.h, take.h, choose.h, fill.h,
-spatial_upsampling_nearest.h, one_hot.h, range.h, concat.h, mask.h).
+spatial_upsampling_nearest.h, one_hot.h, range.h, concat.h, mask.h, take_grad.h).
 
 Each builds a GatherLeaf: its sources and named integer parameters for a reader of
 mshadow/readers.py, whose generated kernel fills a block of a row at a time. Index tensors
@@ -7,6 +7,7 @@ are checked before anything is stored: an index out of range is an IndexError (m
 reads out of bounds), never a read outside the source.
 """
 import math
+import operator
 import struct
 
 from .. import _core, ir
@@ -151,6 +152,23 @@ def concat(a, b, dim):
     return gather("concat", [a, b], shape, _code(a), split=0, along_columns=0,
                   ra=Shape(a.shape).prod_shape(dim, nd - 1),
                   rb=Shape(b.shape).prod_shape(dim, nd - 1))
+
+
+def take_grad(index, src, input_dim):
+    """``take_grad(index, src, input_dim)``: the gradient of ``take``, an
+    (input_dim, src.shape[1]) matrix whose row k is the sum, in increasing i, of the rows
+    ``src[i]`` with ``index[i] == k``. An index outside [0, input_dim) is an IndexError
+    (mshadow drops it silently)."""
+    index = _tensor(index, "take_grad", 1)
+    src = _tensor(src, "take_grad", 2)
+    input_dim = operator.index(input_dim)
+    if input_dim < 0:
+        raise ShapeError(f"take_grad: input_dim must be >= 0, got {input_dim}")
+    if index.shape[0] != src.shape[0]:
+        raise ShapeError(f"take_grad: index {index.shape} must have one entry per row of src "
+                         f"{src.shape}")
+    return gather("take_grad", [src, index], Shape(input_dim, src.shape[1]), _code(src),
+                  index=(1, input_dim), N=src.shape[0], K=input_dim)
 
 
 def mask(index, src):

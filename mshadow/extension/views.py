@@ -342,3 +342,93 @@ def _nocopy_strides(old, ost, new):
     for nk in range(ni, len(new)):        # trailing size-1 axes
         nst[nk] = last
     return nst
+
+
+# ---- broadcast_with_axis.h: broadcast_multi_axes; transpose.h: transpose_indices --------
+import operator as _operator  # noqa: E402  (appended section: kept beside its users)
+
+
+def broadcast_multi_axes(src, axes, sizes):
+    """Expand the size-1 ``axes`` of ``src`` (increasing; negative ones count from the end)
+    to ``sizes``: mshadow's ``broadcast_multi_axes`` (BroadcastWithMultiAxesExp)."""
+    src = _source(src, "broadcast_multi_axes")
+    nd = len(src.shape)
+    axes = [_operator.index(a) for a in axes]
+    sizes = [_operator.index(s) for s in sizes]
+    if len(axes) != len(sizes):
+        raise ShapeError(f"ndim of axes and sizes must be equal: axes={tuple(axes)}, "
+                         f"sizes={tuple(sizes)}")
+    if len(axes) > nd:
+        raise ShapeError(f"Number of broadcasting axes must be smaller than the source ndim, "
+                         f"number of axes={len(axes)} dimsrc={nd}")
+    for i, a in enumerate(axes):
+        if not -nd <= a < nd:
+            raise ShapeError(f"broadcast axis (keepdim) out of bound, all axes must be between "
+                             f"0 and {nd - 1}, given axes[{i}] = {a}.")
+        axes[i] = a % nd
+        if src.shape[axes[i]] != 1:
+            raise ShapeError(f"Size of the dimension of the broadcasting axis must be 1, "
+                             f"src_shape[{axes[i]}]={src.shape[axes[i]]}.")
+        if i and not axes[i - 1] < axes[i]:
+            raise ShapeError(f"The given axes must be in increasing order, got {tuple(axes)}.")
+        if sizes[i] < 0:
+            raise ShapeError(f"broadcast_multi_axes: sizes must be >= 0, got {tuple(sizes)}")
+
+    def index_map(sshape, st):
+        shape, st = list(sshape), list(st)
+        for a, s in zip(axes, sizes):
+            shape[a], st[a] = s, 0
+        return shape, 0, st
+    return _compose(src, "broadcast_multi_axes", index_map)
+
+
+def _cpp_tuple(values):
+    """A sequence printed as mshadow prints a Shape: ``(1,2,3)``, ``(3,)``."""
+    return "(" + ",".join(str(v) for v in values) + ("," if len(values) == 1 else "") + ")"
+
+
+def transpose_indices(src, src_shape, axes):
+    """The flat indices into ``transpose_axes(x, axes)`` of the elements at flat indices
+    ``src`` of an ``x`` of shape ``src_shape``: mshadow's ``transpose_indices``.
+
+    Not a view: it maps index *values* (each truncated to an integer, as mshadow's
+    ``static_cast<index_t>``), so it is the element-wise expression
+    ``sum_k (i / S_k % n_k) * D_k`` of ``src`` in 64-bit integers (S_k: the source's row-major
+    strides, D_k: the transposed array's), cast back to ``src``'s dtype. It fuses like any
+    expression and ``src`` may be any expression. Values outside [0, size) wrap as the
+    formula does (the outermost axis modulo its size), as in mshadow.
+    """
+    src = _source(src, "transpose_indices")
+    src_shape = tuple(_operator.index(s) for s in src_shape)
+    axes = tuple(_operator.index(a) for a in axes)
+    nd = len(src_shape)
+    if len(axes) != nd or sorted(axes) != list(range(nd)):
+        raise ShapeError(f"Invalid axes input! All elements of axes must be between 0 and {nd}, "
+                         f"find axes={_cpp_tuple(axes)}")
+    if any(s < 0 for s in src_shape):
+        raise ShapeError(f"transpose_indices: src_shape must be non-negative, got {src_shape}")
+    if 0 in src_shape and Shape(src.shape).size():
+        # mshadow divides by the empty axis (a crash); no index into it exists anyway
+        raise ShapeError(f"transpose_indices: src_shape {_cpp_tuple(src_shape)} has no "
+                         f"elements, so no index {tuple(src.shape)} into it is valid")
+    dst_shape = [src_shape[a] for a in axes]
+    dst_stride = [1] * nd
+    for i in range(nd - 2, -1, -1):
+        dst_stride[i] = dst_stride[i + 1] * dst_shape[i + 1]
+    src_in_dst = [0] * nd
+    for i, a in enumerate(axes):
+        src_in_dst[a] = dst_stride[i]
+    code = _CODE_BY_FLAG[src.type_flag] if isinstance(src, Tensor) else src.code
+    i64 = _NP_BY_CODE["i64"]
+    idx = src if code == "i64" else tcast(i64, src)
+    out, inner = None, 1               # inner: the row-major stride of axis k in the source
+    for k in range(nd - 1, -1, -1):
+        q = idx if inner == 1 else idx / inner
+        term = q - (idx / (inner * src_shape[k])) * src_shape[k]     # (i / S_k) % n_k in C
+        if src_in_dst[k] != 1:
+            term = term * src_in_dst[k]
+        out = term if out is None else out + term
+        inner *= src_shape[k]
+    if out is None:                    # a 0-D source shape: every index maps to 0
+        out = idx * 0
+    return out if code == "i64" else tcast(_NP_BY_CODE[code], out)
