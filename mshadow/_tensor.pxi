@@ -352,6 +352,12 @@ cdef class Tensor:
 
     def __setitem__(self, key, value):
         if type(key) is slice and key.start is None and key.stop is None and key.step is None:
+            if type(value) is Tensor and _is_itself(self, <Tensor> value):
+                # `t[:] += e` ends with Python storing t[:] back into t: the values are
+                # already there, so no second pass over the tensor
+                if self.readonly:
+                    raise ValueError("assignment destination is read-only")
+                return
             _assign(self, value, "saveto")   # t[:] = exp, the hot path
             return
         self.data()
@@ -637,6 +643,12 @@ cdef object _expr():
         from . import expr
         _expr_module = expr
     return _expr_module
+
+
+cdef bint _is_itself(Tensor t, Tensor v) except -1:
+    """``v`` holds exactly ``t``'s elements (the same memory, shape, dtype and layout)."""
+    return (v.type_flag == t.type_flag and v.shape == t.shape and v.data() == t.data()
+            and (v.stride == t.stride or t.rows <= 1))
 
 
 cdef object _engine_assign = None

@@ -851,3 +851,22 @@ def test_method_aliases_behave_like_the_originals():
     assert t.FlatTo2D().shape == (3, 5) and t.Slice(1, 2).shape == (1, 5)
     ms.FreeSpace(t)
     assert not t.is_allocated
+
+
+def test_slice_augmented_assignment_is_one_pass():
+    # `t[:] += e` runs __iadd__ on t[:] and then Python stores t[:] back into t; that store
+    # must not run a second (copy) assignment. Each assignment looks its plan up once.
+    t = ms.new_tensor((64, 64), 1.0)
+    t[:] += 1                        # warm: both plans compiled
+    before = ms.plan_cache_info()
+    t[:] += 1
+    after = ms.plan_cache_info()
+    assert (after.hits + after.misses) - (before.hits + before.misses) == 1
+    np.testing.assert_array_equal(t.numpy(), 3.0)
+    t[:] = t                         # assigning a tensor to itself changes nothing
+    np.testing.assert_array_equal(t.numpy(), 3.0)
+    a = np.ones((2, 2), np.float32)
+    a.flags.writeable = False
+    ro = ms.from_numpy(a)
+    with pytest.raises(ValueError, match="read-only"):
+        ro[:] = ro
