@@ -1,8 +1,8 @@
 """Expressions across the engine's boundaries: element-wise, fused reductions, pool and im2col.
 
-    python benchmarks/bench_ir.py                 # full run (< 3 min on 2 cores)
-    python benchmarks/bench_ir.py --quick         # 3 rounds, shorter samples (< 1 min)
-    python benchmarks/bench_ir.py --skip pool,im2col --rounds 15
+    python benchmarks/bench_ir.py                 # full run, 15 rounds (about 1 min on 2 cores)
+    python benchmarks/bench_ir.py --quick         # 3 rounds, shorter samples (about 15 s)
+    python benchmarks/bench_ir.py --skip pool,im2col --rounds 25
     cd /tmp && PYTHONPATH=/path/to/other/checkout python /path/to/bench_ir.py   # another build
 
 One script for comparing two builds of mshadow (run it once with each on PYTHONPATH):
@@ -481,7 +481,7 @@ def shape_arg(s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="3 rounds of 5 ms samples (default: 9 rounds of 20 ms)")
+                    help="3 rounds of 5 ms samples (default: 15 rounds of 20 ms)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per row")
     ap.add_argument("--min-time", type=float, default=None,
                     help="seconds of calls per sample (at least one call)")
@@ -498,7 +498,7 @@ def main():
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: "
                     + ",".join(SECTIONS))
     args = ap.parse_args()
-    args.rounds = args.rounds or (3 if args.quick else 9)
+    args.rounds = args.rounds or (3 if args.quick else 15)
     args.min_time = args.min_time or (0.005 if args.quick else 0.02)
     args.sizes = [int(float(s)) for s in args.sizes.split(",") if s.strip()]
     args.sum_n = int(args.sum_n)
