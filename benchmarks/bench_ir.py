@@ -1,7 +1,7 @@
 """Expressions across the engine's boundaries: element-wise, fused reductions, pool and im2col.
 
     python benchmarks/bench_ir.py                 # full run, 15 rounds (about 1 min on 2 cores)
-    python benchmarks/bench_ir.py --quick         # 3 rounds, shorter samples (about 15 s)
+    python benchmarks/bench_ir.py --quick         # 3 rounds, shorter samples (about 20 s)
     python benchmarks/bench_ir.py --skip pool,im2col --rounds 25
     cd /tmp && PYTHONPATH=/path/to/other/checkout python /path/to/bench_ir.py   # another build
 
