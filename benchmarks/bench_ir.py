@@ -20,10 +20,11 @@ One script for comparing two builds of mshadow (run it once with each on PYTHONP
             F(relu, x) first and torch F.unfold(relu(x), 3)
 
 Every alternative is checked against a reference before anything is timed. Timings are
-interleaved: each round runs every alternative of a row once (one sample of about
---min-time seconds of calls), in an order rotated every round; the tables show medians of the
-rounds. An alternative the build (or the machine) lacks prints "n/a" with the reason below its
-table. See benchmarks/README.md.
+interleaved: each round takes one sample of every alternative of a row, in an order rotated
+every round (a sample: the best of up to 5 bursts of --min-time / 5 seconds of calls, at most
+--min-time seconds or one call); the tables show the medians over the rounds (at least
+--rounds, up to 4x as many while the row has taken less than --row-time seconds). An alternative
+the build (or the machine) lacks prints "n/a" with the reason below its table. See benchmarks/README.md.
 """
 import argparse
 import ctypes
@@ -105,8 +106,8 @@ def build_cloop_reduce(tmpdir):
 
 
 # ---------------------------------------------------------------------------- timing
-def calibrate(fn, min_time):
-    """Calls per sample so that one sample lasts about ``min_time`` (after two warm-up calls)."""
+def calibrate(fn, burst_time):
+    """Calls per burst so that one burst lasts about ``burst_time`` (after two warm-up calls)."""
     fn()
     fn()
     k, t0 = 0, time.perf_counter()
@@ -114,32 +115,55 @@ def calibrate(fn, min_time):
         fn()
         k += 1
         dt = time.perf_counter() - t0
-        if dt >= min(min_time, 2e-3) or k >= 1000:
+        if dt >= min(burst_time, 2e-3) or k >= 1000:
             break
-    return max(1, min(100000, int(min_time / (dt / k))))
+    return max(1, min(100000, int(burst_time / (dt / k))))
 
 
-def measure(alts, rounds, min_time):
-    """{name: median seconds per call} of the callables in ``alts``, interleaved: every round
-    runs one sample of each (``number`` calls in a row), the order rotated each round."""
+def measure(alts, rounds, min_time, row_time=0.0, bursts=5):
+    """({name: median over rounds of seconds per call}, {name: interquartile range over the
+    rounds / median}, rounds) of the callables in ``alts``.
+
+    Interleaved: every round takes one sample of each alternative, in an order rotated each
+    round; at least ``rounds`` rounds, more (up to 4x) while the row has taken less than
+    ``row_time`` seconds (cheap rows get more rounds). A sample is the best of up to ``bursts`` bursts of calls (``min_time / bursts``
+    seconds each), stopping once it has lasted ``min_time``: a call longer than that is one
+    call. The best burst of a sample is the one least slowed by other processes at that
+    moment; the median over rounds then discards the rounds that were slowed throughout.
+    """
     names = list(alts)
-    number = {k: calibrate(alts[k], min_time) for k in names}
+    number = {k: calibrate(alts[k], min_time / bursts) for k in names}
     samples = {k: [] for k in names}
+    clock = time.perf_counter
     was = gc.isenabled()
     gc.disable()
+    t_row = clock()
     try:
-        for r in range(rounds):
+        for r in range(4 * rounds):
+            if r >= rounds and clock() - t_row >= row_time:
+                break
             s = r % len(names)
             for k in names[s:] + names[:s]:
                 fn, m = alts[k], number[k]
-                t0 = time.perf_counter()
-                for _ in range(m):
-                    fn()
-                samples[k].append((time.perf_counter() - t0) / m)
+                best, start = float("inf"), clock()
+                for _ in range(bursts):
+                    t0 = clock()
+                    for _ in range(m):
+                        fn()
+                    t1 = clock()
+                    best = min(best, (t1 - t0) / m)
+                    if t1 - start >= min_time:
+                        break
+                samples[k].append(best)
     finally:
         if was:
             gc.enable()
-    return {k: statistics.median(v) for k, v in samples.items()}
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    spread = {}
+    for k, v in samples.items():
+        q = statistics.quantiles(v, n=4) if len(v) >= 2 else [v[0]] * 3
+        spread[k] = (q[2] - q[0]) / med[k]
+    return med, spread, len(samples[names[0]]) if names else 0
 
 
 # ---------------------------------------------------------------------------- checking
@@ -192,7 +216,9 @@ class Table:
         self.title, self.base, self.names, self.c_names = title, base, list(names), set(c_names)
         self.label, self.rows, self.notes = label, [], []
 
-    def add(self, label, med, bad):
+    def add(self, label, res, bad):
+        """res: measure()'s (medians, spreads), or {} when nothing ran."""
+        med, spread, rounds = res if isinstance(res, tuple) else (res, {}, 0)
         cells = [label]
         for k in self.names:
             cells.append(fmt_time(med[k]) if k in med else
@@ -207,6 +233,8 @@ class Table:
                 cells.append(fmt_ratio(b / med[k]))
             else:
                 cells.append(fmt_ratio(med[k] / b))
+        sb = spread.get(self.base)
+        cells += ["-" if sb is None else f"{sb * 100:.0f}%", str(rounds) if rounds else "-"]
         self.rows.append(cells)
         for k, v in bad.items():
             tag = "WRONG" if isinstance(v, Wrong) else "n/a"
@@ -219,7 +247,7 @@ class Table:
                 continue
             s = short.get(k, k)
             h.append(f"ms/{s}" if k in self.c_names else f"{s}/ms")
-        return h
+        return h + ["ms IQR", "rounds"]
 
     def show(self, short, notes=()):
         print_table(self.title, self.header(short), self.rows, list(notes) + self.notes)
@@ -233,7 +261,7 @@ def elem_section(args, lib, nt, thr, rng, failures):
     titles = {"E1": "E1  w[:] = -eta * (g + lam * w)", "E2": "E2  a += b * c + d",
               "TR": "TR  y[:] = F(exp, x) * 0.5 + F(tanh, x)"}
     for expr in ("E1", "E2", "TR"):
-        tab = Table(f"{titles[expr]}   float32, {nt} thread(s), medians of {args.rounds} rounds",
+        tab = Table(f"{titles[expr]}   float32, {nt} thread(s)",
                     "ms", names, c_names=("c",), label="n")
         for n in args.sizes:
             label = f"{n:.0e}"
@@ -250,7 +278,7 @@ def elem_section(args, lib, nt, thr, rng, failures):
             if ne is None:
                 bad["ne"] = NA("numexpr not installed")
             alts = {k: fn for k, fn in case.impl.items() if k in names and k not in bad}
-            tab.add(label, measure(alts, args.rounds, args.min_time), bad)
+            tab.add(label, measure(alts, args.rounds, args.min_time, args.row_time), bad)
             del case
         tab.show(short, ["np-inpl: numpy's in-place ufuncs with a preallocated scratch "
                          "(bench_elementwise.py's np-inplace)"] if expr == "E1" else ())
@@ -284,9 +312,9 @@ def sum_section(args, rlib, failures):
     for k, fn in ok.items():
         errs.append(f"{k} {abs(float(as_array(fn())) - float(ref)) / float(ref):.1e}")
     short = {"ms": "mshadow", "c16": "C16", "c8": "C8", "t.sum": "torch.sum", "t.dot": "torch.dot"}
-    tab = Table(f"sum of squares r = ms.sum(x * x), float32, ONE thread, medians of "
-                f"{args.rounds} rounds", "ms", list(alts), c_names=("c16", "c8"), label="n")
-    tab.add(f"{n:.0e}", measure(ok, args.rounds, args.min_time), bad)
+    tab = Table("sum of squares r = ms.sum(x * x), float32, ONE thread", "ms", list(alts),
+                c_names=("c16", "c8"), label="n")
+    tab.add(f"{n:.0e}", measure(ok, args.rounds, args.min_time, args.row_time), bad)
     tab.show(short, ["mshadow: ms.sum(X * X); np.sum: np.sum(x * x); np.dot: np.dot(x, x) "
                      "(BLAS); torch.sum: torch.sum(x * x); torch.dot: torch.dot(x, x)",
                      "C16 / C8: cloop_reduce.c sumsq with 16 / 8 lane accumulators "
@@ -316,8 +344,8 @@ def axis_section(args, rlib, nt, failures):
     names = ["ms", "ms2", "c", "np", "einsum", "torch"]
     short = {"ms": "mshadow", "ms2": "ms 2-step", "c": "C", "np": "numpy", "einsum": "einsum",
              "torch": "torch"}
-    tab = Table(f"reductions keeping an axis, a * b of {rows}x{cols} float32, {nt} thread(s), "
-                f"medians of {args.rounds} rounds", "ms", names, c_names=("c",))
+    tab = Table(f"reductions keeping an axis, a * b of {rows}x{cols} float32, {nt} thread(s)",
+                "ms", names, c_names=("c",))
     red = getattr(ms, "red", None)
 
     def case(label, keep, stmt, stmt2, need):
@@ -350,7 +378,7 @@ def axis_section(args, rlib, nt, failures):
         ok, bad = check(alts, ref, rtol=2e-4)
         failures.extend(f"axis {label}: {k}: {v.reason}" for k, v in bad.items()
                         if isinstance(v, Wrong))
-        tab.add(label, measure(ok, args.rounds, args.min_time), bad)
+        tab.add(label, measure(ok, args.rounds, args.min_time, args.row_time), bad)
 
     def s_rows(R):
         R[:] = ms.sum_rows(A * B)
@@ -456,9 +484,9 @@ def spatial_section(args, nt, failures, which):
     ok, bad = check(alts, ref, rtol=0, atol=0)
     failures.extend(f"{which}: {k}: {v.reason}" for k, v in bad.items() if isinstance(v, Wrong))
     del ref
-    tab = Table(f"{title}, {nt} thread(s), medians of {args.rounds} rounds", "ms", names,
+    tab = Table(f"{title}, {nt} thread(s)", "ms", names,
                 label="case")
-    tab.add(label, measure(ok, args.rounds, args.min_time), bad)
+    tab.add(label, measure(ok, args.rounds, args.min_time, args.row_time), bad)
     tab.show(short, notes)
 
 
@@ -482,9 +510,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="3 rounds of 5 ms samples (default: 15 rounds of 20 ms)")
-    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per row")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="interleaved rounds per row, at least (default 15; --quick 3)")
+    ap.add_argument("--row-time", type=float, default=None,
+                    help="more rounds (up to 4x --rounds) while a row has taken less than this "
+                         "many seconds (default 3; --quick 0.5)")
     ap.add_argument("--min-time", type=float, default=None,
-                    help="seconds of calls per sample (at least one call)")
+                    help="seconds per sample, at least one call (default 0.02; --quick 0.005)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for mshadow, the C loops, numexpr and torch outside the "
                          "one-thread sum section (default: ms.get_num_threads())")
@@ -500,6 +532,8 @@ def main():
     args = ap.parse_args()
     args.rounds = args.rounds or (3 if args.quick else 15)
     args.min_time = args.min_time or (0.005 if args.quick else 0.02)
+    if args.row_time is None:
+        args.row_time = 0.5 if args.quick else 3.0
     args.sizes = [int(float(s)) for s in args.sizes.split(",") if s.strip()]
     args.sum_n = int(args.sum_n)
     skip = {s.strip().lower() for s in args.skip.split(",") if s.strip()}
@@ -535,9 +569,12 @@ def main():
     print(f"numpy {np.__version__}, numexpr {ne.__version__ if ne else 'not installed'}, "
           f"torch {torch.__version__ if torch else 'not installed'}; C loops: gcc -O3 "
           f"-march=native -fopenmp -shared -fPIC (cloop.c, cloop_reduce.c)")
-    print(f"times: medians of {args.rounds} interleaved rounds, each sample >= "
-          f"{args.min_time * 1e3:g} ms of calls (time.perf_counter, GC off); ratios: ms/C < 1 "
-          f"means mshadow beats the C loop, X/ms > 1 means mshadow beats X")
+    print(f"times: medians of at least {args.rounds} interleaved rounds (up to {4 * args.rounds} "
+          f"while a row has taken < {args.row_time:g} s: column 'rounds'); a round's sample is "
+          f"the best of up to 5 bursts of {args.min_time / 5 * 1e3:g} ms of calls, at most "
+          f"{args.min_time * 1e3:g} ms or one call (time.perf_counter, GC off); 'ms IQR': "
+          f"interquartile range of mshadow's samples / their median")
+    print("ratios: ms/C < 1 means mshadow beats the C loop, X/ms > 1 means mshadow beats X")
 
     with tempfile.TemporaryDirectory(prefix="ms_ir_") as tmpdir:
         lib, _ = be.build_cloop(tmpdir)
