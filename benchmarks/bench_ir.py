@@ -1,7 +1,7 @@
 """Expressions across the engine's boundaries: element-wise, fused reductions, pool and im2col.
 
-    python benchmarks/bench_ir.py                 # full run, 15 rounds (about 1 min on 2 cores)
-    python benchmarks/bench_ir.py --quick         # 3 rounds, shorter samples (about 20 s)
+    python benchmarks/bench_ir.py                 # full run (about 1 min on 2 cores)
+    python benchmarks/bench_ir.py --quick         # fewer rounds, shorter samples (about 30 s)
     python benchmarks/bench_ir.py --skip pool,im2col --rounds 25
     cd /tmp && PYTHONPATH=/path/to/other/checkout python /path/to/bench_ir.py   # another build
 
@@ -23,8 +23,9 @@ Every alternative is checked against a reference before anything is timed. Timin
 interleaved: each round takes one sample of every alternative of a row, in an order rotated
 every round (a sample: the best of up to 5 bursts of --min-time / 5 seconds of calls, at most
 --min-time seconds or one call); the tables show the medians over the rounds (at least
---rounds, up to 4x as many while the row has taken less than --row-time seconds). An alternative
-the build (or the machine) lacks prints "n/a" with the reason below its table. See benchmarks/README.md.
+--rounds, up to 4x as many while the row has taken less than --row-time seconds). An
+alternative the build (or the machine) lacks prints "n/a" with the reason below its table.
+See benchmarks/README.md.
 """
 import argparse
 import ctypes
@@ -126,9 +127,9 @@ def measure(alts, rounds, min_time, row_time=0.0, bursts=5):
 
     Interleaved: every round takes one sample of each alternative, in an order rotated each
     round; at least ``rounds`` rounds, more (up to 4x) while the row has taken less than
-    ``row_time`` seconds (cheap rows get more rounds). A sample is the best of up to ``bursts`` bursts of calls (``min_time / bursts``
-    seconds each), stopping once it has lasted ``min_time``: a call longer than that is one
-    call. The best burst of a sample is the one least slowed by other processes at that
+    ``row_time`` seconds (cheap rows get more rounds). A sample is the best of up to
+    ``bursts`` bursts of calls (``min_time / bursts`` seconds each), stopping once it has
+    lasted ``min_time``: a call longer than that is one call. The best burst of a sample is the one least slowed by other processes at that
     moment; the median over rounds then discards the rounds that were slowed throughout.
     """
     names = list(alts)
@@ -268,10 +269,19 @@ def elem_section(args, lib, nt, thr, rng, failures):
             bad = {}
             try:
                 case = be.Case(expr, F32, n, lib, nt, thr, rng)
-                wrong = case.validate()
-            except Exception as e:  # noqa: BLE001 - the build cannot build or run it
+            except Exception as e:  # noqa: BLE001 - the build cannot even wrap the buffers
                 tab.add(label, {}, {"ms": NA(reason_of(e))})
                 continue
+            for k, fn in list(case.impl.items()):     # one that raises is n/a, not fatal
+                try:
+                    if k in names:
+                        case.reset()
+                        fn()
+                        continue
+                except Exception as e:  # noqa: BLE001
+                    bad[k] = NA(reason_of(e))
+                del case.impl[k]
+            wrong = case.validate()
             for k, msg in wrong.items():
                 bad[k] = Wrong(msg.split(": ", 1)[1])
                 failures.append(f"{expr} n={label}: {msg}")
