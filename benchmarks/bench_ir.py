@@ -129,8 +129,9 @@ def measure(alts, rounds, min_time, row_time=0.0, bursts=5):
     round; at least ``rounds`` rounds, more (up to 4x) while the row has taken less than
     ``row_time`` seconds (cheap rows get more rounds). A sample is the best of up to
     ``bursts`` bursts of calls (``min_time / bursts`` seconds each), stopping once it has
-    lasted ``min_time``: a call longer than that is one call. The best burst of a sample is the one least slowed by other processes at that
-    moment; the median over rounds then discards the rounds that were slowed throughout.
+    lasted ``min_time``: a call longer than that is one call. The best burst of a sample is
+    the one least slowed by other processes at that moment; the median over rounds then
+    discards the rounds that were slowed throughout.
     """
     names = list(alts)
     number = {k: calibrate(alts[k], min_time / bursts) for k in names}
