@@ -355,6 +355,7 @@ cdef class Tensor:
             if type(value) is Tensor and _is_itself(self, <Tensor> value):
                 # `t[:] += e` ends with Python storing t[:] back into t: the values are
                 # already there, so no second pass over the tensor
+                self.data()      # a freed tensor still raises
                 if self.readonly:
                     raise ValueError("assignment destination is read-only")
                 return
@@ -647,7 +648,8 @@ cdef object _expr():
 
 cdef bint _is_itself(Tensor t, Tensor v) except -1:
     """``v`` holds exactly ``t``'s elements (the same memory, shape, dtype and layout)."""
-    return (v.type_flag == t.type_flag and v.shape == t.shape and v.data() == t.data()
+    return (v.mem is not None and v.mem is t.mem and v.offset == t.offset
+            and v.device is t.device and v.type_flag == t.type_flag and v.shape == t.shape
             and (v.stride == t.stride or t.rows <= 1))
 
 
