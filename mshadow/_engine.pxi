@@ -259,7 +259,7 @@ cdef class Plan:
             raise MemoryError()
         for k, instr in enumerate(program.instrs):
             ins = &self.inst[k]
-            if instr.kernel[0] == "chain":
+            if instr.kernel[0] in ("chain", "chain_sum"):
                 ch = &self.chains[k]
                 ch.nin = len(instr.ins)
                 ch.nstep = len(instr.kernel[2])
@@ -269,7 +269,7 @@ cdef class Plan:
                     ch.code[j] = _CHAIN_CODE[op, swap, scalar]
                     ch.opd[j] = 0 if opd is None else opd
                     ch.scalar[j] = scalar
-                ins.fn = <ms_loop_fn> <size_t> _KERNELS[f"chain_{instr.kernel[1]}"]
+                ins.fn = <ms_loop_fn> <size_t> _KERNELS[f"{instr.kernel[0]}_{instr.kernel[1]}"]
                 ins.data = ch
             else:
                 ins.fn = <ms_loop_fn> <size_t> _KERNELS[instr.kernel[1]]

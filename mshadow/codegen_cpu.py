@@ -288,10 +288,14 @@ def _subst(form, names):
     return re.sub(r"\b([ab])\b", lambda m: names[m.group(1)], form)
 
 
-def _chain_packet(code, ctype, isa):
+def _chain_packet(code, ctype, isa, total=False):
+    """A chain's SIMD body for one ISA. With ``total`` the chain ends in a sum instead of a
+    store: element i goes to lane i % 16 (REDUCE_LANES) and the block's lanes are added
+    pairwise into args[nin], the order of the reduce_sum kernel, with no register between."""
     V, W = f"ms_{isa}_v_{code}", f"ms_{isa}_W_{code}"
     U = 8   # vectors per iteration: amortises the step dispatch
-    L = [f"static {_TARGET[isa]}void ms_chain_{code}_{isa}(const ms_chain *ch, char **args, npy_intp n) {{",
+    name = f"ms_chain_sum_{code}_{isa}" if total else f"ms_chain_{code}_{isa}"
+    L = [f"static {_TARGET[isa]}void {name}(const ms_chain *ch, char **args, npy_intp n) {{",
          f"  {ctype} *r = ({ctype} *)args[ch->nin];",
          f"  const {ctype} *S = (const {ctype} *)args[0];",
          f"  {V} bc[{CHAIN_MAX}];",
@@ -318,18 +322,34 @@ def _chain_packet(code, ctype, isa):
             names = {"a": o, "b": "v[u]"} if swap else {"a": "v[u]", "b": o}
             e = _subst(form, names)
             L.append(f"        case {c}: for (u = 0; u < {U}; ++u) v[u] = {e}; break;")
+    if not total:
+        L += ["      }", "    }",
+              f"    for (u = 0; u < {U}; ++u) ms_{isa}_storeu_{code}(r + i + u * {W}, v[u]);",
+              "  }",
+              f"  if (i < n) ms_chain_plain_{code}(ch, args, n, i, NULL);",
+              "}"]
+        return "\n".join(L)
+    # lanes: vector u of an iteration (i a multiple of 16) holds lanes (u % NA) * W + k
+    NA = f"({REDUCE_LANES} / {W})"
+    L[1:1] = [f"  {V} lane[{REDUCE_LANES}];", f"  {ctype} tot[{REDUCE_LANES}];", "  int l, w;",
+              f"  for (l = 0; l < {NA}; ++l) lane[l] = ms_{isa}_zero_{code}();"]
     L += ["      }", "    }",
-          f"    for (u = 0; u < {U}; ++u) ms_{isa}_storeu_{code}(r + i + u * {W}, v[u]);",
+          f"    for (u = 0; u < {U}; ++u) lane[u % {NA}] = ms_{isa}_add_{code}(lane[u % {NA}], v[u]);",
           "  }",
-          f"  if (i < n) ms_chain_plain_{code}(ch, args, n, i);",
+          f"  for (l = 0; l < {NA}; ++l) ms_{isa}_storeu_{code}(tot + l * {W}, lane[l]);",
+          f"  if (i < n) ms_chain_plain_{code}(ch, args, n, i, tot);",
+          f"  for (w = {REDUCE_LANES} / 2; w > 0; w /= 2)",
+          f"    for (l = 0; l < w; ++l) tot[l] = ({ctype})(tot[l] + tot[l + w]);",
+          "  *r = tot[0];",
           "}"]
     return "\n".join(L)
 
 
 def _chain_plain(code, ctype):
     """Elements [i0, n) step by step on a local accumulator: the loops vectorise, and the
-    destination may be read by a later step, so it is written only at the end."""
-    L = [f"static void ms_chain_plain_{code}(const ms_chain *ch, char **args, npy_intp n, npy_intp i0) {{",
+    destination may be read by a later step, so it is written only at the end. Given
+    ``lanes`` (a chain ending in a sum) element i is added to lanes[i % 16] instead."""
+    L = [f"static void ms_chain_plain_{code}(const ms_chain *ch, char **args, npy_intp n, npy_intp i0, {ctype} *lanes) {{",
          f"  {ctype} acc[MS_CHAIN_BLOCK];",
          f"  {ctype} *r = ({ctype} *)args[ch->nin];",
          "  npy_intp i, m;",
@@ -355,24 +375,47 @@ def _chain_plain(code, ctype):
             e = _subst(form, names)
             L.append(f"        case {c}: for (i = 0; i < m; ++i) {{ const {ctype} v = acc[i], o = {o}; acc[i] = {e}; }} break;")
     L += ["      }", "    }",
-          "    for (i = 0; i < m; ++i) r[i0 + i] = acc[i];",
+          "    if (lanes) {",
+          f"      for (i = 0; i < m; ++i) lanes[(i0 + i) % {REDUCE_LANES}] = ({ctype})(lanes[(i0 + i) % {REDUCE_LANES}] + acc[i]);",
+          "    } else {",
+          "      for (i = 0; i < m; ++i) r[i0 + i] = acc[i];",
+          "    }",
           "  }", "}"]
     return "\n".join(L)
 
 
 def _chain_kernel(code, ctype):
+    """chain_<code>: a fused run of steps stored to args[nin]; chain_sum_<code>: the same
+    run summed (a reduction's last instruction: one partial sum per block)."""
     L = [_chain_plain(code, ctype), "#if MS_X86"]
     for isa in ISAS:
         L.append(_chain_packet(code, ctype, isa))
-    L.append(f"static void (*const ms_chain_{code}_tab[4])(const ms_chain *, char **, npy_intp) = "
-             f"{{NULL, " + ", ".join(f"ms_chain_{code}_{isa}" for isa in ISAS) + "};")
+        L.append(_chain_packet(code, ctype, isa, total=True))
+    for name in (f"ms_chain_{code}", f"ms_chain_sum_{code}"):
+        L.append(f"static void (*const {name}_tab[4])(const ms_chain *, char **, npy_intp) = "
+                 f"{{NULL, " + ", ".join(f"{name}_{isa}" for isa in ISAS) + "};")
     L.append("#endif")
     L.append(f"""static void ms_k_chain_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   (void)steps;   /* every operand is contiguous or a scalar: the plan only fuses such runs */
 #if MS_X86
   if (ms_isa_level > 0) {{ ms_chain_{code}_tab[ms_isa_level]((const ms_chain *)data, args, dims[0]); return; }}
 #endif
-  ms_chain_plain_{code}((const ms_chain *)data, args, dims[0], 0);
+  ms_chain_plain_{code}((const ms_chain *)data, args, dims[0], 0, NULL);
+}}
+static void ms_k_chain_sum_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+  (void)steps;
+#if MS_X86
+  if (ms_isa_level > 0) {{ ms_chain_sum_{code}_tab[ms_isa_level]((const ms_chain *)data, args, dims[0]); return; }}
+#endif
+  {{
+    {ctype} tot[{REDUCE_LANES}];
+    int l, w;
+    for (l = 0; l < {REDUCE_LANES}; ++l) tot[l] = 0;
+    ms_chain_plain_{code}((const ms_chain *)data, args, dims[0], 0, tot);
+    for (w = {REDUCE_LANES} / 2; w > 0; w /= 2)
+      for (l = 0; l < w; ++l) tot[l] = ({ctype})(tot[l] + tot[l + w]);
+    *({ctype} *)args[((const ms_chain *)data)->nin] = tot[0];
+  }}
 }}""")
     return "\n".join(L)
 
@@ -549,7 +592,7 @@ def generate():
     for code in FLOAT_CODES:
         ctype = {"f32": "float", "f64": "double"}[code]
         out.append(_chain_kernel(code, ctype))
-        names.append(f"chain_{code}")
+        names += [f"chain_{code}", f"chain_sum_{code}"]
     for code, ctype, _ in COMPUTE_TYPES:
         out.append(_implicit_gemm(code, ctype))
         names.append(f"implicit_gemm_{code}")

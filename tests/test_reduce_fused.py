@@ -84,7 +84,7 @@ def test_sum_is_one_pass_without_a_temporary():
     from mshadow import ir
     key = ir.Map("mul", "f32", ir.LEAF["f32"], ir.LEAF["f32"])
     lines = disassemble(compile_plan(key, "f32", "sum")).splitlines()[1:]
-    assert lines == ["r0 = mul_f32(L0, L1)", "dst = reduce_sum_f32(r0)"]
+    assert lines == ["dst = chain_sum_f32[L0 -> mul(_, L1)]"]   # no register between
 
 
 def test_sum_errors():

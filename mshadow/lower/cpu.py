@@ -37,13 +37,13 @@ class Instr:
     out: Tuple
 
     def __str__(self):
-        if self.kernel[0] == "chain":
+        if self.kernel[0] in ("chain", "chain_sum"):
             parts = [_opd(self.ins[0])]
             for op, swap, k in self.kernel[2]:
                 o = "_" if k is None else _opd(self.ins[k])
                 parts.append(f"{op}(_)" if k is None else
                              (f"{op}({o}, _)" if swap else f"{op}(_, {o})"))
-            return f"{_opd(self.out)} = chain_{self.kernel[1]}[{' -> '.join(parts)}]"
+            return f"{_opd(self.out)} = {self.kernel[0]}_{self.kernel[1]}[{' -> '.join(parts)}]"
         return f"{_opd(self.out)} = {self.kernel[1]}({', '.join(_opd(o) for o in self.ins)})"
 
 
@@ -315,6 +315,29 @@ def _reads(instrs, reg, start):
     return n
 
 
+def sum_chain(p):
+    """A reduction whose value comes out of a chain (or one chainable kernel) sums it as the
+    chain computes it: chain_sum, with no block-sized register between the two."""
+    if p.saver not in REDUCERS or len(p.instrs) < 2:
+        return p
+    red, prev = p.instrs[-1], p.instrs[-2]
+    r = red.ins[0]
+    if r[0] != "reg" or prev.out != r or _reads(p.instrs, r[1], len(p.instrs) - 1) != 1:
+        return p
+    if prev.kernel[0] == "chain" and prev.kernel[1] == p.dst_code:
+        steps, opds = prev.kernel[2], list(prev.ins)
+    else:
+        op = _chain_op(prev, p.leaf_roles, p.leaf_params, p.leaf_transposed)
+        if op is None or prev.out[2] != p.dst_code:
+            return p
+        opds = [prev.ins[0]] + list(prev.ins[1:])
+        steps = ((op, False, 1 if len(prev.ins) == 2 else None),)
+    p.instrs[-2:] = [Instr(("chain_sum", p.dst_code, steps), opds, ("dst", 0, p.dst_code))]
+    used = [o[1] for ins in p.instrs for o in list(ins.ins) + [ins.out] if o[0] == "reg"]
+    p.nreg = max(used) + 1 if used else 0
+    return p
+
+
 def fuse_chains(p):
     """Replace each run of instructions where every one consumes only its predecessor's
     result by one chain instruction: the same IEEE operations in the same order, one pass."""
@@ -379,7 +402,7 @@ def compile_plan(node, dst_code, saver):
     if saver in REDUCERS:
         c.p.dst_code = cc
     res = c.visit(node, (dst_code, cc))
-    prog = fuse_chains(c.finish(res))
+    prog = sum_chain(fuse_chains(c.finish(res)))
     prog.const_values = c.consts
     prog.key = node
     return prog

@@ -1,0 +1,129 @@
+"""The typed IR (mshadow/ir.py): nodes, visitors, the dtype and saver tables, and the one
+plan cache the engine owns."""
+import pickle
+
+import numpy as np
+import pytest
+
+import mshadow as ms
+from mshadow import dtypes, ir
+from mshadow.ops_table import STORAGE_TYPES
+
+
+F32 = ir.LEAF["f32"]
+
+
+def test_expressions_build_typed_nodes_equal_by_structure():
+    a, b = ms.new_tensor((3, 4), 1.0), ms.new_tensor((3, 4), 2.0)
+    e = -0.5 * (a + 0.1 * b)
+    node = e.key
+    assert isinstance(node, ir.Map) and node.op == "mul" and node.code == "f32"
+    assert node.args[0] is ir.SCALAR
+    inner = node.args[1]
+    assert isinstance(inner, ir.Map) and inner.op == "plus"
+    assert inner.args == (F32, ir.Map("mul", "f32", ir.SCALAR, F32))
+    # the same structure over other tensors and values is the same node (one cached plan)
+    c, d = ms.new_tensor((3, 4), 5.0), ms.new_tensor((3, 4), 6.0)
+    other = (-2.0 * (c + 3.0 * d)).key
+    assert other == node and hash(other) == hash(node)
+    assert other != (-2.0 * (c - 3.0 * d)).key
+
+
+def test_node_kinds_of_every_extension_family():
+    x = ms.new_tensor((2, 3, 4, 4), 1.0)
+    t = ms.new_tensor((4, 5), 1.0)
+    assert isinstance(ms.flip(t, 0).key, ir.View) and isinstance(ms.flip(t, 0).key, ir.Remap)
+    assert isinstance(ms.pool(x, 2, 2, 2, 2).key, ir.Gather)
+    assert ms.pool(x, 2, 2, 2, 2).key.kernel == "g_pool_f32"
+    assert isinstance(ms.tcast(np.float64, t).key, ir.Cast)
+    assert ms.tcast(np.float64, t).key.arg == F32
+    assert isinstance(ms.implicit_dot(t, t.T).key, ir.ImplicitDot)
+    assert isinstance(ms.dot(t, t.T).key, ir.Product) and ms.dot(t, t.T).key.kind == "dot"
+    assert isinstance(ms.sum_rows(t * 2).key, ir.Reduce)
+    assert ms.sum_rows(t * 2).key.src == ir.Map("mul", "f32", F32, ir.SCALAR)
+
+
+def test_describe_and_repr():
+    t = ms.new_tensor((4, 5), 1.0)
+    e = ms.F(ms.op.exp, t.T) + ms.tcast(np.float32, ms.new_tensor((5, 4), 0, dtype=np.float64))
+    assert ir.describe(e.key) == "plus(exp(Tensor<f32>.T), tcast<f32>(Tensor<f64>))"
+    assert repr(e.key) == ir.describe(e.key)
+    assert ir.describe(ms.pad(t, 1).key) == "pad<f32>"
+
+
+def test_transposed_flips_leaves_and_refuses_remaps():
+    node = ir.Map("plus", "f32", F32, ir.Map("mul", "f32", ir.SCALAR, ir.Leaf("f32", True)))
+    flipped = ir.transposed(node)
+    assert flipped == ir.Map("plus", "f32", ir.Leaf("f32", True),
+                             ir.Map("mul", "f32", ir.SCALAR, F32))
+    assert ir.transposed(flipped) == node
+    with pytest.raises(TypeError, match="implicit_dot"):
+        ir.transposed(ir.ImplicitDot("f32", F32, F32))
+    with pytest.raises(TypeError, match="transpose_axes"):
+        ir.transposed(ir.Map("neg", "f32", ir.View("f32", 0)))
+
+
+def test_leaves_are_in_binding_order():
+    a, b, c = (ms.new_tensor((4, 4), v) for v in (1.0, 2.0, 3.0))
+    e = a * ms.flip(b, 0) + ms.implicit_dot(c, c.T) + ms.pad(a, 0) * 2
+    kinds = [type(n).__name__ for n in ir.leaves(e.key)]
+    assert kinds == ["Leaf", "View", "Leaf", "Leaf", "Gather"]
+    assert len(ir.leaves(e.key)) == len(e.leaves)
+    assert ir.scalar_count(e.key) == len(e.scalars) == 1
+    assert ir.holds_remap(e.key) and not ir.holds_remap((a * b).key)
+
+
+def test_nodes_are_frozen_and_pickle():
+    node = ir.Map("plus", "f32", F32, ir.Cast("f32", ir.LEAF["f64"]))
+    with pytest.raises((TypeError, AttributeError)):
+        node.op = "minus"
+    again = pickle.loads(pickle.dumps(node))
+    assert again == node and type(again) is ir.Map and type(again.args[1]) is ir.Cast
+    prod = ir.Product("batch_dot", "f64", True, False, 3, 3)
+    assert pickle.loads(pickle.dumps(prod)) == prod and prod.kind == "batch_dot"
+
+
+def test_one_dtype_table():
+    # every storage type the kernels are generated for is a row of dtypes.DTYPES, with the
+    # same C type and numpy dtype (ops_table is loaded by path at build time, so it keeps
+    # its own list; the two must agree)
+    table = {d.code: d for d in dtypes.DTYPES}
+    assert {code for code, _, _ in STORAGE_TYPES} == set(table)
+    for code, ctype, dt in STORAGE_TYPES:
+        assert table[code].ctype == ctype and table[code].np == dt
+        assert table[code].size == dt.itemsize
+    for flag, d in enumerate(dtypes.DTYPES):
+        assert d.flag == flag and dtypes.dtype_from_flag(flag) == d.np
+    assert dtypes.compute_code("f16") == "f32" and dtypes.compute_code("i8") == "i8"
+
+
+def test_one_saver_table():
+    from mshadow.extension import reduce as red_mod
+    assert tuple(ir.SAVERS) == red_mod.SAVERS == ("saveto", "plusto", "minusto", "multo", "divto")
+    assert [getattr(ms.sv, s) for s in ir.SAVERS] == list(ir.SAVERS)
+
+
+def test_the_engine_owns_the_only_plan_cache():
+    ms.clear_plan_cache()
+    x = ms.new_tensor((8, 8), 1.0)
+    x += x.T * 2          # aliased: expression into a temporary, then added into x
+    info = ms.plan_cache_info()
+    keys = list(ms.engine._plans)
+    # the assignment's plan, the expression into the temporary, the temporary into x
+    assert info.currsize == len(keys) == 3
+    assert all(k[3] is ms.cpu and isinstance(k[0], ir.Node) for k in keys)
+    assert {k[2] for k in keys} == {"plusto", "saveto"}
+    np.testing.assert_array_equal(x.numpy(), 3.0)
+    ms.clear_plan_cache()
+    assert ms.plan_cache_info().currsize == 0
+
+
+def test_the_core_does_not_import_the_layers_above_it():
+    # the compiled core's sources import nothing from engine, expr, lower or extensions
+    import pathlib
+    root = pathlib.Path(ms.__file__).parent
+    for name in ("_core.pyx", "_exp.pxi", "_engine.pxi", "_view.pxi", "_gather.pxi"):
+        text = (root / name).read_text()
+        for upper in ("from .engine", "from .lower", "from .plan", "from .extension",
+                      "import engine", "from .fallback"):
+            assert upper not in text, (name, upper)
