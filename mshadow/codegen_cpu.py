@@ -288,55 +288,70 @@ def _subst(form, names):
     return re.sub(r"\b([ab])\b", lambda m: names[m.group(1)], form)
 
 
+# SIMD width of each (ISA, code): the lane accumulators of a summing chain are unrolled
+_WIDTH = {("sse2", "f32"): 4, ("sse2", "f64"): 2, ("avx2", "f32"): 8, ("avx2", "f64"): 4,
+          ("avx512", "f32"): 16, ("avx512", "f64"): 8}
+
+
 def _chain_packet(code, ctype, isa, total=False):
-    """A chain's SIMD body for one ISA. With ``total`` the chain ends in a sum instead of a
-    store: element i goes to lane i % 16 (REDUCE_LANES) and the block's lanes are added
-    pairwise into args[nin], the order of the reduce_sum kernel, with no register between."""
+    """A chain's SIMD body for one ISA. The U vectors of an iteration are named variables
+    (v0 .. v7), not an array, so they stay in registers across the step dispatch. With
+    ``total`` the chain ends in a sum instead of a store: element i goes to lane i % 16
+    (REDUCE_LANES) and the block's lanes are added pairwise into args[nin], the order of the
+    reduce_sum kernel, with no register between."""
     V, W = f"ms_{isa}_v_{code}", f"ms_{isa}_W_{code}"
     U = 8   # vectors per iteration: amortises the step dispatch
+    vs = [f"v{u}" for u in range(U)]
+
+    def each(template):   # one statement per vector u
+        return " ".join(template(u) for u in range(U))
+
     name = f"ms_chain_sum_{code}_{isa}" if total else f"ms_chain_{code}_{isa}"
     L = [f"static {_TARGET[isa]}void {name}(const ms_chain *ch, char **args, npy_intp n) {{",
          f"  {ctype} *r = ({ctype} *)args[ch->nin];",
          f"  const {ctype} *S = (const {ctype} *)args[0];",
          f"  {V} bc[{CHAIN_MAX}];",
          "  npy_intp i = 0;",
-         "  int s, u;",
+         "  int s;",
          "  for (s = 0; s < ch->nstep; ++s)",
          f"    if (ch->scalar[s]) bc[s] = ms_{isa}_set1_{code}((({ctype} *)args[ch->opd[s]])[0]);",
          f"  const {V} b0 = ms_{isa}_set1_{code}(S[0]);",
          f"  for (; i + {U} * {W} <= n; i += {U} * {W}) {{",
-         f"    {V} v[{U}];",
-         f"    for (u = 0; u < {U}; ++u) v[u] = ch->start_scalar ? b0 : ms_{isa}_loadu_{code}(S + i + u * {W});",
+         f"    {V} {', '.join(vs)};",
+         "    if (ch->start_scalar) { " + each(lambda u: f"v{u} = b0;") + " }",
+         "    else { " + each(lambda u: f"v{u} = ms_{isa}_loadu_{code}(S + i + {u} * {W});") + " }",
          "    for (s = 0; s < ch->nstep; ++s) {",
          f"      const {ctype} *O = (const {ctype} *)args[ch->opd[s]] + i;",
+         "      const V_BC bs = bc[s];".replace("V_BC", V),
          "      switch (ch->code[s]) {"]
     for c, op, swap, scalar in chain_steps():
         d = OPS_BY_NAME[op]
-        unary = d.arity == 1
         form = re.sub(r"P\((\w+)\)", lambda m: f"ms_{isa}_{m.group(1)}_{code}", d.packet)
-        if unary:
-            e = _subst(form, {"a": "v[u]"})
-            L.append(f"        case {c}: for (u = 0; u < {U}; ++u) v[u] = {e}; break;")
+        if d.arity == 1:
+            body = each(lambda u: f"v{u} = {_subst(form, {'a': f'v{u}'})};")
         else:
-            o = "bc[s]" if scalar else f"ms_{isa}_loadu_{code}(O + u * {W})"
-            names = {"a": o, "b": "v[u]"} if swap else {"a": "v[u]", "b": o}
-            e = _subst(form, names)
-            L.append(f"        case {c}: for (u = 0; u < {U}; ++u) v[u] = {e}; break;")
+            def stmt(u):
+                o = "bs" if scalar else f"ms_{isa}_loadu_{code}(O + {u} * {W})"
+                names = {"a": o, "b": f"v{u}"} if swap else {"a": f"v{u}", "b": o}
+                return f"v{u} = {_subst(form, names)};"
+            body = each(stmt)
+        L.append(f"        case {c}: {body} break;")
     if not total:
         L += ["      }", "    }",
-              f"    for (u = 0; u < {U}; ++u) ms_{isa}_storeu_{code}(r + i + u * {W}, v[u]);",
+              "    " + each(lambda u: f"ms_{isa}_storeu_{code}(r + i + {u} * {W}, v{u});"),
               "  }",
               f"  if (i < n) ms_chain_plain_{code}(ch, args, n, i, NULL);",
               "}"]
         return "\n".join(L)
     # lanes: vector u of an iteration (i a multiple of 16) holds lanes (u % NA) * W + k
-    NA = f"({REDUCE_LANES} / {W})"
-    L[1:1] = [f"  {V} lane[{REDUCE_LANES}];", f"  {ctype} tot[{REDUCE_LANES}];", "  int l, w;",
-              f"  for (l = 0; l < {NA}; ++l) lane[l] = ms_{isa}_zero_{code}();"]
+    NA = REDUCE_LANES // _WIDTH[isa, code]
+    lanes = [f"lane{a}" for a in range(NA)]
+    L[1:1] = [f"  {V} {', '.join(f'{x} = ms_{isa}_zero_{code}()' for x in lanes)};",
+              f"  {ctype} tot[{REDUCE_LANES}];", "  int l, w;"]
     L += ["      }", "    }",
-          f"    for (u = 0; u < {U}; ++u) lane[u % {NA}] = ms_{isa}_add_{code}(lane[u % {NA}], v[u]);",
+          "    " + each(lambda u: f"lane{u % NA} = ms_{isa}_add_{code}(lane{u % NA}, v{u});"),
           "  }",
-          f"  for (l = 0; l < {NA}; ++l) ms_{isa}_storeu_{code}(tot + l * {W}, lane[l]);",
+          "  " + " ".join(f"ms_{isa}_storeu_{code}(tot + {a} * {W}, lane{a});" for a in range(NA)),
           f"  if (i < n) ms_chain_plain_{code}(ch, args, n, i, tot);",
           f"  for (w = {REDUCE_LANES} / 2; w > 0; w /= 2)",
           f"    for (l = 0; l < w; ++l) tot[l] = ({ctype})(tot[l] + tot[l + w]);",
