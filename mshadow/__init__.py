@@ -34,7 +34,7 @@ from .op import sv, red, types as type  # noqa: A001  ms.type is mshadow's names
 from .engine import plan_for, plan_cache_info, clear_plan_cache, set_plan_cache_size
 from .extension import (implicit_dot, broadcast, broadcast_keepdim, broadcast_scalar,
                         broadcast_to, broadcast_with_axis, crop, flip, mirror, repmat, reshape,
-                        slice_axis, swapaxis, transpose_axes, concat, mask,
+                        slice_axis, slice_ex, swapaxis, transpose_axes, concat, mask,
                         mat_choose_row_element, mat_fill_row_element, one_hot_encode, pad,
                         take, upsampling_nearest, broadcast_multi_axes, transpose_indices,
                         take_grad, complex_mul_cc, complex_mul_cr, complex_mul_rc,
@@ -89,7 +89,7 @@ __all__ = [
     "ps",
     "implicit_dot", "broadcast", "broadcast_keepdim", "broadcast_scalar", "broadcast_to",
     "broadcast_with_axis", "crop", "flip", "mirror", "repmat", "reshape", "slice_axis",
-    "swapaxis", "transpose_axes", "concat", "mask", "mat_choose_row_element",
+    "slice_ex", "swapaxis", "transpose_axes", "concat", "mask", "mat_choose_row_element",
     "mat_fill_row_element", "one_hot_encode", "pad", "take", "upsampling_nearest",
     "broadcast_multi_axes", "transpose_indices", "take_grad", "complex_mul_cc",
     "complex_mul_cr", "complex_mul_rc", "complex_div_cc", "complex_div_cr", "complex_div_rc",

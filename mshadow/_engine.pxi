@@ -550,11 +550,12 @@ cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):
 
 cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
           Py_ssize_t rows=-1, Py_ssize_t cols=-1, Py_ssize_t gB=0, Py_ssize_t gM=1,
-          Py_ssize_t gR=1):
+          Py_ssize_t gR=1, ViewLeaf view=None):
     """Run ``plan`` over ``dst``'s 2-D geometry; or, given ``rows`` x ``cols``, over that
     geometry with ``dst`` holding one value per block (a reduction's partial results); or,
     given also ``gB`` > 0, with ``dst`` holding one row per group of rows (gB, gM, gR: see
-    ms_program in plan_exec.h; a column reduction's accumulators)."""
+    ms_program in plan_exec.h; a column reduction's accumulators); or, given ``view`` (a
+    view of ``dst``), over the view's geometry, row y of dst through the view's row map."""
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef ms_leaf stack_leaf[16]
     cdef ms_gather stack_gather[16]
@@ -590,6 +591,9 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
             lv[0].colstep = dst.itemsize
         lv[0].inner = cols
         lv[0].per_block = 2 if gB > 0 else per_block
+        if view is not None:   # a view target: row y of leaf 0 through the view's row map
+            _bind_view(&lv[0], view)
+            rows, cols = _prod(view.shape[:-1]), view.shape[-1]
         for k in range(nl):
             lv[k + 1].nmap = 0
             lv[k + 1].per_block = 0
@@ -667,3 +671,131 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
             free(gv)
         if sv != &stack_scalars[0]:
             free(sv)
+
+
+# ---- view targets: slice_axis, slice_ex, flip, crop of a tensor (extension/targets.py) ----
+
+cdef tuple _span(size_t p, object shape, tuple strides, Py_ssize_t itemsize):
+    """The bytes [lo, hi) a strided reading from address ``p`` can touch (empty: lo == hi)."""
+    cdef Py_ssize_t lo = 0, hi = 0, n, s, k
+    for k in range(len(strides)):
+        n = shape[k]
+        s = strides[k]
+        if n == 0:
+            return p, p
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return p + lo, p + hi + itemsize
+
+
+cdef tuple _tensor_span(Tensor t):
+    cdef size_t p = <size_t> t.data()
+    if t.rows == 0 or t.cols == 0:
+        return p, p
+    return p, p + <size_t> (((t.rows - 1) * t.stride + t.cols) * t.itemsize)
+
+
+cdef bint _same_positions(a, b):
+    """Two numpy arrays address the same element at every index."""
+    if a.shape != b.shape or a.ctypes.data != b.ctypes.data:
+        return False
+    return all(n <= 1 or s == t for n, s, t in zip(a.shape, a.strides, b.strides))
+
+
+cdef bint _reads_view_elsewhere(Plan plan, ViewLeaf dst, tuple leaves) except -1:
+    """Whether a leaf reads the view's bytes at positions other than the one being written
+    (``flip(t, 0)[:] = t``). Reading the very element written, as ``v[:] = v * 2`` does, is
+    safe block by block, as it is for a tensor (_same_elements)."""
+    lo, hi = _span(<size_t> dst.data(), dst.shape, dst.strides, dst.src.itemsize)
+    if lo == hi:
+        return False
+    dnp = None
+    cdef Py_ssize_t k
+    cdef Tensor lf
+    cdef ViewLeaf vl
+    for k in range(plan.nleaf):
+        role = plan.leaf_role[k + 1]
+        if role == ROLE_GATHER:       # reads its sources anywhere
+            reads = [(t, None) for t in (<GatherLeaf> leaves[k]).srcs]
+        elif role == ROLE_VIEW:
+            vl = <ViewLeaf> leaves[k]
+            reads = [(vl, vl)]
+        else:
+            lf = <Tensor> leaves[k]
+            same = role == ROLE_MAP and not plan.leaf_t[k + 1]
+            reads = [(lf, lf if same else None)]
+        for src, positioned in reads:
+            if isinstance(src, ViewLeaf):
+                vl = <ViewLeaf> src
+                slo, shi = _span(<size_t> vl.data(), vl.shape, vl.strides, vl.src.itemsize)
+                arr = vl.numpy
+            else:
+                slo, shi = _tensor_span(<Tensor> src)
+                arr = (<Tensor> src)._export
+            if not (lo < shi and slo < hi):
+                continue
+            if dnp is None:
+                dnp = dst.numpy()
+            arr = arr()
+            if positioned is not None and _same_positions(arr, dnp):
+                continue
+            if np.shares_memory(arr, dnp):
+                return True
+    return False
+
+
+cpdef bint view_needs_strided_plan(ViewLeaf dst):
+    """Whether ``dst``'s rows are not contiguous, so that run_plan_view needs the plan's
+    strided form (lower.cpu.strided_dst; engine.get_plan(..., strided=True))."""
+    cdef Py_ssize_t nd = len(dst.shape)
+    return dst.shape[nd - 1] > 1 and dst.strides[nd - 1] != dst.src.itemsize
+
+
+def run_plan_view(Plan plan, ViewLeaf dst, tuple leaves, tuple scalars):
+    """Evaluate ``plan`` (compiled for a tensor destination of dst's dtype) into ``dst``, a
+    strided view of a tensor: leaf 0 is bound through the view's row map and the blocks run
+    as for a tensor. A fused chain or a gather writes its block contiguously, so where the
+    view's last axis is not contiguous (a flip of it) the plan must be its strided form
+    (view_needs_strided_plan). Returns False, having stored nothing, when a leaf reads the
+    view's bytes at other positions (``flip(t, 0)[:] = t``): the caller
+    (extension/targets.py) then evaluates the value into a temporary first, with plans of
+    the engine's cache, as the engine does for run_plan."""
+    cdef Tensor base = dst.src
+    if base.readonly:
+        raise ValueError("assignment destination is read-only")
+    dst.data()
+    shape = dst.shape
+    for n, s in zip(shape, dst.strides):
+        if s == 0 and n > 1:    # a broadcast: blocks would store to one element together
+            raise ValueError(f"run_plan_view: the destination view repeats elements (shape "
+                             f"{shape}, byte strides {dst.strides})")
+    if plan.dst_code != base.type_flag:
+        raise ValueError(f"run_plan_view: a plan for {plan.program.dst_code} into a view of a "
+                         f"{base.dtype} tensor")
+    if view_needs_strided_plan(dst) and not getattr(plan.program, "dst_strided", False):
+        raise ValueError("run_plan_view: the view's last axis is not contiguous: it needs the "
+                         "plan's strided form (engine.get_plan(..., strided=True))")
+    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
+    contiguous, _ = _check_leaves(plan, shape, rows, cols, leaves, None)
+    if _reads_view_elsewhere(plan, dst, leaves):
+        return False
+    _run(plan, base, leaves, scalars, False, -1, -1, 0, 1, 1, dst)
+    return True
+
+
+def reads_tensor(tuple leaves, Tensor t):
+    """Whether a leaf of an expression (a tensor, a view's tensor, a gather's sources)
+    shares a byte with ``t``."""
+    for lf in leaves:
+        if isinstance(lf, ViewLeaf):
+            srcs = ((<ViewLeaf> lf).src,)
+        elif isinstance(lf, GatherLeaf):
+            srcs = (<GatherLeaf> lf).srcs
+        else:
+            srcs = (lf,)
+        for s in srcs:
+            if _overlaps(<Tensor> s, t):
+                return True
+    return False

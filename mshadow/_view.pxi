@@ -24,6 +24,10 @@ cdef class ViewLeaf:
                              f"(stride {self.src.stride}) since the expression was built")
         return p + self.offset
 
+    def check(self):
+        """Raise as reading the view would: src freed (FreedTensorError) or changed since."""
+        self.data()
+
     @property
     def itemsize(self):
         return self.src.itemsize

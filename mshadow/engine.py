@@ -14,7 +14,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from . import _core, fallback, ir
-from .lower.cpu import compile_plan, UntracedOp
+from .lower.cpu import compile_plan, strided_dst, UntracedOp
 from .dtypes import CODE_BY_FLAG as _CODE_BY_FLAG, NP_BY_CODE as _NP_BY_CODE, compute_code
 from .errors import DeviceError, DTypeError, ShapeError
 from .expr import Exp, ScalarExp, _is_scalar, _scalar_value, kComplex
@@ -26,7 +26,8 @@ describe = ir.describe
 
 # (node, dst code, saver, device) -> Plan, least recently used first. Bounded: a
 # long-running process that builds ever new structures keeps at most PLAN_CACHE_SIZE plans
-# (a few KiB each). The only plan cache: aliased assignments and reductions use it too.
+# (a few KiB each). The only plan cache: aliased assignments, reductions and view targets
+# use it too (a strided destination's form under the key with "strided" appended).
 PLAN_CACHE_SIZE = 2048
 _plans = OrderedDict()
 _stats = {"hits": 0, "misses": 0}
@@ -66,16 +67,20 @@ def register_complex(tag, fn):
 _FALLBACK = object()   # marks nodes that hold an untraceable operator
 
 
-def get_plan(node, dst_code, saver, device=_core.cpu):
-    """The cached compiled plan for an IR node, dst dtype and saver (compiled on first use)."""
-    ck = (node, dst_code, saver, device)
+def get_plan(node, dst_code, saver, device=_core.cpu, strided=False):
+    """The cached compiled plan for an IR node, dst dtype and saver (compiled on first use).
+
+    With ``strided``, its form for a destination whose column step is not the element size
+    (lower.cpu.strided_dst; a view target whose last axis is reversed: _core.run_plan_view)."""
+    ck = (node, dst_code, saver, device, "strided") if strided else (node, dst_code, saver, device)
     plan = _plans.get(ck)
     if plan is None:
         _stats["misses"] += 1
         if device is not _core.cpu:
             raise DeviceError("GPU tensors need the CUDA backend, which is not available")
         try:
-            plan = _Plan(compile_plan(node, dst_code, saver))
+            prog = compile_plan(node, dst_code, saver)
+            plan = _Plan(strided_dst(prog) if strided else prog)
         except UntracedOp:
             plan = _FALLBACK
         _plans[ck] = plan
@@ -109,20 +114,32 @@ def _parts(dst, value):
                     f"expression, a Tensor, a numpy array or a real scalar)")
 
 
+def checked(dst, value, shape=None):
+    """(node, leaves, scalars) of ``value`` (not kComplex) stored into ``dst``, or into a
+    view of ``dst`` of ``shape`` (extension/targets.py), after an assignment's checks: a
+    numpy array is wrapped, a scalar converted to dst's type; shape and dtype must match."""
+    if isinstance(value, np.ndarray):
+        value = _core.from_numpy(value)
+    node, leaves, scalars, ecode, eshape = _parts(dst, value)
+    if shape is None:
+        shape = dst.shape
+    elif node is ir.SCALAR:
+        eshape = shape
+    if eshape != shape:
+        raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
+                         f"eshape: {eshape} dshape:{shape} (expression {describe(node)})")
+    if ecode != _CODE_BY_FLAG[dst.type_flag]:
+        raise DTypeError(f"Assignment: expression of dtype {value.dtype} to a tensor of dtype "
+                         f"{dst.dtype}; use ms.tcast")
+    return node, leaves, scalars
+
+
 def assign(dst, value, saver):
     """Evaluate ``dst <saver> value``; ``value`` is an expression, a tensor, an array or a scalar."""
     if isinstance(value, Exp) and value.exp_type == kComplex:
         return _complex_engines[value.key[0]](dst, value, saver)
-    if isinstance(value, np.ndarray):
-        value = _core.from_numpy(value)
-    node, leaves, scalars, ecode, eshape = _parts(dst, value)
+    node, leaves, scalars = checked(dst, value)
     code = _CODE_BY_FLAG[dst.type_flag]
-    if eshape != dst.shape:
-        raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
-                         f"eshape: {eshape} dshape:{dst.shape} (expression {describe(node)})")
-    if ecode != code:
-        raise DTypeError(f"Assignment: expression of dtype {value.dtype} to a tensor of dtype "
-                         f"{dst.dtype}; use ms.tcast")
     plan = get_plan(node, code, saver, dst.device)
     if plan is _FALLBACK:
         if dst.readonly:

@@ -4,40 +4,44 @@ spatial_upsampling_nearest.h, one_hot.h, range.h, concat.h, mask.h, take_grad.h)
 Each builds a GatherLeaf: its sources and named integer parameters for a reader of
 mshadow/readers.py, whose generated kernel fills a block of a row at a time. Index tensors
 are checked before anything is stored: an index out of range is an IndexError (mshadow
-reads out of bounds), never a read outside the source.
+reads out of bounds), never a read outside the source. concat of two tensors is also an
+assignment target, as in mshadow (``concat(a, b, 1)[:] = value`` splits value into a, b).
 """
 import math
 import operator
 import struct
 
-from .. import _core, ir
+from .. import _core, engine, ir
 from ..errors import DTypeError, ShapeError
-from ..expr import _CODE_BY_FLAG, kChainer, new_node
+from ..expr import _CODE_BY_FLAG, _is_scalar, kChainer, new_node
 from ..shape import Shape
 from ..dtypes import as_dtype, type_flag
 from ..readers import READERS_BY_NAME
-from .views import _source as _view_operand, _tensor, broadcast, take_deferred
+from .targets import Target, check_writable, checked_value, evaluate
+from .views import _source as _view_operand, _tensor, broadcast, composes, slice_axis, \
+    take_deferred
 
 Tensor = _core.Tensor
 
 
-class GatherExp(_core.Exp):
-    """An extension expression evaluated by a gather kernel."""
+class GatherExp(Target, _core.Exp):
+    """An extension expression evaluated by a gather kernel (not an assignment target,
+    but concat of two tensors: ConcatExp)."""
 
     __slots__ = ("leaf",)
 
 
-def gather(reader, srcs, shape, code, index=None, **params):
-    """The expression of reader ``reader`` (a row of mshadow/readers.py) over the tensors
-    ``srcs``, with its parameters by name; ``index`` = (position in srcs, exclusive bound)
-    of an index tensor, range-checked before anything is stored."""
+def gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params):
+    """The expression (of class ``cls``) of reader ``reader`` (a row of mshadow/readers.py)
+    over the tensors ``srcs``, with its parameters by name; ``index`` = (position in srcs,
+    exclusive bound) of an index tensor, range-checked before anything is stored."""
     r = READERS_BY_NAME[reader]
     if len(srcs) != len(r.sources):
         raise TypeError(f"reader {reader} takes sources {r.sources}, got {len(srcs)}")
     kernel = r.kernel(code)
     deferred = tuple((i, e) for i, e in enumerate(map(take_deferred, srcs)) if e is not None)
     leaf = _core.gather_leaf(kernel, tuple(srcs), r.pack(**params), shape, index, deferred)
-    node = new_node(GatherExp, ir.Gather(kernel, code), leaf.shape, code, (leaf,), (), kChainer)
+    node = new_node(cls, ir.Gather(kernel, code), leaf.shape, code, (leaf,), (), kChainer)
     node.leaf = leaf
     return node
 
@@ -135,8 +139,40 @@ def range(start, stop, step=1, repeat=1, dtype=None):
                   step_bits=bits[1])
 
 
+class ConcatExp(GatherExp):
+    """``concat<dim>(a, b)``; of two tensors it is an assignment target, as in mshadow:
+    ``concat(a, b, dim)[:] = value`` stores the first ``a.shape[dim]`` of ``value`` along
+    ``dim`` into ``a`` and the rest into ``b`` (extension/targets.py)."""
+
+    __slots__ = ("parts", "dim")
+
+    def _assignable(self):
+        return self.parts is not None
+
+    def _save(self, value, saver):
+        a, b = self.parts
+        value, node, leaves, _ = checked_value(value, a, self.shape)
+        check_writable(a)
+        check_writable(b)
+        self.leaf.check(False)   # a and b unchanged since the expression was built
+        # each part reads the value through slice_axis: a value that does not compose into
+        # views (a gather, dot, ...) or that reads a or b (written first) is evaluated first
+        if not _is_scalar(value) and (node is None or not composes(value)
+                                      or _core.reads_tensor(leaves, a)
+                                      or _core.reads_tensor(leaves, b)):
+            value = evaluate(value, self.shape, a.dtype)
+        na = a.shape[self.dim]
+        for t, lo, hi in ((a, 0, na), (b, na, self.shape[self.dim])):
+            engine.assign(t, value if _is_scalar(value) else slice_axis(value, self.dim, lo, hi),
+                          saver)
+
+
 def concat(a, b, dim):
-    """``concat<dim>(a, b)``: a and b joined along ``dim`` (any rank; mshadow only 4-D)."""
+    """``concat<dim>(a, b)``: a and b joined along ``dim`` (any rank; mshadow only 4-D).
+    Of two tensors, an assignment target (``concat(a, b, dim)[:] = value``)."""
+    a = _view_operand(a, "concat")
+    b = _view_operand(b, "concat")
+    parts = (a, b) if isinstance(a, Tensor) and isinstance(b, Tensor) else None
     a = _tensor(a, "concat")
     b = _tensor(b, "concat")
     nd = a.ndim
@@ -146,12 +182,14 @@ def concat(a, b, dim):
     shape = list(a.shape)
     shape[dim] += b.shape[dim]
     if dim == nd - 1:
-        return gather("concat", [a, b], shape, _code(a), split=a.shape[-1], along_columns=1,
-                      ra=0, rb=0)
-    # rows of a and b alternate in groups of prod(shape[dim:-1]) rows
-    return gather("concat", [a, b], shape, _code(a), split=0, along_columns=0,
-                  ra=Shape(a.shape).prod_shape(dim, nd - 1),
-                  rb=Shape(b.shape).prod_shape(dim, nd - 1))
+        node = gather("concat", [a, b], shape, _code(a), cls=ConcatExp, split=a.shape[-1],
+                      along_columns=1, ra=0, rb=0)
+    else:   # rows of a and b alternate in groups of prod(shape[dim:-1]) rows
+        node = gather("concat", [a, b], shape, _code(a), cls=ConcatExp, split=0,
+                      along_columns=0, ra=Shape(a.shape).prod_shape(dim, nd - 1),
+                      rb=Shape(b.shape).prod_shape(dim, nd - 1))
+    node.parts, node.dim = parts, dim
+    return node
 
 
 def take_grad(index, src, input_dim):

@@ -1,5 +1,5 @@
 """Extensions that are strided views of a tensor (broadcast.h, broadcast_with_axis.h,
-mirror.h, flip.h, swapaxis.h, transpose.h, crop.h, reshape.h, slice.h).
+mirror.h, flip.h, swapaxis.h, transpose.h, crop.h, reshape.h, slice.h, slice_ex.h).
 
 Each is an affine index map: from the source's shape and byte strides it gives the view's
 shape, byte offset and strides (as numpy's as_strided). Maps compose, so a source may be a
@@ -7,8 +7,10 @@ tensor, another view, a transposed tensor, or any element-wise expression of tho
 of an expression is the expression of the views of its leaves (``flip(a + b)`` reads as
 ``flip(a) + flip(b)``). The plan reads every view in place, so
 ``dst[:] = ms.broadcast(bias, x.shape, 1) * ms.flip(ms.F(relu, x), 0)`` is one fused pass
-and nothing is copied or evaluated twice.
+and nothing is copied or evaluated twice. A slice, box slice, flip or crop of a tensor is
+also an assignment target, as in mshadow (``flip(t, 0)[:] = e``; extension/targets.py).
 """
+import operator
 import weakref
 
 import numpy as np
@@ -18,14 +20,30 @@ from ..errors import ShapeError
 from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, describe, kChainer, kComplex, \
     new_node, tcast
 from ..shape import Shape, as_shape
+from .targets import Target, assign_view
 
 Tensor = _core.Tensor
 
 
-class ViewExp(_core.Exp):
-    """An extension expression read as a strided view of ``src``."""
+class ViewExp(Target, _core.Exp):
+    """An extension expression read as a strided view of ``src``; an assignment target
+    (``v[:] = value``, extension/targets.py) when it is ``lvalue``: a slice, box slice,
+    flip or crop of a tensor or of such a view."""
 
-    __slots__ = ("src", "view")
+    __slots__ = ("src", "view", "lvalue")
+
+    def _assignable(self):
+        return self.lvalue
+
+    def _save(self, value, saver):
+        assign_view(self.view, value, saver)
+
+
+def _lvalue(node, src):
+    """Mark ``node`` (a view of ``src``) assignable when ``src`` is a tensor or such a view."""
+    if isinstance(node, ViewExp):
+        node.lvalue = isinstance(src, Tensor) or (isinstance(src, ViewExp) and src.lvalue)
+    return node
 
 
 def _source(src, where, ndim=None):
@@ -118,6 +136,20 @@ def _compose(src, where, index_map):
     return node
 
 
+def composes(src):
+    """Whether ``_compose`` reads ``src`` in place: tensors, views with no deferred
+    temporary, and element-wise expressions, casts and transposes of those."""
+    if isinstance(src, Tensor) or _is_scalar(src):
+        return True
+    if isinstance(src, ViewExp):
+        return src.view.deferred is None
+    if isinstance(src, _core.MapExp):
+        return all(composes(a) for a in src.args)
+    if isinstance(src, (_core.TypecastExp, _core.TransposeExp)):
+        return composes(src.src)
+    return False
+
+
 def _no_transpose(shape):
     raise ShapeError(f"transpose needs a 2-D expression, got shape {shape}")
 
@@ -128,7 +160,7 @@ def view(src, shape, offset, strides):
     code = _CODE_BY_FLAG[src.type_flag]
     step = _core.view_step_kind(leaf.strides[-1], src.itemsize)
     node = new_node(ViewExp, ir.View(code, step), leaf.shape, code, (leaf,), (), kChainer)
-    node.src, node.view = src, leaf
+    node.src, node.view, node.lvalue = src, leaf, False
     return node
 
 
@@ -225,7 +257,7 @@ def flip(src, dim):
         offset = (shape[dim] - 1) * st[dim] if shape[dim] else 0
         st[dim] = -st[dim]
         return shape, offset, st
-    return _compose(src, "flip", index_map)
+    return _lvalue(_compose(src, "flip", index_map), src)
 
 
 def mirror(src):
@@ -266,8 +298,8 @@ def crop(src, oshape, start_h=None, start_w=None):
     sw = (W - w) // 2 if start_w is None else start_w
     if not (0 <= sh and sh + h <= H and 0 <= sw and sw + w <= W):
         raise ShapeError(f"crop: window ({h},{w}) at ({sh},{sw}) does not fit in ({H},{W})")
-    return _compose(src, "crop", lambda shape, st: (
-        list(shape[:-2]) + [h, w], sh * st[-2] + sw * st[-1], st))
+    return _lvalue(_compose(src, "crop", lambda shape, st: (
+        list(shape[:-2]) + [h, w], sh * st[-2] + sw * st[-1], st)), src)
 
 
 def slice_axis(src, axis, begin, end):
@@ -282,7 +314,26 @@ def slice_axis(src, axis, begin, end):
         shape = list(sshape)
         shape[axis] = end - begin
         return shape, begin * st[axis], st
-    return _compose(src, "slice", index_map)
+    return _lvalue(_compose(src, "slice", index_map), src)
+
+
+def slice_ex(src, begin, end):
+    """mshadow's box ``slice(src, begin, end)`` (slice_ex.h): indices [begin[k], end[k]) of
+    every axis k. mshadow checks nothing; here each range must lie in its axis."""
+    src = _source(src, "slice_ex")
+    nd = len(src.shape)
+    begin = tuple(operator.index(b) for b in begin)
+    end = tuple(operator.index(e) for e in end)
+    if len(begin) != nd or len(end) != nd:
+        raise ShapeError(f"slice_ex: begin {begin} and end {end} need one entry per axis of "
+                         f"the {nd}-D source {src.shape}")
+    for k, (b, e, n) in enumerate(zip(begin, end, src.shape)):
+        if not 0 <= b <= e <= n:
+            raise ShapeError(f"The slice went out of range: [{b}, {e}) of axis {k} with size {n}")
+
+    def index_map(sshape, st):
+        return ([e - b for b, e in zip(begin, end)], sum(b * s for b, s in zip(begin, st)), st)
+    return _lvalue(_compose(src, "slice_ex", index_map), src)
 
 
 # ---- reshape.h --------------------------------------------------------------------------

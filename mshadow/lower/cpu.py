@@ -64,6 +64,9 @@ class Program:
     saver: str = "saveto"
     # the defined operators inlined here, as they were traced: the plan owns what it runs
     user_ops: dict = field(default_factory=dict)
+    # the destination may have any column step (strided_dst): every instruction that
+    # writes it honours its step
+    dst_strided: bool = False
 
     def disassemble(self):
         return disassemble(self)
@@ -406,3 +409,70 @@ def compile_plan(node, dst_code, saver):
     prog.const_values = c.consts
     prog.key = node
     return prog
+
+
+# ---- destinations whose blocks are not contiguous (view targets: a flip of the last axis) --
+def _honours_steps(kernel):
+    """Whether a kernel reads and writes every operand at its step: the generated
+    element-wise, cast and implicit_dot kernels do; a fused chain and a gather write (and a
+    chain reads) a contiguous block."""
+    if kernel[0] != "k":
+        return False
+    name = kernel[1]
+    return name.startswith(("cast_", "implicit_gemm_")) or name.rpartition("_")[0] in OPS_BY_NAME
+
+
+def _one_kernel(code, steps, ins, out):
+    """A chain of what is left of ``steps``; a single step is its plain kernel again."""
+    if len(steps) > 1:
+        return Instr(("chain", code, tuple(steps)), ins, out)
+    op, swap, k = steps[0]
+    args = [ins[0]] if k is None else ([ins[k], ins[0]] if swap else [ins[0], ins[k]])
+    return Instr(("k", f"{op}_{code}"), args, out)
+
+
+def strided_dst(program):
+    """A copy of ``program`` that writes a destination whose column step is not its
+    element size (a view target whose last axis is reversed: extension/targets.py).
+
+    An instruction that writes the destination with a chain or a gather writes a register
+    instead, and one element-wise kernel stores that register at the destination's step:
+    with the saver when the chain ended in the saver's step (the only step that reads the
+    destination), else a copy. Still one pass, block by block. The engine caches the result
+    beside the plain plan (engine.get_plan(..., strided=True))."""
+    import copy
+    if program.saver in REDUCERS:
+        raise ValueError(f"strided_dst: a reducing saver ({program.saver}) writes partial "
+                         f"results, not a strided destination")
+    p = copy.copy(program)            # new instructions replace old ones, none is changed
+    p.reg_codes = list(p.reg_codes)
+    p.dst_strided = True
+    out = []
+    for ins in p.instrs:
+        if ins.out[0] != "dst" or _honours_steps(ins.kernel):
+            out.append(ins)
+            continue
+        code = ins.out[2]
+        reg = ("reg", p.nreg, code)
+        p.nreg += 1
+        p.reg_codes[reg[1]:reg[1] + 1] = [code]   # fused programs may keep spare entries
+        copy_kernel = f"identity_{code}" if code != "f16" else "cast_f16_f16"
+        store = Instr(("k", copy_kernel), [reg], ins.out)
+        if ins.kernel[0] == "chain":
+            steps, opds = list(ins.kernel[2]), list(ins.ins)
+            op, swap, k = steps[-1]
+            if k is not None and opds[k][0] == "dst":
+                if k != len(opds) - 1:
+                    raise ValueError(f"strided_dst: unexpected chain {ins}")
+                dst = opds.pop()
+                steps.pop()
+                store = Instr(("k", f"{op}_{code}"), [dst, reg] if swap else [reg, dst], ins.out)
+            if any(o[0] == "dst" for o in opds):
+                raise ValueError(f"strided_dst: a chain reads the destination before its "
+                                 f"last step: {ins}")
+            out.append(_one_kernel(code, steps, opds, reg))
+        else:
+            out.append(Instr(ins.kernel, list(ins.ins), reg))
+        out.append(store)
+    p.instrs = out
+    return p
