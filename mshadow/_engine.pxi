@@ -448,7 +448,8 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
     cdef Py_ssize_t nparts = (rows if not contiguous else 1) * (
         ((cols if not contiguous else rows * cols) + RBLOCK - 1) // RBLOCK)
     parts = np.zeros(max(nparts, 1), dtype=_NP_BY_CODE[plan.program.dst_code])
-    _run(plan, from_numpy(parts), leaves, scalars, contiguous, rows, cols)
+    _run(plan, None, leaves, scalars, contiguous, rows, cols, 0, 1, 1, None,
+         <char *> cnp.PyArray_DATA(parts), parts.itemsize)
     return parts[:nparts]
 
 
@@ -471,8 +472,8 @@ def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axi
     acc = np.zeros((A, M, nch, cols), dtype=_NP_BY_CODE[plan.program.dst_code])
     _check_leaves(plan, shape, A * B * M, cols, leaves, None)
     if acc.size:
-        _run(plan, from_numpy(acc.reshape(-1, cols)), leaves, scalars, False, A * B * M, cols,
-             B, M, R)
+        _run(plan, None, leaves, scalars, False, A * B * M, cols, B, M, R, None,
+             <char *> cnp.PyArray_DATA(acc), acc.itemsize)
     return acc
 
 
@@ -532,9 +533,9 @@ cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
     return 0
 
 
-cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):
+cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):   # dst may be None (raw out)
     """Pin the allocation of every tensor a run reads or writes; returns them to unpin."""
-    cdef list held = [dst.mem]
+    cdef list held = [dst.mem] if dst is not None else []
     for k in range(plan.nleaf):
         role = plan.leaf_role[k + 1]
         if role == ROLE_VIEW:
@@ -550,12 +551,14 @@ cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):
 
 cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
           Py_ssize_t rows=-1, Py_ssize_t cols=-1, Py_ssize_t gB=0, Py_ssize_t gM=1,
-          Py_ssize_t gR=1, ViewLeaf view=None):
+          Py_ssize_t gR=1, ViewLeaf view=None, char *out=NULL, Py_ssize_t out_itemsize=0):
     """Run ``plan`` over ``dst``'s 2-D geometry; or, given ``rows`` x ``cols``, over that
     geometry with ``dst`` holding one value per block (a reduction's partial results); or,
     given also ``gB`` > 0, with ``dst`` holding one row per group of rows (gB, gM, gR: see
     ms_program in plan_exec.h; a column reduction's accumulators); or, given ``view`` (a
-    view of ``dst``), over the view's geometry, row y of dst through the view's row map."""
+    view of ``dst``), over the view's geometry, row y of dst through the view's row map.
+    A reduction may give its partial results as raw memory instead (``out``, with ``dst``
+    None): memory the caller owns and keeps alive, such as a fresh numpy array."""
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef ms_leaf stack_leaf[16]
     cdef ms_gather stack_gather[16]
@@ -574,21 +577,22 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
     cdef Py_ssize_t n
     if lv == NULL or sv == NULL or gv == NULL:
         raise MemoryError()
+    cdef Py_ssize_t isz = out_itemsize if out != NULL else dst.itemsize
     try:
-        lv[0].ptr = dst.data()
+        lv[0].ptr = out if out != NULL else dst.data()
         lv[0].nmap = 0
         per_block = rows >= 0
         if not per_block:
             rows, cols = dst.rows, dst.cols
-            lv[0].rowstep = dst.stride * dst.itemsize
-            lv[0].colstep = dst.itemsize
+            lv[0].rowstep = dst.stride * isz
+            lv[0].colstep = isz
         elif gB > 0:   # block (y, x0) of group g accumulates into row g from column x0
-            lv[0].rowstep = cols * dst.itemsize
-            lv[0].colstep = dst.itemsize
+            lv[0].rowstep = cols * isz
+            lv[0].colstep = isz
         else:   # block (y, x0) writes partial y * blocks_per_row + x0 / RBLOCK
             lv[0].rowstep = ((rows * cols if contiguous else cols) + RBLOCK - 1) // RBLOCK \
-                * dst.itemsize
-            lv[0].colstep = dst.itemsize
+                * isz
+            lv[0].colstep = isz
         lv[0].inner = cols
         lv[0].per_block = 2 if gB > 0 else per_block
         if view is not None:   # a view target: row y of leaf 0 through the view's row map

@@ -424,6 +424,8 @@ def sum(exp):  # noqa: A001  ms.sum, as numpy's; `from mshadow import *` leaves 
         assign(tmp, exp, "saveto")
         return sum(tmp)
     parts = _core.run_reduce(plan, shape, leaves, scalars)
+    if parts.size == 1:   # one block: its partial is the sum (numpy's sum would add nothing)
+        return dtype.type(parts[0])
     if dtype.kind in "iu":
         return np.sum(parts, dtype=dtype)
     return dtype.type(np.sum(parts, dtype=np.float64))
