@@ -1405,3 +1405,27 @@ def expression_cases(dtypes=ALL_DTYPES, savers=SAVERS, shapes=None, max_depth=4,
                     g.flags.int_div_zero, desc, leaves, g.ops, g.layouts)
 
     return build()
+
+
+# ---- tensors for tests -------------------------------------------------------------------
+
+def tensor(a):
+    """A tensor viewing a contiguous copy of ``a`` (if it is not contiguous already)."""
+    from . import _core
+    return _core.from_numpy(np.ascontiguousarray(a))
+
+
+def padded(a):
+    """A new tensor with padded rows holding ``a``'s values (a pitched layout)."""
+    from . import _core
+    t = _core.new_tensor(a.shape, dtype=a.dtype, pad=True)
+    t.numpy()[...] = a
+    return t
+
+
+def evaluate(e, pad=True):
+    """``e`` assigned to a new (padded) tensor of its shape and dtype, as a numpy array."""
+    from . import _core
+    dst = _core.new_tensor(e.shape, dtype=e.dtype, pad=pad)
+    dst[:] = e
+    return dst.numpy().copy()

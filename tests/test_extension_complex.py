@@ -7,27 +7,12 @@ import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.testing import tensor as T, padded as _padded, evaluate as _eval
 
 RNG = np.random.default_rng(17)
 FLOATS = [np.float32, np.float64]
 CPLX = {np.float32: np.complex64, np.float64: np.complex128}
 SHAPES = [(6,), (3, 4), (2, 3, 8), (5, 1030)]      # (5, 1030): rows longer than one block
-
-
-def T(a):
-    return ms.from_numpy(np.ascontiguousarray(a))
-
-
-def _padded(a):
-    t = ms.new_tensor(a.shape, dtype=a.dtype, pad=True)
-    t.numpy()[...] = a
-    return t
-
-
-def _eval(e, pad=True):
-    dst = ms.new_tensor(e.shape, dtype=e.dtype, pad=pad)
-    dst[:] = e
-    return dst.numpy().copy()
 
 
 def _reals(shape, dtype, lo=-3.0, hi=3.0):

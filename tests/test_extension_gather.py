@@ -4,18 +4,9 @@ import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.testing import tensor as T, padded as _padded
 
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.uint8, np.int64, np.int8]
-
-
-def T(a):
-    return ms.from_numpy(np.ascontiguousarray(a))
-
-
-def _padded(a):
-    t = ms.new_tensor(a.shape, dtype=a.dtype, pad=True)
-    t.numpy()[...] = a
-    return t
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,25 +7,10 @@ import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.testing import tensor as T, padded as _padded, evaluate as _eval
 
 RNG = np.random.default_rng(5)
 DTYPES = [np.float32, np.float64, np.float16, np.int32, np.uint8, np.int64, np.int8]
-
-
-def T(a):
-    return ms.from_numpy(np.ascontiguousarray(a))
-
-
-def _padded(a):
-    t = ms.new_tensor(a.shape, dtype=a.dtype, pad=True)
-    t.numpy()[...] = a
-    return t
-
-
-def _eval(e, pad=True):
-    dst = ms.new_tensor(e.shape, dtype=e.dtype, pad=pad)
-    dst[:] = e
-    return dst.numpy().copy()
 
 
 # ---- broadcast_multi_axes -----------------------------------------------------------------
