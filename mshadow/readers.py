@@ -90,6 +90,12 @@ READERS = (
                "rr = along_columns ? 0 : y % (ra + rb);",
            elem="if (along_columns) v = x < split ? LD(0, y, x) : LD(1, y, x - split);\n"
                 "      else v = rr < ra ? LD(0, grp * ra + rr, x) : LD(1, grp * rb + rr - ra, x);"),
+    Reader("reshape", "reshape of a pitched source that re-cuts its rows: output element "
+           "(y, x) is element y * ocols + x of the source in row-major order",
+           ("src",), ("ocols", "scols"),
+           row="npy_intp r = (y * ocols + x0) / scols, c = (y * ocols + x0) % scols;",
+           elem="v = LD(0, r, c);",
+           next="if (++c == scols) { c = 0; ++r; }"),
     Reader("one_hot", "one_hot_encode: out[y][x] = (index[y] == x)", ("index",), ("num_choices",),
            row="const npy_intp c = IDX(0, y); if (c < 0 || c >= num_choices) BAD_INDEX;",
            elem="v = (V)(x == c ? 1 : 0);"),

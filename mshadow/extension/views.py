@@ -340,9 +340,11 @@ def slice_ex(src, begin, end):
 def reshape(src, shape):
     """Row-major reinterpretation as ``shape`` (sizes must match).
 
-    A view, so it exists where the source's strides allow it without a copy (numpy's rule):
-    any contiguous source, and a pitched one (or any strided one) that keeps the axes whose
-    elements are not evenly spaced."""
+    A view where the source's strides allow it (numpy's rule): any contiguous source, and a
+    pitched or strided one that keeps the axes whose elements are not evenly spaced. Where
+    they do not (the rows of a pitched tensor re-cut), each such tensor is read through the
+    readers table's ``reshape`` (element f of the source in row-major order, no copy); an
+    element-wise expression takes the reshape on each of its leaves."""
     src = _source(src, "reshape")
     shape = as_shape(shape)
     if shape.size() != Shape(src.shape).size():
@@ -352,11 +354,28 @@ def reshape(src, shape):
     def index_map(sshape, st):
         nst = _nocopy_strides(tuple(sshape), tuple(st), tuple(shape))
         if nst is None:
-            raise ShapeError(f"reshape of a strided or pitched source (shape {tuple(sshape)}, "
-                             f"byte strides {tuple(st)}) to {shape} needs a copy; assign it "
-                             f"to a contiguous tensor first")
+            raise _NeedsGather()
         return shape, 0, nst
-    return _compose(src, "reshape", index_map)
+    try:
+        return _compose(src, "reshape", index_map)
+    except _NeedsGather:
+        return _reshape_by_reader(src, shape)
+
+
+class _NeedsGather(Exception):
+    """No strides read the source in row-major order as the new shape."""
+
+
+def _reshape_by_reader(src, shape):
+    from .gather import gather
+    if isinstance(src, _core.MapExp):
+        return _core.make_map(src.op, tuple(a if _is_scalar(a) else reshape(a, shape)
+                                            for a in src.args))
+    if isinstance(src, _core.TypecastExp):
+        return tcast(_NP_BY_CODE[src.code], reshape(src.src, shape))
+    src = _tensor(src, "reshape")   # a tensor, or a temporary a view or gather fills
+    return gather("reshape", [src], shape, _CODE_BY_FLAG[src.type_flag], ocols=shape[-1],
+                  scols=src.shape[-1])
 
 
 def _nocopy_strides(old, ost, new):
