@@ -121,7 +121,9 @@ def test_the_engine_owns_the_only_plan_cache():
 def test_the_core_does_not_import_the_layers_above_it():
     # the compiled core's sources import nothing from engine, expr, lower or extensions
     import pathlib
-    root = pathlib.Path(ms.__file__).parent
+    root = pathlib.Path(__file__).resolve().parent.parent / "mshadow"   # the sources
+    if not (root / "_core.pyx").exists():
+        pytest.skip("the Cython sources are not beside the tests")
     for name in ("_core.pyx", "_exp.pxi", "_engine.pxi", "_view.pxi", "_gather.pxi"):
         text = (root / name).read_text()
         for upper in ("from .engine", "from .lower", "from .plan", "from .extension",
