@@ -454,13 +454,13 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
 
 
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
-                   Py_ssize_t rows_per_group):
-    """Sum an expression of ``shape`` over ``axis`` (not the last), in one pass, with
-    ``plan`` compiled for the saver plusto into its compute type.
+                   Py_ssize_t rows_per_group, init=0):
+    """Reduce an expression of ``shape`` over ``axis`` (not the last), in one pass, with
+    ``plan`` compiled for an accumulating saver (plusto, maxto, minto) into its compute type.
 
     Rows of ``shape`` flattened to (A, B, M) x cols, B the reduced axis: each group of
     ``rows_per_group`` consecutive b of one (a, m) is added row by row, in order, into an
-    accumulator row of its own (one thread a group). Returns the accumulators, zeros to
+    accumulator row of its own (one thread a group). Returns the accumulators, ``init`` to
     start, as an (A, M, ceil(B / rows_per_group), cols) array of the compute type."""
     shape = as_shape(shape)
     nd = len(shape)
@@ -469,7 +469,7 @@ def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axi
     cdef Py_ssize_t A = _prod(shape[:axis]), B = shape[axis], M = _prod(shape[axis + 1:nd - 1])
     cdef Py_ssize_t cols = shape[nd - 1], R = max(1, min(rows_per_group, B))
     cdef Py_ssize_t nch = (B + R - 1) // R if B else 0
-    acc = np.zeros((A, M, nch, cols), dtype=_NP_BY_CODE[plan.program.dst_code])
+    acc = np.full((A, M, nch, cols), init, dtype=_NP_BY_CODE[plan.program.dst_code])
     _check_leaves(plan, shape, A * B * M, cols, leaves, None)
     if acc.size:
         _run(plan, None, leaves, scalars, False, A * B * M, cols, B, M, R, None,

@@ -540,6 +540,35 @@ def _readers(names):
     return "\n".join(out)
 
 
+# maximum / minimum as the reductions take them (MXNet's red::maximum, mshadow/gather.h's
+# MS_REDUCE): a NaN already held sticks and a NaN value is taken, so NaN propagates.
+_MINMAX = {"max": "((a == a && !(a >= b)) ? b : a)", "min": "((a == a && !(a <= b)) ? b : a)"}
+
+
+def _minmax_kernels(code, ctype):
+    """acc_max/acc_min (out = red(dst, value), element-wise: the column accumulation of a
+    fused reduction) and reduce_max/reduce_min (one block to one value, from the reducer's
+    init value: -inf/+inf, the integer types' limits)."""
+    _, _, low, high = _READER_TYPES[code]
+    out, names = [], []
+    for red, form in _MINMAX.items():
+        out.append(_loop_kernel(f"acc_{red}_{code}", 2, [ctype, ctype], ctype, form))
+        init = low if red == "max" else high
+        op = 1 if red == "max" else 2
+        out.append(f"""static void ms_k_reduce_{red}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+  {ctype} res = ({ctype})({init});
+  npy_intp i;
+  (void)data;
+  for (i = 0; i < dims[0]; ++i) {{
+    const {ctype} v = *(const {ctype} *)(args[0] + i * steps[0]);
+    MS_REDUCE({op}, res, v);
+  }}
+  *({ctype} *)args[1] = res;
+}}""")
+        names += [f"acc_{red}_{code}", f"reduce_{red}_{code}"]
+    return out, names
+
+
 def _cast_expr(src, dst, dst_ctype):
     if src == dst:
         return "a"
@@ -613,6 +642,9 @@ def generate():
         names.append(f"implicit_gemm_{code}")
         out.append(_reduce_sum(code, ctype))
         names.append(f"reduce_sum_{code}")
+        kernels, knames = _minmax_kernels(code, ctype)
+        out += kernels
+        names += knames
     for src, sct, _ in STORAGE_TYPES:
         for dst, dct, _ in STORAGE_TYPES:
             name = f"cast_{src}_{dst}"

@@ -33,8 +33,11 @@ from .dtypes import BY_CODE
 # Savers: how a value is stored into the destination (mshadow's sv::saveto, ...): the name
 # and the element-wise operator that combines the old value with the new one.
 SAVERS = {"saveto": None, "plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
-# Reducing savers: the destination receives one partial result per block (mshadow/cpu).
-REDUCERS = {"sum": "reduce_sum"}
+# Reducing savers: the destination receives one partial result per block (mshadow/lower).
+REDUCERS = {"sum": "reduce_sum", "max": "reduce_max", "min": "reduce_min"}
+# Accumulating savers, internal to the fused reductions: the destination row keeps the
+# maximum (minimum) of itself and the value, NaN propagating (MXNet's red::maximum).
+ACCUMULATORS = {"maxto": "acc_max", "minto": "acc_min"}
 
 class Node(tuple):
     """Base of the IR's node types: immutable, equal when their structure is equal."""

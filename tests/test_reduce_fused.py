@@ -207,3 +207,46 @@ def test_column_sum_order_is_the_documented_one():
     out = ms.new_tensor((40,), 0)
     out[:] = ms.sum_rows(ms.from_numpy(a) * 1)
     np.testing.assert_array_equal(out.numpy(), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.uint8])
+@pytest.mark.parametrize("shape", [(300, 5), (5, 300), (3, 4, 5), (2, 3, 4, 70), (130, 1000),
+                                   (1, 1), (4100, 3)])
+def test_maximum_and_minimum_of_an_expression_are_fused(shape, dtype, no_temporary):
+    # NaN propagates (MXNet's red::maximum, numpy's np.maximum), also through the fused
+    # column accumulators and the per-block partials
+    rng = np.random.default_rng(8)
+    if np.dtype(dtype).kind == "f":
+        a = (rng.standard_normal(shape) * 50).astype(dtype)
+        if a.size > 3:
+            a.flat[rng.integers(0, a.size)] = np.nan
+    else:
+        a = rng.integers(0 if dtype == np.uint8 else -100, 100, shape).astype(dtype)
+    e = ms.from_numpy(a) * 1
+    nd = len(shape)
+    for red, uf in ((ms.red.maximum, np.maximum), (ms.red.minimum, np.minimum)):
+        for ax in range(nd):
+            out = ms.new_tensor(shape[:ax] + shape[ax + 1:], 0, dtype=dtype)
+            out[:] = ms.reduce_with_axis(e, ax, red)
+            np.testing.assert_array_equal(out.numpy(), uf.reduce(a, axis=ax))
+            out = ms.new_tensor((shape[ax],), 0, dtype=dtype)
+            out[:] = ms.reduce_except_dim(e, ax, red)
+            np.testing.assert_array_equal(
+                out.numpy(), uf.reduce(a, axis=tuple(k for k in range(nd) if k != ax)))
+
+
+def test_softmax_of_an_expression_in_fused_passes(no_temporary):
+    # the row maximum and the row sum of exp(x - max) are both fused with their expressions
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((64, 1000)) * 4).astype(np.float32)
+    X = ms.from_numpy(x)
+    m, s = ms.new_tensor((64,)), ms.new_tensor((64,))
+    m[:] = ms.reduce_with_axis(X * 2, 1, ms.red.maximum)
+    shifted = ms.F(ms.op.exp, X * 2 - ms.broadcast(m, X.shape, 0))
+    s[:] = ms.reduce_with_axis(shifted, 1, ms.red.sum)
+    y = ms.new_tensor(X.shape)
+    y[:] = shifted / ms.broadcast(s, X.shape, 0)
+    z = x.astype(np.float64) * 2
+    want = np.exp(z - z.max(1, keepdims=True))
+    want /= want.sum(1, keepdims=True)
+    np.testing.assert_allclose(y.numpy(), want, rtol=2e-5, atol=1e-7)

@@ -246,46 +246,54 @@ def _result_shape(shape, form, axis):
     return tuple(out)
 
 
-def _fusable(src, reducer_name, mask):
-    """A sum over an expression that no zero-copy view describes (else numpy reads it)."""
-    return (reducer_name == "sum" and not mask and isinstance(src, Exp)
+def _fusable(src, mask):
+    """An expression that no zero-copy view describes (else numpy reads it in place)."""
+    return (not mask and isinstance(src, Exp)
             and src.exp_type != kComplex and not isinstance(src, ViewExp)
             and not (isinstance(src, TransposeExp) and type(src.key) is ir.Leaf))
 
 
 ROWS_PER_GROUP = 64   # rows a column reduction adds in order before the next accumulator
 
+# reducer -> (its per-block reducing saver, its accumulating saver, numpy's combining ufunc)
+_FUSED = {"sum": ("sum", "plusto", np.add), "maximum": ("max", "maxto", np.maximum),
+          "minimum": ("min", "minto", np.minimum)}
 
-def fused_sum(src, form, axis):
-    """The sum of the expression ``src`` over the reduced axes, evaluated and summed in one
-    pass, in its compute type (float64 for float sums of partial results); None if the
-    expression holds an untraceable operator."""
+
+def fused_reduce(src, form, reducer_name, axis):
+    """The reduction of the expression ``src`` over the reduced axes, evaluated and reduced
+    in one pass, in its compute type (float64 for float sums of partial results); None if
+    the expression holds an untraceable operator."""
     shape, code = tuple(src.shape), src.code
     cc = compute_code(code)
     nd = len(shape)
     axes = _reduced_axes(form, axis, nd)
-    if not axes:         # nothing to sum (except_dim of a 1-D source): the values themselves
+    if not axes:         # nothing to reduce (except_dim of a 1-D source): the values themselves
         return None
-    wide = np.float64 if np.dtype(_NP_BY_CODE[cc]).kind == "f" else _NP_BY_CODE[cc]
-    if nd - 1 in axes:   # the last axis is summed: per-block partial sums of each row
-        plan = get_plan(src.key, code, "sum")
+    block_saver, acc_saver, ufunc = _FUSED[reducer_name]
+    wide = np.dtype(_NP_BY_CODE[cc])
+    if reducer_name == "sum" and wide.kind == "f":
+        wide = np.dtype(np.float64)
+    if nd - 1 in axes:   # the last axis is reduced: per-block partial results of each row
+        plan = get_plan(src.key, code, block_saver)
         if not isinstance(plan, _core.Plan):
             return None
         parts = _core.run_reduce(plan, shape, src.leaves, src.scalars, True)
-        rows = parts.reshape(shape[:-1] + (-1,)).sum(axis=-1, dtype=wide)
+        rows = ufunc.reduce(parts.reshape(shape[:-1] + (-1,)), axis=-1, dtype=wide)
         rest = tuple(k for k in axes if k != nd - 1)
-        res = np.add.reduce(rows, axis=rest, dtype=wide) if rest else rows
+        res = ufunc.reduce(rows, axis=rest, dtype=wide) if rest else rows
     else:                # a leading axis: accumulate rows of groups in order, then the groups
-        plan = get_plan(src.key, cc, "plusto")
+        plan = get_plan(src.key, cc, acc_saver)
         if not isinstance(plan, _core.Plan):
             return None
         first = axes[0]
-        acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP)
-        res = acc.sum(axis=2, dtype=wide)                   # (A, M, cols)
+        acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP,
+                                   _init_value(reducer_name, np.dtype(_NP_BY_CODE[cc])))
+        res = ufunc.reduce(acc, axis=2, dtype=wide)            # (A, M, cols)
         res = res.reshape(shape[:first] + shape[first + 1:])
-        rest = tuple(k - 1 for k in axes[1:])               # except_dim: the other leading axes
+        rest = tuple(k - 1 for k in axes[1:])                 # except_dim: the other leading axes
         if rest:
-            res = np.add.reduce(res, axis=rest, dtype=wide)
+            res = ufunc.reduce(res, axis=rest, dtype=wide)
     res = np.asarray(res).reshape(_result_shape(shape, form, axis))
     with np.errstate(over="ignore", invalid="ignore"):
         return res.astype(_NP_BY_CODE[cc])
@@ -296,7 +304,7 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
 
     float16 accumulates and scales in float32 and is rounded once; integer sums wrap as C
     does; maximum/minimum propagate NaN (MXNet's red::maximum, numpy's np.maximum). ``a``
-    is the source as an array, or the result of fused_sum already.
+    is the source as an array, or the result of fused_reduce already.
     """
     dtype = np.dtype(_NP_BY_CODE[code])
     acc = np.dtype(np.float32) if code == "f16" else dtype
@@ -325,7 +333,7 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
 
 
 class _Fused:
-    """A reduction's values, computed in the pass over its source (fused_sum)."""
+    """A reduction's values, computed in the pass over its source (fused_reduce)."""
     __slots__ = ("values",)
 
     def __init__(self, values):
@@ -357,8 +365,8 @@ def check_dst(dst, exp_code, devices, where):
 def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
     """``dst <saver> scale * reduce(src)`` once every check has passed."""
     a = None
-    if _fusable(src, reducer_name, mask) and Shape(src.shape).size():
-        values = fused_sum(src, form, axis)
+    if _fusable(src, mask) and Shape(src.shape).size():
+        values = fused_reduce(src, form, reducer_name, axis)
         a = None if values is None else _Fused(values)
     if a is None:
         a = _array(src)

@@ -19,7 +19,7 @@ from typing import List, Tuple
 from .. import ir
 from ..codegen_cpu import CHAIN_BINARY, CHAIN_UNARY, CHAIN_MAX
 from ..dtypes import BY_CODE, compute_code
-from ..ir import REDUCERS, SAVERS as SAVER_OPS
+from ..ir import ACCUMULATORS, REDUCERS, SAVERS as SAVER_OPS
 from ..ops_table import OPS_BY_NAME, kernel_kind
 
 # user-defined operators traced to composite form: name -> (arity, composite expression tree)
@@ -258,6 +258,10 @@ class _Compiler(ir.Visitor):
             return p
         dc = p.dst_code
         cc = compute_code(dc)
+        if p.saver in ACCUMULATORS:   # dst (of the compute type) = max(dst, value)
+            out = self.instr(("k", f"{ACCUMULATORS[p.saver]}_{cc}"), [("dst", 0, cc), res], cc)
+            p.instrs[-1].out = ("dst", 0, cc)
+            return p
         sop = SAVER_OPS[p.saver]
         if sop is None:
             if dc == "f16":
@@ -321,7 +325,7 @@ def _reads(instrs, reg, start):
 def sum_chain(p):
     """A reduction whose value comes out of a chain (or one chainable kernel) sums it as the
     chain computes it: chain_sum, with no block-sized register between the two."""
-    if p.saver not in REDUCERS or len(p.instrs) < 2:
+    if p.saver != "sum" or len(p.instrs) < 2:
         return p
     red, prev = p.instrs[-1], p.instrs[-2]
     r = red.ins[0]
@@ -398,7 +402,7 @@ def compile_plan(node, dst_code, saver):
     destination receives partial results of its compute type."""
     if not isinstance(node, ir.Node):
         raise TypeError(f"compile_plan: expected an IR node, got {type(node).__name__}")
-    if saver not in SAVER_OPS and saver not in REDUCERS:
+    if saver not in SAVER_OPS and saver not in REDUCERS and saver not in ACCUMULATORS:
         raise ValueError(f"unknown saver {saver!r} (expected one of {', '.join(SAVER_OPS)})")
     c = _Compiler(dst_code, saver)
     cc = compute_code(dst_code)
@@ -441,7 +445,7 @@ def strided_dst(program):
     destination), else a copy. Still one pass, block by block. The engine caches the result
     beside the plain plan (engine.get_plan(..., strided=True))."""
     import copy
-    if program.saver in REDUCERS:
+    if program.saver in REDUCERS or program.saver in ACCUMULATORS:
         raise ValueError(f"strided_dst: a reducing saver ({program.saver}) writes partial "
                          f"results, not a strided destination")
     p = copy.copy(program)            # new instructions replace old ones, none is changed
