@@ -81,6 +81,7 @@ cdef extern from "mshadow/plan_exec.h":
         npy_intp rows, cols, block
         int nthreads
         npy_intp gB, gM, gR
+        npy_intp y0
     int MS_VIEW_MAXDIM
     int ms_run_program(const ms_program *p) nogil
     int ms_max_threads() nogil
@@ -370,7 +371,7 @@ cdef bint _same_elements(Tensor a, Tensor b) except -1:
 
 
 cdef tuple _check_leaves(Plan plan, object shape, Py_ssize_t rows, Py_ssize_t cols,
-                         tuple leaves, Tensor dst):
+                         tuple leaves, Tensor dst, bint banding=False):
     """Every leaf alive and of the evaluation's geometry (``shape``, flattened to rows x
     cols); returns (every leaf contiguous, some leaf reads ``dst`` at other positions)."""
     cdef Py_ssize_t nl = plan.nleaf
@@ -387,14 +388,21 @@ cdef tuple _check_leaves(Plan plan, object shape, Py_ssize_t rows, Py_ssize_t co
         role = plan.leaf_role[k + 1]
         if role == ROLE_GATHER:
             gl = leaves[k]          # a typed assignment: anything else raises TypeError
-            gl.check()
+            gl.check(True, banding)
             if gl.shape != shape:
                 raise ShapeError(f"Assignment: {gl.name} of shape {gl.shape} does not "
                                  f"match target {shape}")
             contiguous = False
-            for src in gl.srcs:
+            for j, src in enumerate(gl.srcs):
+                if j == 0 and gl.band is not None:
+                    continue
                 if dst is not None and _overlaps(<Tensor> src, dst):
                     alias = True
+            if gl.band is not None and banding:   # its expression is read band by band
+                e = gl.band[0]
+                _, sub_alias = _check_leaves(<Plan> gl.band[1], e.shape, _prod(e.shape[:-1]),
+                                             e.shape[-1], e.leaves, dst, True)
+                alias = alias or sub_alias
             continue
         if role == ROLE_VIEW:
             vl = leaves[k]          # a typed assignment: anything else raises TypeError
@@ -486,10 +494,10 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     dst.data()
-    contiguous, alias = _check_leaves(plan, dst.shape, dst.rows, dst.cols, leaves, dst)
+    contiguous, alias = _check_leaves(plan, dst.shape, dst.rows, dst.cols, leaves, dst, True)
     if alias:
         return False
-    _run(plan, dst, leaves, scalars, contiguous and _dense(dst))
+    _run_any(plan, dst, leaves, scalars, contiguous and _dense(dst))
     return True
 
 
@@ -500,11 +508,78 @@ def run_through_temporary(Plan to_tmp, Plan from_tmp, Tensor dst, tuple leaves,
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     dst.data()
-    contiguous, _ = _check_leaves(to_tmp, dst.shape, dst.rows, dst.cols, leaves, None)
+    contiguous, _ = _check_leaves(to_tmp, dst.shape, dst.rows, dst.cols, leaves, None, True)
     tmp = TensorContainer(dst.shape, init=None, pad=False,
                           dtype=_NP_BY_CODE[to_tmp.program.dst_code])
-    _run(to_tmp, tmp, leaves, scalars, contiguous)
+    _run_any(to_tmp, tmp, leaves, scalars, contiguous)
     _run(from_tmp, dst, (tmp,), (), _dense(dst))
+
+
+DEF BAND_ELEMS = 262144  # elements of a band, and of each gather's scratch (1 MiB float:
+                         # fewer, larger bands: each run is a parallel region of its own)
+
+
+cdef list _banded(Plan plan, tuple leaves):
+    cdef list out = []
+    for k in range(plan.nleaf):
+        if plan.leaf_role[k + 1] == ROLE_GATHER and (<GatherLeaf> leaves[k]).band is not None:
+            out.append(leaves[k])
+    return out
+
+
+cdef bint _dense_maps(Plan plan, tuple leaves):
+    """Every leaf a dense tensor read in place, untransposed: a band of rows is then one
+    contiguous run of elements."""
+    for k in range(plan.nleaf):
+        if plan.leaf_role[k + 1] != ROLE_MAP or plan.leaf_t[k + 1]:
+            return False
+        if not _dense(<Tensor> leaves[k]):
+            return False
+    return True
+
+
+cdef _run_any(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
+    """``_run``, or band by band when a gather reads an expression source that way (the
+    leaves were checked with banding)."""
+    if not _banded(plan, leaves):
+        _run(plan, dst, leaves, scalars, contiguous)
+        return
+    held = _pin_all(plan, dst, leaves)   # alive across every band, whoever frees meanwhile
+    try:
+        _run_banded(plan, dst, leaves, scalars, 0, dst.rows, 0)
+    finally:
+        for m in held:
+            (<Allocation> m).unpin()
+
+
+cdef _run_banded(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t y_start,
+                 Py_ssize_t y_end, Py_ssize_t dst_row0):
+    """Rows [y_start, y_end) of ``plan`` a band at a time: for each band, the source rows
+    each banded gather reads are evaluated into its cache-sized scratch, then the band
+    runs. A source's own banded gathers recurse."""
+    cdef list gls = _banded(plan, leaves)
+    cdef GatherLeaf gl
+    cdef Py_ssize_t cols = dst.cols, band = max(1, BAND_ELEMS // max(cols, 1)), y0, y1
+    cdef Py_ssize_t r0, r1, scols
+    for gl in gls:   # fewer rows a band when a reader reads more source rows than it writes
+        scols = gl.band[0].shape[-1]
+        y1 = min(y_end, y_start + band)
+        r0, r1 = gl.band[2](y_start, y1)
+        if r1 > r0 and y1 > y_start:
+            band = max(1, min(band, (BAND_ELEMS // max(scols, 1)) * (y1 - y_start) // (r1 - r0)))
+    for y0 in range(y_start, y_end, band):
+        y1 = min(y_end, y0 + band)
+        for gl in gls:
+            e, sub = gl.band[0], <Plan> gl.band[1]
+            r0, r1 = gl._band_rows(y0, y1)
+            if r1 > r0:
+                if _banded(sub, e.leaves):
+                    _run_banded(sub, gl.band_scratch, e.leaves, e.scalars, r0, r1, r0)
+                else:
+                    _run(sub, gl.band_scratch, e.leaves, e.scalars, _dense_maps(sub, e.leaves),
+                         -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0)
+        _run(plan, dst, leaves, scalars, False, -1, -1, 0, 1, 1, None, NULL, 0, y0, y1,
+             dst_row0)
 
 
 cdef inline bint _dense(Tensor t):
@@ -533,17 +608,30 @@ cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
     return 0
 
 
-cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):   # dst may be None (raw out)
-    """Pin the allocation of every tensor a run reads or writes; returns them to unpin."""
+cdef list _memory_of(Plan plan, Tensor dst, tuple leaves):
+    """The allocation of every tensor a run of ``plan`` reads or writes (dst may be None),
+    with what a banded gather's expression reads."""
     cdef list held = [dst.mem] if dst is not None else []
+    cdef GatherLeaf gl
     for k in range(plan.nleaf):
         role = plan.leaf_role[k + 1]
         if role == ROLE_VIEW:
             held.append((<ViewLeaf> leaves[k]).src.mem)
         elif role == ROLE_GATHER:
-            held.extend((<Tensor> t).mem for t in (<GatherLeaf> leaves[k]).srcs)
+            gl = leaves[k]
+            held.extend((<Tensor> t).mem for t in gl.srcs if (<Tensor> t).mem is not None)
+            if gl.band_scratch is not None:
+                held.append(gl.band_scratch.mem)
+            if gl.band is not None:
+                held.extend(_memory_of(<Plan> gl.band[1], None, gl.band[0].leaves))
         else:
             held.append((<Tensor> leaves[k]).mem)
+    return held
+
+
+cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):
+    """Pin the allocation of every tensor a run reads or writes; returns them to unpin."""
+    cdef list held = _memory_of(plan, dst, leaves)
     for m in held:
         (<Allocation> m).pin()
     return held
@@ -551,14 +639,17 @@ cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):   # dst may be None (ra
 
 cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
           Py_ssize_t rows=-1, Py_ssize_t cols=-1, Py_ssize_t gB=0, Py_ssize_t gM=1,
-          Py_ssize_t gR=1, ViewLeaf view=None, char *out=NULL, Py_ssize_t out_itemsize=0):
+          Py_ssize_t gR=1, ViewLeaf view=None, char *out=NULL, Py_ssize_t out_itemsize=0,
+          Py_ssize_t y0=0, Py_ssize_t y1=-1, Py_ssize_t dst_row0=0):
     """Run ``plan`` over ``dst``'s 2-D geometry; or, given ``rows`` x ``cols``, over that
     geometry with ``dst`` holding one value per block (a reduction's partial results); or,
     given also ``gB`` > 0, with ``dst`` holding one row per group of rows (gB, gM, gR: see
     ms_program in plan_exec.h; a column reduction's accumulators); or, given ``view`` (a
     view of ``dst``), over the view's geometry, row y of dst through the view's row map.
     A reduction may give its partial results as raw memory instead (``out``, with ``dst``
-    None): memory the caller owns and keeps alive, such as a fresh numpy array."""
+    None): memory the caller owns and keeps alive, such as a fresh numpy array. Given
+    ``y1`` >= 0, only rows [y0, y1) of dst's geometry run (a band; rows keep their numbers);
+    ``dst``'s first row is row ``dst_row0`` (a band's scratch holds only its rows)."""
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef ms_leaf stack_leaf[16]
     cdef ms_gather stack_gather[16]
@@ -580,6 +671,8 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
     cdef Py_ssize_t isz = out_itemsize if out != NULL else dst.itemsize
     try:
         lv[0].ptr = out if out != NULL else dst.data()
+        if dst_row0:   # a band's scratch: row y lives at its row (y - dst_row0)
+            lv[0].ptr = lv[0].ptr - dst_row0 * dst.stride * dst.itemsize
         lv[0].nmap = 0
         per_block = rows >= 0
         if not per_block:
@@ -632,6 +725,15 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
         prog.nreg = plan.nreg
         prog.reg_bytes = (RBLOCK if per_block and gB == 0 else BLOCK) * 8
         prog.gB, prog.gM, prog.gR = gB, gM, gR
+        prog.y0 = 0
+        if y1 >= 0 and contiguous:
+            # a band of dense plain leaves: one long row from row y0 (every pointer moved)
+            for k in range(nl + 1):
+                lv[k].ptr = lv[k].ptr + y0 * lv[k].rowstep
+            rows = y1 - y0
+        elif y1 >= 0:        # a band of rows [y0, y1), numbered as in the whole geometry
+            prog.y0 = y0
+            rows = y1 - y0
         if contiguous:
             prog.rows = 1
             prog.cols = rows * cols
@@ -639,7 +741,8 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
             prog.rows = rows
             prog.cols = cols
         n = rows * cols
-        prog.nthreads = max(1, min(_num_threads, n // MIN_PER_THREAD))
+        # a band is a share of a larger assignment: threads pay off on smaller runs
+        prog.nthreads = max(1, min(_num_threads, n // (MIN_PER_THREAD if y1 < 0 else 4096)))
         # Registers must fit in L1, so programs that use them go block by block; a fully
         # fused program has none and takes whole rows, one share of them per thread.
         if gB > 0:      # whole rows for a fully fused program; group by group
@@ -650,7 +753,7 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
             prog.block = BLOCK
         else:
             prog.block = max(BLOCK, (prog.cols + prog.nthreads - 1) // prog.nthreads)
-        if n < MIN_PER_THREAD:   # too short to be worth releasing the GIL
+        if prog.nthreads == 1 and n < MIN_PER_THREAD:   # too short to release the GIL
             rc = ms_run_program(&prog)
         else:
             # Without the GIL another thread may free_space or resize these tensors: pinned,
@@ -719,10 +822,12 @@ cdef bint _reads_view_elsewhere(Plan plan, ViewLeaf dst, tuple leaves) except -1
     cdef Py_ssize_t k
     cdef Tensor lf
     cdef ViewLeaf vl
+    cdef GatherLeaf gl
     for k in range(plan.nleaf):
         role = plan.leaf_role[k + 1]
-        if role == ROLE_GATHER:       # reads its sources anywhere
-            reads = [(t, None) for t in (<GatherLeaf> leaves[k]).srcs]
+        if role == ROLE_GATHER:       # reads its sources anywhere (a banded source was
+            gl = <GatherLeaf> leaves[k]   # evaluated whole into its scratch, fresh memory)
+            reads = [(t, None) for j, t in enumerate(gl.srcs) if j or gl.band is None]
         elif role == ROLE_VIEW:
             vl = <ViewLeaf> leaves[k]
             reads = [(vl, vl)]
@@ -797,6 +902,10 @@ def reads_tensor(tuple leaves, Tensor t):
             srcs = ((<ViewLeaf> lf).src,)
         elif isinstance(lf, GatherLeaf):
             srcs = (<GatherLeaf> lf).srcs
+            if (<GatherLeaf> lf).band is not None:   # source 0: what its expression reads
+                if reads_tensor((<GatherLeaf> lf).band[0].leaves, t):
+                    return True
+                srcs = srcs[1:]
         else:
             srcs = (lf,)
         for s in srcs:

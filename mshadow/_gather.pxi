@@ -11,23 +11,35 @@ cdef class GatherLeaf:
     cdef tuple snapshot
     cdef readonly tuple deferred      # (source position, expression): evaluated into that
                                       # source, a temporary, each time the gather runs
+    # Source 0 an expression the reader can take band by band (readers.py src_rows):
+    # (expression, its plan, rows_fn(y0, y1) -> (r0, r1)); srcs[0] is then a handle with
+    # no memory, and band_scratch holds the rows [band_r0, ...) evaluated for one band
+    # (or, outside a band loop, every row).
+    cdef readonly object band
+    cdef readonly Tensor band_scratch
+    cdef readonly Py_ssize_t band_r0
 
     @property
     def name(self):
         """The reader's name ("take" for the kernel "g_take_f32")."""
         return self.kernel[2:].rsplit("_", 1)[0]
 
-    def check(self, bint evaluate=True):
+    def check(self, bint evaluate=True, bint banding=False):
         """Sources evaluated (expression sources), alive, unchanged since the expression
         was built, indices in range. At build time (``evaluate`` false) an expression
-        source is neither evaluated nor read."""
+        source is neither evaluated nor read. A banded source is evaluated whole here
+        unless ``banding`` (the caller then evaluates it band by band)."""
         cdef Tensor t
         if evaluate:
             for pos, e in self.deferred:
                 _assign(<Tensor> self.srcs[pos], e, "saveto")
+            if self.band is not None and not banding:
+                self._fill_whole()
         elif self.index is not None and any(pos == self.index[0] for pos, _ in self.deferred):
             return
-        for t, snap in zip(self.srcs, self.snapshot):
+        for k, (t, snap) in enumerate(zip(self.srcs, self.snapshot)):
+            if k == 0 and self.band is not None:
+                continue          # a handle: its rows live in band_scratch
             t.data()
             if (t.shape, t.stride) != snap:
                 raise ShapeError(f"a source of {self.name} changed from shape {snap[0]} "
@@ -45,6 +57,28 @@ cdef class GatherLeaf:
                     raise IndexError(f"{self.name}: index values must lie in [0, {bound}), "
                                      f"got [{lo}, {hi}]")
 
+    cdef _fill_whole(self):
+        """Every row of the banded source, evaluated into a scratch of its size."""
+        e = self.band[0]
+        if self.band_scratch is None or self.band_scratch.shape != e.shape:
+            self.band_scratch = new_tensor(e.shape, init=None, dtype=e.dtype)
+        _assign(self.band_scratch, e, "saveto")
+        self.band_r0 = 0
+
+    cdef _band_rows(self, Py_ssize_t y0, Py_ssize_t y1):
+        """(r0, r1): the source rows output rows [y0, y1) read, with a scratch that holds
+        them (grown as needed)."""
+        e = self.band[0]
+        cdef Py_ssize_t srows = _prod(e.shape[:-1]), scols = e.shape[-1]
+        r0, r1 = self.band[2](y0, y1)
+        r0 = max(0, min(r0, srows))
+        r1 = max(r0, min(r1, srows))
+        if (self.band_scratch is None or self.band_scratch.rows < r1 - r0
+                or len(self.band_scratch.shape) != 2 or self.band_scratch.cols != scols):
+            self.band_scratch = new_tensor((max(r1 - r0, 1), scols), init=None, dtype=e.dtype)
+        self.band_r0 = r0
+        return r0, r1
+
     cdef int bind(self, ms_gather *g) except -1:
         cdef Tensor t
         cdef int i
@@ -53,6 +87,12 @@ cdef class GatherLeaf:
             g.rowstep[i] = 0
             g.code[i] = 0
         for i, t in enumerate(self.srcs):
+            if i == 0 and self.band is not None:   # rows [band_r0, ...) in the scratch
+                t = self.band_scratch
+                g.rowstep[0] = t.stride * t.itemsize
+                g.src[0] = t.data() - self.band_r0 * g.rowstep[0]
+                g.code[0] = t.type_flag
+                continue
             g.src[i] = t.data()
             # a 1-D source (an index or a value vector) is read one element per "row"
             g.rowstep[i] = (t.stride if len(t.shape) > 1 else 1) * t.itemsize
@@ -62,10 +102,12 @@ cdef class GatherLeaf:
         return 0
 
 
-def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None, tuple deferred=()):
+def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None, tuple deferred=(),
+                band=None):
     """A GatherLeaf for ``kernel``; ``index`` = (position in srcs, bound) of an index tensor;
     ``deferred`` = (position, expression) pairs whose source is a temporary the expression
-    is evaluated into whenever the gather runs."""
+    is evaluated into whenever the gather runs; ``band`` = (expression, plan, rows_fn) of a
+    source 0 evaluated band by band (srcs[0] a handle of its shape with no memory)."""
     if kernel not in _GATHER_KERNELS:
         raise ValueError(f"unknown gather kernel {kernel!r}")
     if len(srcs) > 3 or len(params) > MS_GATHER_PARAMS:
@@ -78,5 +120,6 @@ def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None, tuple d
     g.index = index
     g.snapshot = tuple(((<Tensor> t).shape, (<Tensor> t).stride) for t in srcs)
     g.deferred = deferred
+    g.band = band
     g.check(False)
     return g

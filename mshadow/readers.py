@@ -24,7 +24,7 @@ Adding a gathering extension is one row here, its constructor (a few lines build
 GatherExp with ``gather`` in extension/gather.py) and its tests.
 """
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Callable, Optional, Tuple
 
 SUM, MAXIMUM, MINIMUM = 0, 1, 2   # a reducer parameter's values (ms.red.sum, ...)
 
@@ -38,6 +38,10 @@ class Reader:
     elem: str
     row: str = ""
     next: str = ""
+    # src_rows(p, y0, y1) -> (r0, r1): the rows of source 0 (in its 2-D flattening) that
+    # output rows [y0, y1) read, p the parameters by name. A reader that has it evaluates
+    # an expression source band by band into cache-sized scratch (docs/architecture.md).
+    src_rows: Optional[Callable] = None
 
     def pack(self, **params):
         """The parameters in the kernel's order; every name given, none unknown."""
@@ -50,6 +54,27 @@ class Reader:
 
     def kernel(self, code):
         return f"g_{self.name}_{code}"
+
+
+def _pad_rows(p, y0, y1):
+    H, oH, py = p["H"], p["oH"], p["py"]
+    h0 = min(max(y0 % oH - py, 0), H)
+    h1 = min(max((y1 - 1) % oH - py + 1, 0), H)
+    return y0 // oH * H + h0, (y1 - 1) // oH * H + h1
+
+
+def _up_row(p, y):
+    return y // p["oH"] * p["H"] + y % p["oH"] // p["scale"]
+
+
+def _pool_rows(p, y0, y1):
+    H, oH, sy, ky = p["H"], p["oH"], p["sy"], p["ky"]
+    return (y0 // oH * H + min(y0 % oH * sy, H),
+            (y1 - 1) // oH * H + min((y1 - 1) % oH * sy + ky, H))
+
+
+def _same_rows(p, y0, y1):
+    return y0, y1
 
 
 _WINDOW_REDUCE = """
@@ -67,7 +92,8 @@ READERS = (
     Reader("pad", "zero padding of the last two axes: out(lead, oh, ow) = src(lead, oh - py, "
            "ow - px), 0 outside", ("src",), ("H", "W", "py", "px", "oH"),
            row="const npy_intp lead = y / oH, h = y % oH - py;",
-           elem="v = (h >= 0 && h < H && x >= px && x - px < W) ? LD(0, lead * H + h, x - px) : ZERO;"),
+           elem="v = (h >= 0 && h < H && x >= px && x - px < W) ? LD(0, lead * H + h, x - px) : ZERO;",
+           src_rows=lambda p, y0, y1: _pad_rows(p, y0, y1)),
     Reader("take", "take(index, src): out[y][x] = src[index[y]][x]", ("src", "index"), ("K",),
            row="const npy_intp r = IDX(1, y); const int ok = r >= 0 && r < K; if (!ok) BAD_INDEX;",
            elem="v = ok ? LD(0, r, x) : ZERO;"),
@@ -82,7 +108,8 @@ READERS = (
     Reader("upsample", "upsampling_nearest: out(lead, oh, ow) = src(lead, oh / s, ow / s)",
            ("src",), ("H", "scale", "oH"),
            row="const npy_intp r = (y / oH) * H + (y % oH) / scale;",
-           elem="v = LD(0, r, x / scale);"),
+           elem="v = LD(0, r, x / scale);",
+           src_rows=lambda p, y0, y1: (_up_row(p, y0), _up_row(p, y1 - 1) + 1)),
     Reader("concat", "concat along the last axis (split: the first column of b) or a leading "
            "one (in each group of ra + rb rows the first ra come from a)",
            ("a", "b"), ("split", "along_columns", "ra", "rb"),
@@ -95,7 +122,9 @@ READERS = (
            ("src",), ("ocols", "scols"),
            row="npy_intp r = (y * ocols + x0) / scols, c = (y * ocols + x0) % scols;",
            elem="v = LD(0, r, c);",
-           next="if (++c == scols) { c = 0; ++r; }"),
+           next="if (++c == scols) { c = 0; ++r; }",
+           src_rows=lambda p, y0, y1: (y0 * p["ocols"] // p["scols"],
+                                       -(-(y1 * p["ocols"]) // p["scols"]))),
     Reader("one_hot", "one_hot_encode: out[y][x] = (index[y] == x)", ("index",), ("num_choices",),
            row="const npy_intp c = IDX(0, y); if (c < 0 || c >= num_choices) BAD_INDEX;",
            elem="v = (V)(x == c ? 1 : 0);"),
@@ -119,7 +148,8 @@ READERS = (
            row="const npy_intp ys = MS_MIN((y % oH) * sy, H), ye = MS_MIN(ys + ky, H);\n"
                "  const npy_intp base = (y / oH) * H;\n  npy_intp a, b;",
            elem="const npy_intp xs = MS_MIN(x * sx, W), xe = MS_MIN(xs + kx, W);"
-                + _WINDOW_REDUCE),
+                + _WINDOW_REDUCE,
+           src_rows=lambda p, y0, y1: _pool_rows(p, y0, y1)),
     Reader("unpool", "unpool: out(y, x) = sum over the pooled windows holding (y, x) of "
            "PartialGrad * grad (every tied extreme gets the gradient)",
            ("data_src", "data_pooled", "grad_pooled"), ("red", "H", "ky", "kx", "sy", "sx", "pH", "pW"),
@@ -152,7 +182,9 @@ READERS = (
                 "        for (k = cs; k < ce; ++k) { const V t = LD(0, (img * C + k) * H + h, x); "
                 "REDUCE(red, res, t); }\n"
                 "        v = res;\n"
-                "      }"),
+                "      }",
+           src_rows=lambda p, y0, y1: (y0 // (p["oC"] * p["H"]) * p["C"] * p["H"],
+                                       ((y1 - 1) // (p["oC"] * p["H"]) + 1) * p["C"] * p["H"])),
     Reader("ch_unpool", "ch_unpool: the gradient of chpool (mshadow's window formula, its end "
            "clipped by the pooled channel count)",
            ("data_src", "data_pooled", "grad_pooled"), ("red", "C", "pC", "H", "nsize", "stride", "pad"),
@@ -220,20 +252,21 @@ _CX_OP = {
 READERS += tuple(
     Reader(f"cx_{op}_{kind}", f"complex_{op}_{kind}: (a {'*' if op == 'mul' else '/'} b) per "
            f"complex element", ("a", "b"), (),
-           elem=f"const npy_intp c = x >> 1;\n      {_CX_LOAD[kind]}\n      {_CX_OP[op]}")
+           elem=f"const npy_intp c = x >> 1;\n      {_CX_LOAD[kind]}\n      {_CX_OP[op]}",
+           src_rows=_same_rows)
     for op in ("mul", "div") for kind in ("cc", "cr", "rc"))
 READERS += (
     Reader("cx_conj", "conj: the imaginary parts negated", ("a",), (),
-           elem="v = (x & 1) ? -LD(0, y, x) : LD(0, y, x);"),
+           elem="v = (x & 1) ? -LD(0, y, x) : LD(0, y, x);", src_rows=_same_rows),
     Reader("cx_exchange", "complex_exchange: real and imaginary parts swapped", ("a",), (),
-           elem="v = LD(0, y, x ^ 1);"),
+           elem="v = LD(0, y, x ^ 1);", src_rows=_same_rows),
     Reader("cx_pad_imag", "complex_pad_imag: a real source as complex, imaginary parts 0",
-           ("a",), (), elem="v = (x & 1) ? (V)0 : LD(0, y, x >> 1);"),
+           ("a",), (), elem="v = (x & 1) ? (V)0 : LD(0, y, x >> 1);", src_rows=_same_rows),
     Reader("cx_abs_square", "complex_abs_square: re * re + im * im per complex element",
            ("a",), (), elem="v = LD(0, y, 2 * x) * LD(0, y, 2 * x) + "
-                            "LD(0, y, 2 * x + 1) * LD(0, y, 2 * x + 1);"),
+                            "LD(0, y, 2 * x + 1) * LD(0, y, 2 * x + 1);", src_rows=_same_rows),
     Reader("cx_sum_real_imag", "complex_sum_real_imag: re + im per complex element", ("a",), (),
-           elem="v = LD(0, y, 2 * x) + LD(0, y, 2 * x + 1);"),
+           elem="v = LD(0, y, 2 * x) + LD(0, y, 2 * x + 1);", src_rows=_same_rows),
 )
 
 READERS_BY_NAME = {r.name: r for r in READERS}

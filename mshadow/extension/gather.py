@@ -7,6 +7,7 @@ are checked before anything is stored: an index out of range is an IndexError (m
 reads out of bounds), never a read outside the source. concat of two tensors is also an
 assignment target, as in mshadow (``concat(a, b, 1)[:] = value`` splits value into a, b).
 """
+import functools
 import math
 import operator
 import struct
@@ -39,8 +40,21 @@ def gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params):
     if len(srcs) != len(r.sources):
         raise TypeError(f"reader {reader} takes sources {r.sources}, got {len(srcs)}")
     kernel = r.kernel(code)
+    srcs = list(srcs)
     deferred = tuple((i, e) for i, e in enumerate(map(take_deferred, srcs)) if e is not None)
-    leaf = _core.gather_leaf(kernel, tuple(srcs), r.pack(**params), shape, index, deferred)
+    band = None
+    if (r.src_rows is not None and deferred and deferred[0][0] == 0
+            and len(srcs[0].shape) >= 2 and (index is None or index[0] != 0)):
+        # source 0 is an expression the reader reads a band of rows at a time: evaluate
+        # those rows into cache-sized scratch as the assignment runs, never the whole
+        e = deferred[0][1]
+        plan = engine.get_plan(e.key, e.code, "saveto")
+        if isinstance(plan, _core.Plan):
+            band = (e, plan, functools.partial(r.src_rows, dict(zip(r.params, r.pack(**params)))))
+            deferred = deferred[1:]
+            srcs[0] = _core.Tensor(srcs[0].shape, dtype=srcs[0].dtype)   # a handle, no memory
+    leaf = _core.gather_leaf(kernel, tuple(srcs), r.pack(**params), shape, index, deferred,
+                             band)
     node = new_node(cls, ir.Gather(kernel, code), leaf.shape, code, (leaf,), (), kChainer)
     node.leaf = leaf
     return node

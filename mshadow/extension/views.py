@@ -75,10 +75,10 @@ def take_deferred(t):
 def _tensor(src, where, ndim=None):
     """The source of a gather or window extension (pad, take, pool, im2col, ...) as a tensor.
 
-    Their kernels read memory, so an expression source is evaluated into a temporary of its
-    size each time the assignment runs (lazily: the values are those at assignment time).
-    This is the rule of docs/architecture.md: windows overlap and indices repeat, so
-    evaluating the source once costs less than evaluating it at every read."""
+    Their kernels read memory, so an expression source is evaluated when the assignment
+    runs (lazily: the values are those at assignment time): band by band into scratch when
+    the reader can take it so (extension/gather.py), else into this temporary of its size.
+    The rule is in docs/architecture.md ("Nesting extensions")."""
     src = _source(src, where, ndim)
     if isinstance(src, _core.Exp):
         tmp = _core.TensorContainer(src.shape, init=None, pad=False, dtype=src.dtype)

@@ -59,6 +59,7 @@ typedef struct {
    * of (a, m), in order. One thread runs a whole group, so a per_block = 2 leaf (the
    * group's accumulator row) is never written by two threads. */
   npy_intp gB, gM, gR;
+  npy_intp y0;          /* the first row: a run over rows [y0, y0 + rows) (a band) */
 } ms_program;
 
 /* Evaluate the block of row y from column x0 with scratch `regs`; g is y's group. */
@@ -138,7 +139,7 @@ static inline int ms_thread_flags(void) {
 static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_intp nbx) {
   npy_intp xb;
   if (p->gB <= 0) {
-    ms_run_block(p, regs, i / nbx, (i % nbx) * p->block, 0);
+    ms_run_block(p, regs, p->y0 + i / nbx, (i % nbx) * p->block, 0);
     return;
   }
   const npy_intp nch = (p->gB + p->gR - 1) / p->gR;

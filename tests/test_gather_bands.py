@@ -1,0 +1,122 @@
+"""Gathers over an expression evaluate it band by band into cache-sized scratch (the
+readers table's src_rows), never into a temporary of its size: checked against numpy, with
+the scratch's size, aliasing, nesting, threads and the paths that evaluate it whole."""
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import sliding_window_view
+
+import mshadow as ms
+
+
+def ref_pool(a, k, s, red=np.max):
+    w = sliding_window_view(a, (k, k), axis=(-2, -1))[..., ::s, ::s, :, :]
+    return red(w, axis=(-2, -1))
+
+
+def _x(shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _source_rows(shape):
+    return int(np.prod(shape[:-1]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pool_of_an_expression_runs_in_bands(dtype):
+    x = _x((16, 16, 64, 64), dtype=dtype)
+    X = ms.from_numpy(x)
+    e = ms.pool(ms.F(ms.op.relu, X * 2), 3, 3, 2, 2)
+    y = ms.new_tensor(e.shape, dtype=dtype)
+    y[:] = e
+    np.testing.assert_array_equal(y.numpy(), ref_pool(np.maximum(x * 2, 0), 3, 2))
+    leaf = e.leaf
+    assert leaf.band is not None
+    with pytest.raises(ms.FreedTensorError):   # the source was never allocated whole
+        leaf.srcs[0].dptr
+    # the scratch holds one band's source rows: at most 2**18 elements, not the source's 2**20
+    assert leaf.band_scratch.shape[0] * 64 <= 1 << 18
+    assert leaf.band_scratch.shape[0] < _source_rows(x.shape) // 3
+    y[:] = e * 0 + e          # twice in one plan, and again: the same values
+    np.testing.assert_array_equal(y.numpy(), ref_pool(np.maximum(x * 2, 0), 3, 2))
+
+
+def test_nested_bands_pool_of_pad_of_an_expression():
+    x = _x((4, 8, 90, 70), 1)
+    X = ms.from_numpy(x)
+    e = ms.pool(ms.pad(ms.F(ms.op.tanh, X) + 1, 2, 1), 2, 2, 2, 2, ms.red.sum)
+    y = ms.new_tensor(e.shape)
+    y[:] = e
+    p = np.pad(np.tanh(x.astype(np.float64)) + 1, ((0, 0), (0, 0), (2, 2), (1, 1)))
+    np.testing.assert_allclose(y.numpy(), ref_pool(p, 2, 2, np.sum), rtol=1e-5, atol=1e-5)
+
+
+def test_upsample_chpool_and_complex_of_expressions():
+    x = _x((3, 6, 40, 50), 2)
+    X = ms.from_numpy(x)
+    up = ms.new_tensor((3, 6, 120, 150))
+    up[:] = ms.upsampling_nearest(X - 1, 3)
+    np.testing.assert_array_equal(up.numpy(), np.repeat(np.repeat(x - 1, 3, 2), 3, 3))
+    ch = ms.new_tensor((3, 6, 40, 50))
+    ch[:] = ms.chpool(X * 3, 3, ms.red.maximum)
+    xp = np.pad(x * 3, ((0, 0), (1, 1), (0, 0), (0, 0)), constant_values=-np.inf)
+    np.testing.assert_array_equal(ch.numpy(), np.max([xp[:, k:k + 6] for k in range(3)], 0))
+    c = _x((300, 64), 3)
+    C = ms.from_numpy(c)
+    out = ms.new_tensor((300, 64))
+    out[:] = ms.conj(C * 2)
+    z = (c * 2).view(np.complex64)
+    np.testing.assert_array_equal(out.numpy().view(np.complex64), np.conj(z))
+
+
+def test_a_band_reading_the_destination_goes_through_a_temporary():
+    x = _x((2, 4, 128, 128), 4)
+    X = ms.from_numpy(x.copy())
+    X[:] = ms.crop(ms.pad(X * 2, 1), (128, 128))           # every band reads X
+    np.testing.assert_array_equal(X.numpy(), x * 2)
+    Y = ms.from_numpy(x.copy())
+    Y[:] = ms.upsampling_nearest(ms.pool(Y + 1, 2, 2, 2, 2), 2)
+    want = np.repeat(np.repeat(ref_pool(x + 1, 2, 2), 2, 2), 2, 3)
+    np.testing.assert_array_equal(Y.numpy(), want)
+
+
+def test_bands_do_not_depend_on_the_thread_count():
+    x = _x((8, 16, 64, 64), 5)
+    X = ms.from_numpy(x)
+    old = ms.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2):
+            ms.set_num_threads(n)
+            y = ms.new_tensor((8, 16, 32, 32))
+            y[:] = ms.pool(ms.F(ms.op.exp, X * 0.5), 2, 2, 2, 2, ms.red.sum) * 0.25
+            results.append(y.numpy().tobytes())
+    finally:
+        ms.set_num_threads(old)
+    assert results[0] == results[1]
+
+
+def test_reductions_and_view_targets_evaluate_a_banded_source_whole():
+    x = _x((4, 8, 32, 32), 6)
+    X = ms.from_numpy(x)
+    pooled = ref_pool(np.maximum(x, 0), 2, 2)
+    np.testing.assert_allclose(ms.sum(ms.pool(ms.F(ms.op.relu, X), 2, 2, 2, 2)),
+                               pooled.sum(), rtol=1e-5)
+    s = ms.new_tensor((8,))
+    s[:] = ms.sumall_except_dim(ms.pool(ms.F(ms.op.relu, X), 2, 2, 2, 2), 1)
+    np.testing.assert_allclose(s.numpy(), pooled.sum((0, 2, 3)), rtol=1e-5)
+    t = ms.new_tensor((4, 8, 16, 40), init=0)
+    ms.slice_axis(t, 3, 4, 20)[:] = ms.pool(ms.F(ms.op.relu, X), 2, 2, 2, 2)
+    np.testing.assert_array_equal(t.numpy()[..., 4:20], pooled)
+    assert not t.numpy()[..., :4].any() and not t.numpy()[..., 20:].any()
+
+
+def test_a_banded_source_freed_meanwhile_raises_before_anything_is_stored():
+    x = _x((2, 2, 16, 16), 7)
+    X = ms.new_tensor(x.shape)
+    X.numpy()[...] = x
+    e = ms.pool(X * 2, 2, 2, 2, 2)
+    ms.free_space(X)
+    y = ms.new_tensor(e.shape, init=5)
+    with pytest.raises(ms.FreedTensorError):
+        y[:] = e
+    assert (y.numpy() == 5).all()
