@@ -21,13 +21,20 @@ cdef extern from "Python.h":
     ctypedef object (*_allocfunc)(PyTypeObject *, Py_ssize_t)
     ctypedef struct _TypeAlloc "PyTypeObject":
         _allocfunc tp_alloc
+    int PY_VERSION_HEX
+
+cdef object _tuple_new = tuple.__new__
 
 
 cdef object _new_map_node(str name, str code, tuple keys):
     """ir.Map(name, code, *keys), allocated at once through the type's tp_alloc (public
     C API): tuple.__new__ on a subclass builds a temporary tuple and copies it, which made
-    building an expression node half again as slow."""
+    building an expression node half again as slow. From CPython 3.14 a tuple caches its
+    hash in a field only tuple's own constructors initialise (zeroed memory would read as
+    a cached hash of 0), so there it goes through tuple.__new__."""
     cdef Py_ssize_t n = len(keys), i
+    if PY_VERSION_HEX >= 0x030E0000:
+        return _tuple_new(_IRMap, ("M", name, code) + keys)
     node = (<_TypeAlloc *> <PyTypeObject *> _IRMap).tp_alloc(<PyTypeObject *> _IRMap, n + 3)
     for i, item in enumerate(("M", name, code)):
         Py_INCREF(item)

@@ -313,8 +313,9 @@ def _chain_packet(code, ctype, isa, total=False):
          f"  {V} bc[{CHAIN_MAX}];",
          "  npy_intp i = 0;",
          "  int s;",
-         "  for (s = 0; s < ch->nstep; ++s)",
-         f"    if (ch->scalar[s]) bc[s] = ms_{isa}_set1_{code}((({ctype} *)args[ch->opd[s]])[0]);",
+         "  for (s = 0; s < ch->nstep; ++s)   /* every slot set: the dispatch reads bc[s] */",
+         f"    bc[s] = ch->scalar[s] ? ms_{isa}_set1_{code}((({ctype} *)args[ch->opd[s]])[0])"
+         f" : ms_{isa}_zero_{code}();",
          f"  const {V} b0 = ms_{isa}_set1_{code}(S[0]);",
          f"  for (; i + {U} * {W} <= n; i += {U} * {W}) {{",
          f"    {V} {', '.join(vs)};",

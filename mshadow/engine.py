@@ -88,7 +88,10 @@ def get_plan(node, dst_code, saver, device=_core.cpu, strided=False):
             _plans.popitem(last=False)
     else:
         _stats["hits"] += 1
-        _plans.move_to_end(ck)
+        try:
+            _plans.move_to_end(ck)
+        except KeyError:   # another thread evicted it meanwhile: it stays this call's plan
+            _plans[ck] = plan
     return plan
 
 
