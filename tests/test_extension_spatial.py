@@ -6,20 +6,11 @@ import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.testing import padded, tensor as T
 
 RED = {"sum": ms.red.sum, "maximum": ms.red.maximum, "minimum": ms.red.minimum}
 DTYPES = [np.float32, np.float64, np.float16, np.int32]
 
-
-def T(a):
-    return ms.from_numpy(np.ascontiguousarray(a))
-
-
-def padded(a):
-    """A pitched copy of ``a`` (rows rounded up to 16 bytes when the width allows)."""
-    t = ms.new_tensor(a.shape, dtype=a.dtype, pad=True)
-    t.numpy()[...] = a
-    return t
 
 
 def run(e, shape, dtype):
