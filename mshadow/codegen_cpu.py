@@ -276,12 +276,42 @@ def fingerprint():
     return h.hexdigest()[:16]
 
 
+# A binary step whose operand is the value it applies to, op(v, v), as a unary step: x * x
+# binds x twice, and squaring the register saves a load per element (the load ports bound a
+# sum of squares on AVX2 parts that split 256-bit loads, such as Zen 1).
+SELF_STEP = {"mul": "square"}
+
+
+def chain_self_codes():
+    """[code of the unary step equal to op(v, v), or -1] for every step code."""
+    code_of = {(op, swap, scalar): c for c, op, swap, scalar in chain_steps()}
+    return [code_of.get((SELF_STEP.get(op), False, False), -1) if not scalar else -1
+            for _, op, swap, scalar in chain_steps()]
+
+
 def _chain_step_table():
     rows = [f'  {{"{op}", {int(swap)}, {int(scalar)}}},' for _, op, swap, scalar in chain_steps()]
     return "\n".join(["typedef struct { const char *op; int swap; int scalar; } ms_chain_step;",
                       "/* step code -> what it does; the plan compiler reads codes from here */",
                       "static const ms_chain_step ms_chain_step_table[] = {"] + rows
-                     + ["  {NULL, 0, 0}", "};"])
+                     + ["  {NULL, 0, 0}", "};",
+                        "/* step code -> the unary step equal to it when its operand is the chain's",
+                        " * start, op(v, v) (-1: none): see ms_chain_codes */",
+                        "/* step code -> the step loads an operand (a binary step on a tensor) */",
+                        "static const int ms_chain_step_reads[] = {"
+                        + ", ".join(str(int(OPS_BY_NAME[op].arity == 2 and not scalar))
+                                    for _, op, swap, scalar in chain_steps()) + "};",
+                        "static const int ms_chain_self_code[] = {"
+                        + ", ".join(map(str, chain_self_codes())) + "};",
+                        "/* The step codes of one run of `ch`: a first step that reads the start's",
+                        " * own memory again (x * x) applies to the register instead. */",
+                        "static inline void ms_chain_codes(const ms_chain *ch, char **args, int *code) {",
+                        "  int s;",
+                        "  for (s = 0; s < ch->nstep; ++s) code[s] = ch->code[s];",
+                        "  if (ch->nstep > 0 && !ch->start_scalar && args[ch->opd[0]] == args[0]",
+                        "      && ms_chain_self_code[code[0]] >= 0)",
+                        "    code[0] = ms_chain_self_code[code[0]];",
+                        "}"])
 
 
 def _subst(form, names):
@@ -306,6 +336,11 @@ def _chain_packet(code, ctype, isa, total=False):
     def each(template):   # one statement per vector u
         return " ".join(template(u) for u in range(U))
 
+    def prefetch(ptr):   # the lines of an iteration's operand, MS_PREFETCH_AHEAD further on
+        nbytes = U * _WIDTH[isa, code] * (4 if code == "f32" else 8)
+        return " ".join(f"ms_prefetch((const char *)({ptr}) + MS_PREFETCH_AHEAD + {k});"
+                        for k in range(0, nbytes, 64))
+
     name = f"ms_chain_sum_{code}_{isa}" if total else f"ms_chain_{code}_{isa}"
     L = [f"static {_TARGET[isa]}void {name}(const ms_chain *ch, char **args, npy_intp n) {{",
          f"  {ctype} *r = ({ctype} *)args[ch->nin];",
@@ -313,6 +348,10 @@ def _chain_packet(code, ctype, isa, total=False):
          f"  {V} bc[{CHAIN_MAX}];",
          "  npy_intp i = 0;",
          "  int s;",
+         f"  int code[{CHAIN_MAX}], reads[{CHAIN_MAX}];   /* reads: the step loads its operand */",
+         "  ms_chain_codes(ch, args, code);",
+         "  for (s = 0; s < ch->nstep; ++s)",
+         "    reads[s] = ms_chain_step_reads[code[s]];",
          "  for (s = 0; s < ch->nstep; ++s)   /* every slot set: the dispatch reads bc[s] */",
          f"    bc[s] = ch->scalar[s] ? ms_{isa}_set1_{code}((({ctype} *)args[ch->opd[s]])[0])"
          f" : ms_{isa}_zero_{code}();",
@@ -320,15 +359,20 @@ def _chain_packet(code, ctype, isa, total=False):
          f"  for (; i + {U} * {W} <= n; i += {U} * {W}) {{",
          f"    {V} {', '.join(vs)};",
          "    if (ch->start_scalar) { " + each(lambda u: f"v{u} = b0;") + " }",
-         "    else { " + each(lambda u: f"v{u} = ms_{isa}_loadu_{code}(S + i + {u} * {W});") + " }",
+         "    else { " + prefetch("S + i") + " "
+         + each(lambda u: f"v{u} = ms_{isa}_loadu_{code}(S + i + {u} * {W});") + " }",
          "    for (s = 0; s < ch->nstep; ++s) {",
          f"      const {ctype} *O = (const {ctype} *)args[ch->opd[s]] + i;",
+         "      if (reads[s]) { " + prefetch("O") + " }",
          "      const V_BC bs = bc[s];".replace("V_BC", V),
-         "      switch (ch->code[s]) {"]
+         "      switch (code[s]) {"]
     for c, op, swap, scalar in chain_steps():
         d = OPS_BY_NAME[op]
         form = re.sub(r"P\((\w+)\)", lambda m: f"ms_{isa}_{m.group(1)}_{code}", d.packet)
-        if d.arity == 1:
+        if op in _VMATH_NAMES:   # out of line: see _chain_vmath_steps
+            body = (f"{{ {V} t[{U}] = {{{', '.join(vs)}}}; ms_{isa}_{op}{U}_{code}(t); "
+                    + each(lambda u: f"v{u} = t[{u}];") + " }")
+        elif d.arity == 1:
             body = each(lambda u: f"v{u} = {_subst(form, {'a': f'v{u}'})};")
         else:
             def stmt(u):
@@ -359,6 +403,23 @@ def _chain_packet(code, ctype, isa, total=False):
           "  *r = tot[0];",
           "}"]
     return "\n".join(L)
+
+
+_VMATH_NAMES = frozenset(name for name, arity, _ in vmath.FUNCTIONS if arity == 1)
+
+
+def _chain_vmath_steps(code, isa):
+    """A vmath step (exp, log, ...) of a chain applies to the iteration's 8 vectors through
+    memory, in a function of its own: inlined, its temporaries would push the chain's
+    vectors and lane accumulators out of registers for every step (a sum of squares ran at
+    half speed beside an unused exp case)."""
+    V = f"ms_{isa}_v_{code}"
+    # straight-line, not a loop: the 8 evaluations interleave (each alone is latency-bound)
+    return "\n".join(
+        f"static {_TARGET[isa]}__attribute__((noinline)) void ms_{isa}_{op}8_{code}({V} *t) {{ "
+        + " ".join(f"const {V} a{u} = ms_{isa}_{op}_{code}(t[{u}]);" for u in range(8)) + " "
+        + " ".join(f"t[{u}] = a{u};" for u in range(8)) + " }"
+        for op in sorted(_VMATH_NAMES & set(CHAIN_UNARY)))
 
 
 def _chain_plain(code, ctype):
@@ -405,6 +466,7 @@ def _chain_kernel(code, ctype):
     run summed (a reduction's last instruction: one partial sum per block)."""
     L = [_chain_plain(code, ctype), "#if MS_X86"]
     for isa in ISAS:
+        L.append(_chain_vmath_steps(code, isa))
         L.append(_chain_packet(code, ctype, isa))
         L.append(_chain_packet(code, ctype, isa, total=True))
     for name in (f"ms_chain_{code}", f"ms_chain_sum_{code}"):

@@ -250,3 +250,36 @@ def test_softmax_of_an_expression_in_fused_passes(no_temporary):
     want = np.exp(z - z.max(1, keepdims=True))
     want /= want.sum(1, keepdims=True)
     np.testing.assert_allclose(y.numpy(), want, rtol=2e-5, atol=1e-7)
+
+
+def test_a_step_on_its_own_start_reads_the_register_with_the_same_bits():
+    """x * x binds x twice; the chain squares the register instead of loading x again.
+    It must give the bits of x * y with y a copy of x, for sums and stores, at every SIMD
+    level, with specials, through a foreign wrapper of the same memory, and must not be
+    taken for a step whose operand merely overlaps (x[1:] * x[:-1])."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal(10_007).astype(np.float32)
+    a[:6] = [np.inf, -np.inf, np.nan, -0.0, 3e38, 1e-40]
+    x, y = ms.from_numpy(a), ms.from_numpy(a.copy())
+    x2 = ms.from_numpy(a)                       # another Tensor over x's memory
+    level = ms.simd_info()["active"]
+    try:
+        for lvl in simd_levels():
+            ms.set_simd_level(lvl)
+            with np.errstate(all="ignore"):
+                want_sum = ms.sum(x * y + 1.5)
+                for got in (ms.sum(x * x + 1.5), ms.sum(x * x2 + 1.5)):
+                    assert np.array_equal(got, want_sum, equal_nan=True)
+                out, ref = ms.TensorContainer(a.shape), ms.TensorContainer(a.shape)
+                out[:] = x * x2 - 2.0
+                ref[:] = x * y - 2.0
+                np.testing.assert_array_equal(out.numpy(), ref.numpy())
+                np.testing.assert_array_equal(ref.numpy(), a * a - np.float32(2))
+                s = ms.TensorContainer((a.size - 1,))
+                s[:] = x[1:] * x[:-1]
+                np.testing.assert_array_equal(s.numpy(), a[1:] * a[:-1])
+                d = ms.TensorContainer(a.shape)
+                d[:] = x - x                       # not a square: inf - inf is nan
+                np.testing.assert_array_equal(d.numpy(), a - a)
+    finally:
+        ms.set_simd_level(level)
