@@ -104,7 +104,7 @@ READERS = (
     Reader("fill_row", "mat_fill_row_element: src with src[y][index[y]] = val[y]",
            ("src", "index", "val"), ("cols",),
            row="const npy_intp c = IDX(1, y); if (c < 0 || c >= cols) BAD_INDEX;",
-           elem="v = x == c ? LD(2, y, 0) : LD(0, y, x);"),
+           elem="v = x == c ? LD(2, y, 0) : LD(0, y, x);", src_rows=_same_rows),
     Reader("upsample", "upsampling_nearest: out(lead, oh, ow) = src(lead, oh / s, ow / s)",
            ("src",), ("H", "scale", "oH"),
            row="const npy_intp r = (y / oH) * H + (y % oH) / scale;",

@@ -120,3 +120,20 @@ def test_a_banded_source_freed_meanwhile_raises_before_anything_is_stored():
     with pytest.raises(ms.FreedTensorError):
         y[:] = e
     assert (y.numpy() == 5).all()
+
+
+def test_fill_row_of_an_expression_runs_in_bands():
+    x = _x((3000, 200))
+    X = ms.from_numpy(x)
+    idx = np.random.default_rng(2).integers(0, 200, 3000).astype(np.float32)
+    val = np.arange(3000, dtype=np.float32)
+    e = ms.mat_fill_row_element(ms.F(ms.op.tanh, X) * 2, ms.from_numpy(val), ms.from_numpy(idx))
+    y = ms.new_tensor(e.shape)
+    y[:] = e
+    want = (np.tanh(x) * 2).astype(np.float32)
+    want[np.arange(3000), idx.astype(int)] = val
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6, atol=1e-6)
+    assert e.leaf.band is not None
+    with pytest.raises(ms.FreedTensorError):   # the source was never allocated whole
+        e.leaf.srcs[0].dptr
+    assert e.leaf.band_scratch.shape[0] < 3000 // 2
