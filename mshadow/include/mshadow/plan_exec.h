@@ -121,6 +121,10 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy
 }
 
 #define MS_STACK_REGS 8   /* registers a single-threaded run keeps on the stack */
+/* A thread's registers, and MS_PREFETCH_AHEAD bytes more: the chain kernels prefetch that far
+ * past their operands, and a prefetch into an unmapped page (past the end of a fresh
+ * thread's heap) costs a page walk every time. */
+#define MS_REGS_BYTES(p) ((size_t)((p)->nreg * (p)->reg_bytes) + MS_PREFETCH_AHEAD)
 
 /* What one run reports, OR-ed over its threads (the kernels' flags are thread-local). */
 enum { MS_RUN_NOMEM = 1, MS_RUN_IDIV0 = 2, MS_RUN_GATHER_OOB = 4 };
@@ -165,8 +169,8 @@ static int ms_run_program(const ms_program *p) {
     /* the small-tensor path: no thread team, no allocation */
     char stack_regs[MS_STACK_REGS * 4096] __attribute__((aligned(64)));
     char *regs = stack_regs;
-    if (p->nreg * p->reg_bytes > (npy_intp)sizeof(stack_regs)) {
-      regs = (char *)ms_aligned_malloc((size_t)(p->nreg * p->reg_bytes));
+    if (MS_REGS_BYTES(p) > sizeof(stack_regs)) {
+      regs = (char *)ms_aligned_malloc(MS_REGS_BYTES(p));
       if (regs == NULL) return MS_RUN_NOMEM;
     }
     ms_clear_thread_flags();
@@ -180,7 +184,7 @@ static int ms_run_program(const ms_program *p) {
   #pragma omp parallel num_threads(nt) reduction(|: failed)
 #endif
   {
-    char *regs = p->nreg ? (char *)ms_aligned_malloc((size_t)(p->nreg * p->reg_bytes)) : NULL;
+    char *regs = p->nreg ? (char *)ms_aligned_malloc(MS_REGS_BYTES(p)) : NULL;
     if (p->nreg && regs == NULL) failed |= MS_RUN_NOMEM;
     ms_clear_thread_flags();
 #ifdef _OPENMP
