@@ -246,6 +246,7 @@ def _implicit_gemm(code, ctype):
 CHAIN_BINARY = ("plus", "minus", "mul", "div", "maximum", "minimum")
 CHAIN_UNARY = ("identity", "neg", "abs", "sqrt", "square", "relu", "exp", "log", "log1p", "tanh")
 CHAIN_MAX = 8
+CHAIN_UNROLL = 8   # vectors per iteration of a chain: amortises the step dispatch
 
 
 def chain_steps():
@@ -295,12 +296,12 @@ def _chain_step_table():
                       "/* step code -> what it does; the plan compiler reads codes from here */",
                       "static const ms_chain_step ms_chain_step_table[] = {"] + rows
                      + ["  {NULL, 0, 0}", "};",
-                        "/* step code -> the unary step equal to it when its operand is the chain's",
-                        " * start, op(v, v) (-1: none): see ms_chain_codes */",
                         "/* step code -> the step loads an operand (a binary step on a tensor) */",
                         "static const int ms_chain_step_reads[] = {"
                         + ", ".join(str(int(OPS_BY_NAME[op].arity == 2 and not scalar))
                                     for _, op, swap, scalar in chain_steps()) + "};",
+                        "/* step code -> the unary step equal to it when its operand is the chain's",
+                        " * start, op(v, v) (-1: none): see ms_chain_codes */",
                         "static const int ms_chain_self_code[] = {"
                         + ", ".join(map(str, chain_self_codes())) + "};",
                         "/* The step codes of one run of `ch`: a first step that reads the start's",
@@ -330,7 +331,7 @@ def _chain_packet(code, ctype, isa, total=False):
     (REDUCE_LANES) and the block's lanes are added pairwise into args[nin], the order of the
     reduce_sum kernel, with no register between."""
     V, W = f"ms_{isa}_v_{code}", f"ms_{isa}_W_{code}"
-    U = 8   # vectors per iteration: amortises the step dispatch
+    U = CHAIN_UNROLL
     vs = [f"v{u}" for u in range(U)]
 
     def each(template):   # one statement per vector u
@@ -411,16 +412,17 @@ _VMATH_NAMES = frozenset(name for name, arity, _ in vmath.FUNCTIONS if arity == 
 
 
 def _chain_vmath_steps(code, isa):
-    """A vmath step (exp, log, ...) of a chain applies to the iteration's 8 vectors through
+    """A vmath step (exp, log, ...) of a chain applies to the iteration's vectors through
     memory, in a function of its own: inlined, its temporaries would push the chain's
     vectors and lane accumulators out of registers for every step (a sum of squares ran at
     half speed beside an unused exp case)."""
     V = f"ms_{isa}_v_{code}"
     # straight-line, not a loop: the 8 evaluations interleave (each alone is latency-bound)
     return "\n".join(
-        f"static {_TARGET[isa]}__attribute__((noinline)) void ms_{isa}_{op}8_{code}({V} *t) {{ "
-        + " ".join(f"const {V} a{u} = ms_{isa}_{op}_{code}(t[{u}]);" for u in range(8)) + " "
-        + " ".join(f"t[{u}] = a{u};" for u in range(8)) + " }"
+        f"static {_TARGET[isa]}__attribute__((noinline)) void "
+        f"ms_{isa}_{op}{CHAIN_UNROLL}_{code}({V} *t) {{ "
+        + " ".join(f"const {V} a{u} = ms_{isa}_{op}_{code}(t[{u}]);" for u in range(CHAIN_UNROLL))
+        + " " + " ".join(f"t[{u}] = a{u};" for u in range(CHAIN_UNROLL)) + " }"
         for op in sorted(_VMATH_NAMES & set(CHAIN_UNARY)))
 
 

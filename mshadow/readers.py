@@ -93,7 +93,7 @@ READERS = (
            "ow - px), 0 outside", ("src",), ("H", "W", "py", "px", "oH"),
            row="const npy_intp lead = y / oH, h = y % oH - py;",
            elem="v = (h >= 0 && h < H && x >= px && x - px < W) ? LD(0, lead * H + h, x - px) : ZERO;",
-           src_rows=lambda p, y0, y1: _pad_rows(p, y0, y1)),
+           src_rows=_pad_rows),
     Reader("take", "take(index, src): out[y][x] = src[index[y]][x]", ("src", "index"), ("K",),
            row="const npy_intp r = IDX(1, y); const int ok = r >= 0 && r < K; if (!ok) BAD_INDEX;",
            elem="v = ok ? LD(0, r, x) : ZERO;"),
@@ -149,7 +149,7 @@ READERS = (
                "  const npy_intp base = (y / oH) * H;\n  npy_intp a, b;",
            elem="const npy_intp xs = MS_MIN(x * sx, W), xe = MS_MIN(xs + kx, W);"
                 + _WINDOW_REDUCE,
-           src_rows=lambda p, y0, y1: _pool_rows(p, y0, y1)),
+           src_rows=_pool_rows),
     Reader("unpool", "unpool: out(y, x) = sum over the pooled windows holding (y, x) of "
            "PartialGrad * grad (every tied extreme gets the gradient)",
            ("data_src", "data_pooled", "grad_pooled"), ("red", "H", "ky", "kx", "sy", "sx", "pH", "pW"),
