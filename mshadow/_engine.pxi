@@ -42,6 +42,7 @@ cdef extern from "mshadow/gather.h":
     ctypedef struct ms_gather:
         const char *src[3]
         npy_intp rowstep[3]
+        npy_intp colstep[3]
         int code[3]
         npy_intp p[12]
     int MS_GATHER_PARAMS
@@ -393,7 +394,7 @@ cdef tuple _check_leaves(Plan plan, object shape, Py_ssize_t rows, Py_ssize_t co
                 raise ShapeError(f"Assignment: {gl.name} of shape {gl.shape} does not "
                                  f"match target {shape}")
             contiguous = False
-            for j, src in enumerate(gl.srcs):
+            for j, src in enumerate(gl.tensors):
                 if j == 0 and gl.band is not None:
                     continue
                 if dst is not None and _overlaps(<Tensor> src, dst):
@@ -619,7 +620,7 @@ cdef list _memory_of(Plan plan, Tensor dst, tuple leaves):
             held.append((<ViewLeaf> leaves[k]).src.mem)
         elif role == ROLE_GATHER:
             gl = leaves[k]
-            held.extend((<Tensor> t).mem for t in gl.srcs if (<Tensor> t).mem is not None)
+            held.extend((<Tensor> t).mem for t in gl.tensors if (<Tensor> t).mem is not None)
             if gl.band_scratch is not None:
                 held.append(gl.band_scratch.mem)
             if gl.band is not None:
@@ -827,7 +828,7 @@ cdef bint _reads_view_elsewhere(Plan plan, ViewLeaf dst, tuple leaves) except -1
         role = plan.leaf_role[k + 1]
         if role == ROLE_GATHER:       # reads its sources anywhere (a banded source was
             gl = <GatherLeaf> leaves[k]   # evaluated whole into its scratch, fresh memory)
-            reads = [(t, None) for j, t in enumerate(gl.srcs) if j or gl.band is None]
+            reads = [(t, None) for j, t in enumerate(gl.tensors) if j or gl.band is None]
         elif role == ROLE_VIEW:
             vl = <ViewLeaf> leaves[k]
             reads = [(vl, vl)]
@@ -901,7 +902,7 @@ def reads_tensor(tuple leaves, Tensor t):
         if isinstance(lf, ViewLeaf):
             srcs = ((<ViewLeaf> lf).src,)
         elif isinstance(lf, GatherLeaf):
-            srcs = (<GatherLeaf> lf).srcs
+            srcs = (<GatherLeaf> lf).tensors
             if (<GatherLeaf> lf).band is not None:   # source 0: what its expression reads
                 if reads_tensor((<GatherLeaf> lf).band[0].leaves, t):
                     return True

@@ -4,7 +4,8 @@
 cdef class GatherLeaf:
     """Sources (up to 3 tensors), parameters and output shape of one gather."""
     cdef readonly str kernel          # the kernel's name in ms_reader_table ("g_take_f32", ...)
-    cdef readonly tuple srcs
+    cdef readonly tuple srcs          # tensors, or 2-D ViewLeafs read in place (any strides)
+    cdef readonly tuple tensors       # the tensor under each source (a view's own tensor)
     cdef readonly tuple params
     cdef readonly object shape
     cdef readonly tuple index         # (source position, exclusive bound) of an index tensor
@@ -37,9 +38,13 @@ cdef class GatherLeaf:
                 self._fill_whole()
         elif self.index is not None and any(pos == self.index[0] for pos, _ in self.deferred):
             return
-        for k, (t, snap) in enumerate(zip(self.srcs, self.snapshot)):
+        for k, (src, snap) in enumerate(zip(self.srcs, self.snapshot)):
             if k == 0 and self.band is not None:
                 continue          # a handle: its rows live in band_scratch
+            if snap is None:      # a view: raises if its tensor was freed or changed
+                (<ViewLeaf> src).data()
+                continue
+            t = <Tensor> src
             t.data()
             if (t.shape, t.stride) != snap:
                 raise ShapeError(f"a source of {self.name} changed from shape {snap[0]} "
@@ -82,11 +87,20 @@ cdef class GatherLeaf:
     cdef int bind(self, ms_gather *g) except -1:
         cdef Tensor t
         cdef int i
+        cdef ViewLeaf vl
         for i in range(3):
             g.src[i] = NULL
-            g.rowstep[i] = 0
+            g.rowstep[i] = g.colstep[i] = 0
             g.code[i] = 0
-        for i, t in enumerate(self.srcs):
+        for i, src in enumerate(self.srcs):
+            if isinstance(src, ViewLeaf):          # read in place through its strides
+                vl = <ViewLeaf> src
+                g.src[i] = vl.data()
+                g.rowstep[i], g.colstep[i] = vl.strides
+                g.code[i] = vl.src.type_flag
+                continue
+            t = <Tensor> src
+            g.colstep[i] = t.itemsize
             if i == 0 and self.band is not None:   # rows [band_r0, ...) in the scratch
                 t = self.band_scratch
                 g.rowstep[0] = t.stride * t.itemsize
@@ -105,7 +119,8 @@ cdef class GatherLeaf:
 def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None, tuple deferred=(),
                 band=None):
     """A GatherLeaf for ``kernel``; ``index`` = (position in srcs, bound) of an index tensor;
-    ``deferred`` = (position, expression) pairs whose source is a temporary the expression
+    a source is a tensor or a 2-D ViewLeaf (read in place, any strides); ``deferred`` =
+    (position, expression) pairs whose source is a temporary the expression
     is evaluated into whenever the gather runs; ``band`` = (expression, plan, rows_fn) of a
     source 0 evaluated band by band (srcs[0] a handle of its shape with no memory)."""
     if kernel not in _GATHER_KERNELS:
@@ -118,7 +133,14 @@ def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None, tuple d
     g.params = tuple(int(p) for p in params)
     g.shape = as_shape(shape)
     g.index = index
-    g.snapshot = tuple(((<Tensor> t).shape, (<Tensor> t).stride) for t in srcs)
+    for k, src in enumerate(srcs):
+        if isinstance(src, ViewLeaf) and (len((<ViewLeaf> src).shape) != 2
+                                          or (index is not None and k == index[0])):
+            raise ValueError(f"{kernel}: a view source must be 2-D and not the index, got "
+                             f"{src!r}")
+    g.tensors = tuple((<ViewLeaf> t).src if isinstance(t, ViewLeaf) else t for t in srcs)
+    g.snapshot = tuple(None if isinstance(t, ViewLeaf)
+                       else ((<Tensor> t).shape, (<Tensor> t).stride) for t in srcs)
     g.deferred = deferred
     g.band = band
     g.check(False)

@@ -594,7 +594,7 @@ def _readers(names):
                 f"static inline void ms_wr_{code}(char *p, V v) {{ T t = {store}; "
                 f"memcpy(p, &t, sizeof t); }}",
                 f"#define LD(k, r, c) ms_rd_{code}(g->src[k] + (r) * g->rowstep[k] + "
-                f"(c) * (npy_intp)sizeof(T))"]
+                f"(c) * g->colstep[k])"]
         for r in readers.READERS:
             out.append(_reader_kernel(r, code))
             entries.append(r.kernel(code))

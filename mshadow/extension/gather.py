@@ -14,13 +14,13 @@ import struct
 
 from .. import _core, engine, ir
 from ..errors import DTypeError, ShapeError
-from ..expr import _CODE_BY_FLAG, _is_scalar, kChainer, new_node
+from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, kChainer, new_node, tcast
 from ..shape import Shape
 from ..dtypes import as_dtype, type_flag
 from ..readers import READERS_BY_NAME
 from .targets import Target, check_writable, checked_value, evaluate
-from .views import _source as _view_operand, _tensor, broadcast, composes, slice_axis, \
-    take_deferred
+from .views import _source as _view_operand, _strided, _tensor, broadcast, composes, \
+    slice_axis, take_deferred
 
 Tensor = _core.Tensor
 
@@ -61,7 +61,60 @@ def gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params):
 
 
 def _code(t):
-    return _CODE_BY_FLAG[t.type_flag]
+    """The storage code of a tensor or a ViewLeaf (its tensor's)."""
+    return _CODE_BY_FLAG[(t.src if isinstance(t, _core.ViewLeaf) else t).type_flag]
+
+
+def _rows_view(src):
+    """A tensor, view or transposed tensor/view ``src`` as a 2-D ViewLeaf (its rows: every
+    leading axis, its columns: the last), read in place through its strides; None when the
+    leading axes do not merge into one row stride (a flip of a leading axis, ...)."""
+    d = _strided(src)
+    if d is None or d[4] is not None:
+        return None
+    base, off, shape, st, _ = d
+    if isinstance(src, Tensor) or len(shape) < 2:
+        return None                     # a tensor is read as it is; 1-D sources stay
+    lead = [(n, s) for n, s in zip(shape[:-1], st[:-1]) if n != 1]
+    for (n, s), (n2, s2) in zip(lead, lead[1:]):
+        if s != n2 * s2:
+            return None
+    rows = Shape(shape).prod_shape(0, len(shape) - 1)
+    return _core.strided_view(base, (rows, shape[-1]), off, (lead[-1][1] if lead else 0, st[-1]))
+
+
+def remap_leaves(src, build):
+    """``build(operand)``, a reader that reads one source element per output element at
+    remapped coordinates (take, mat_choose_row_element, unpack_patch2col), over any source.
+
+    An element-wise expression takes the remap on each of its leaves, as views do
+    (``take(i, f(a, b))`` reads ``f(take(i, a), take(i, b))``): evaluated per element in
+    the same pass, no temporary. A leaf that is a view is read in place through its strides;
+    a gather or window leaf is evaluated into a temporary (views._tensor)."""
+    if isinstance(src, _core.MapExp):
+        return _core.make_map(src.op, tuple(a if _is_scalar(a) else remap_leaves(a, build)
+                                            for a in src.args))
+    if isinstance(src, _core.TypecastExp):
+        return tcast(_NP_BY_CODE[src.code], remap_leaves(src.src, build))
+    if isinstance(src, _core.TransposeExp) and _strided(src) is None:
+        # of an expression: .T of a 2-D element-wise tree is the tree of its leaves' .T
+        if len(src.shape) == 2 and composes(src.src):
+            return remap_leaves(_push_transpose(src.src), build)
+    return build(src)
+
+
+def _push_transpose(src):
+    if isinstance(src, _core.MapExp):
+        return _core.make_map(src.op, tuple(a if _is_scalar(a) else _push_transpose(a)
+                                            for a in src.args))
+    if isinstance(src, _core.TypecastExp):
+        return tcast(_NP_BY_CODE[src.code], _push_transpose(src.src))
+    return src.T
+
+
+def _operand(src, where, ndim=None):
+    """A remap's leaf as a gather source: a tensor, a view read in place, or a temporary."""
+    return _rows_view(src) or _tensor(src, where, ndim)
 
 
 def pad(src, py, px=None):
@@ -78,23 +131,39 @@ def pad(src, py, px=None):
 
 
 def take(index, src):
-    """``take(index, src)``: rows of the 2-D ``src`` picked by the 1-D ``index``."""
-    index = _tensor(index, "take", 1)
-    src = _tensor(src, "take", 2)
-    shape = Shape(index.shape[0], src.shape[1])
-    return gather("take", [src, index], shape, _code(src), index=(1, src.shape[0]),
-                  K=src.shape[0])
+    """``take(index, src)``: rows of the 2-D ``src`` picked by the 1-D ``index``. An
+    element-wise ``src`` is read per element (remap_leaves)."""
+    src = _view_operand(src, "take", 2)
+    index = _view_operand(index, "take", 1)
+    K, shape = src.shape[0], Shape(index.shape[0], src.shape[1])
+    if not isinstance(index, Tensor):   # one evaluation of the index, shared by every leaf
+        return _take(_tensor(index, "take", 1), src, K, shape)
+    return remap_leaves(src, lambda s: _take(index, s, K, shape))
+
+
+def _take(index, src, K, shape):
+    src = _operand(src, "take", 2)
+    return gather("take", [src, index], shape, _code(src), index=(1, K), K=K)
 
 
 def mat_choose_row_element(src, index):
-    """``out[i] = src[i][index[i]]`` (a 1-D result)."""
-    src = _tensor(src, "mat_choose_row_element", 2)
-    index = _tensor(index, "mat_choose_row_element", 1)
+    """``out[i] = src[i][index[i]]`` (a 1-D result). An element-wise ``src`` is read per
+    element (remap_leaves)."""
+    src = _view_operand(src, "mat_choose_row_element", 2)
+    index = _view_operand(index, "mat_choose_row_element", 1)
     if index.shape[0] != src.shape[0]:
         raise ShapeError(f"mat_choose_row_element: index {index.shape} must have one entry per "
                          f"row of {src.shape}")
+    cols = src.shape[1]
+    if not isinstance(index, Tensor):
+        return _choose_row(_tensor(index, "mat_choose_row_element", 1), src, cols)
+    return remap_leaves(src, lambda s: _choose_row(index, s, cols))
+
+
+def _choose_row(index, src, cols):
+    src = _operand(src, "mat_choose_row_element", 2)
     return gather("choose_row", [src, index], Shape(src.shape[0]), _code(src),
-                  index=(1, src.shape[1]), cols=src.shape[1])
+                  index=(1, cols), cols=cols)
 
 
 def mat_fill_row_element(src, val, index):

@@ -6,8 +6,8 @@ from .. import readers
 from ..errors import DTypeError, ShapeError
 from ..op import _Reducer, red
 from ..shape import as_shape
-from .gather import _code, gather
-from .views import _tensor
+from .gather import _code, _operand, gather, remap_leaves
+from .views import _source as _operand_of, _tensor
 
 _REDUCER_ID = {"sum": readers.SUM, "maximum": readers.MAXIMUM, "minimum": readers.MINIMUM}
 
@@ -165,15 +165,24 @@ def unpack_patch2col(img, ky, kx, sy, sx=None, dy=1, dx=None):
     """im2col of a ``(..., C, H, W)`` image: a ``(C*ky*kx, N*oh*ow)`` matrix whose row
     ``(c*ky + i)*kx + j`` and column ``(n*oh + oy)*ow + ox`` hold
     ``img(n, c, oy*sy + i*dy, ox*sx + j*dx)``; ``oh = (H - (dy*(ky-1)+1)) // sy + 1``."""
-    img = _source(img, "unpack_patch2col", 3)
+    img = _operand_of(img, "unpack_patch2col")
+    ndim = len(img.shape)
+    if ndim < 3:
+        raise ShapeError(f"unpack_patch2col: the source must have at least 3 axes, got shape "
+                         f"{img.shape}")
     ky, kx, sy, sx, dy, dx = _patch_params("unpack_patch2col", ky, kx, sy, sx, dy, dx)
     C, H, W = img.shape[-3], img.shape[-2], img.shape[-1]
     if not (W >= dx * (kx - 1) + 1 and H >= dy * (ky - 1) + 1):
         raise ShapeError("UnpackPatchToCol:image shape smaller than patch size")
-    N = as_shape(img.shape).prod_shape(0, img.ndim - 3)
+    N = as_shape(img.shape).prod_shape(0, ndim - 3)
     oh, ow = _out_extent(H, ky, sy, dy), _out_extent(W, kx, sx, dx)
-    return gather("im2col", [img], (C * ky * kx, N * oh * ow), _code(img), C=C, H=H, W=W,
-                  ky=ky, kx=kx, sy=sy, sx=sx, dy=dy, dx=dx, oh=oh, ow=ow)
+    # every window lies inside the image (oh, ow above), so im2col is a pure remap: an
+    # element-wise source is read per element through its leaves (gather.remap_leaves)
+    def im2col(leaf):
+        leaf = _operand(leaf, "unpack_patch2col")
+        return gather("im2col", [leaf], (C * ky * kx, N * oh * ow), _code(leaf), C=C, H=H,
+                      W=W, ky=ky, kx=kx, sy=sy, sx=sx, dy=dy, dx=dx, oh=oh, ow=ow)
+    return remap_leaves(img, im2col)
 
 
 def pack_col2patch(mat, imshape, ky, kx, sy, sx=None, dy=1, dx=None):

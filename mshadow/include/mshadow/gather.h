@@ -19,6 +19,8 @@
 typedef struct {
   const char *src[3];          /* sources (unused ones NULL) */
   npy_intp rowstep[3];         /* their row pitch in bytes */
+  npy_intp colstep[3];         /* their column step in bytes (the itemsize for a tensor; a
+                                  strided view's last-axis stride: 0, negative, ...) */
   int code[3];                 /* their storage type (TypeFlag) when a kernel reads values */
   npy_intp p[MS_GATHER_PARAMS];
 } ms_gather;
