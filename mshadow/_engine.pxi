@@ -395,15 +395,14 @@ cdef tuple _check_leaves(Plan plan, object shape, Py_ssize_t rows, Py_ssize_t co
                                  f"match target {shape}")
             contiguous = False
             for j, src in enumerate(gl.tensors):
-                if j == 0 and gl.band is not None:
-                    continue
-                if dst is not None and _overlaps(<Tensor> src, dst):
+                if not gl.banded[j] and dst is not None and _overlaps(<Tensor> src, dst):
                     alias = True
-            if gl.band is not None and banding:   # its expression is read band by band
-                e = gl.band[0]
-                _, sub_alias = _check_leaves(<Plan> gl.band[1], e.shape, _prod(e.shape[:-1]),
-                                             e.shape[-1], e.leaves, dst, True)
-                alias = alias or sub_alias
+            if banding:   # an expression read band by band: what it reads
+                for b in gl.bands:
+                    e = (<Band> b).expr
+                    _, sub_alias = _check_leaves((<Band> b).plan, e.shape, _prod(e.shape[:-1]),
+                                                 e.shape[-1], e.leaves, dst, True)
+                    alias = alias or sub_alias
             continue
         if role == ROLE_VIEW:
             vl = leaves[k]          # a typed assignment: anything else raises TypeError
@@ -521,10 +520,11 @@ DEF BAND_ELEMS = 262144  # elements of a band, and of each gather's scratch (1 M
 
 
 cdef list _banded(Plan plan, tuple leaves):
+    """The Bands of every gather leaf of ``plan``."""
     cdef list out = []
     for k in range(plan.nleaf):
-        if plan.leaf_role[k + 1] == ROLE_GATHER and (<GatherLeaf> leaves[k]).band is not None:
-            out.append(leaves[k])
+        if plan.leaf_role[k + 1] == ROLE_GATHER:
+            out.extend((<GatherLeaf> leaves[k]).bands)
     return out
 
 
@@ -558,26 +558,27 @@ cdef _run_banded(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t 
     """Rows [y_start, y_end) of ``plan`` a band at a time: for each band, the source rows
     each banded gather reads are evaluated into its cache-sized scratch, then the band
     runs. A source's own banded gathers recurse."""
-    cdef list gls = _banded(plan, leaves)
-    cdef GatherLeaf gl
+    cdef list bands = _banded(plan, leaves)
+    cdef Band b
+    cdef Plan sub
     cdef Py_ssize_t cols = dst.cols, band = max(1, BAND_ELEMS // max(cols, 1)), y0, y1
     cdef Py_ssize_t r0, r1, scols
-    for gl in gls:   # fewer rows a band when a reader reads more source rows than it writes
-        scols = gl.band[0].shape[-1]
+    for b in bands:   # fewer rows a band when a reader reads more source rows than it writes
+        scols = b.expr.shape[-1]
         y1 = min(y_end, y_start + band)
-        r0, r1 = gl.band[2](y_start, y1)
+        r0, r1 = b.rows_fn(y_start, y1)
         if r1 > r0 and y1 > y_start:
             band = max(1, min(band, (BAND_ELEMS // max(scols, 1)) * (y1 - y_start) // (r1 - r0)))
     for y0 in range(y_start, y_end, band):
         y1 = min(y_end, y0 + band)
-        for gl in gls:
-            e, sub = gl.band[0], <Plan> gl.band[1]
-            r0, r1 = gl._band_rows(y0, y1)
+        for b in bands:
+            e, sub = b.expr, b.plan
+            r0, r1 = b.rows(y0, y1)
             if r1 > r0:
                 if _banded(sub, e.leaves):
-                    _run_banded(sub, gl.band_scratch, e.leaves, e.scalars, r0, r1, r0)
+                    _run_banded(sub, b.scratch, e.leaves, e.scalars, r0, r1, r0)
                 else:
-                    _run(sub, gl.band_scratch, e.leaves, e.scalars, _dense_maps(sub, e.leaves),
+                    _run(sub, b.scratch, e.leaves, e.scalars, _dense_maps(sub, e.leaves),
                          -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0)
         _run(plan, dst, leaves, scalars, False, -1, -1, 0, 1, 1, None, NULL, 0, y0, y1,
              dst_row0)
@@ -621,10 +622,10 @@ cdef list _memory_of(Plan plan, Tensor dst, tuple leaves):
         elif role == ROLE_GATHER:
             gl = leaves[k]
             held.extend((<Tensor> t).mem for t in gl.tensors if (<Tensor> t).mem is not None)
-            if gl.band_scratch is not None:
-                held.append(gl.band_scratch.mem)
-            if gl.band is not None:
-                held.extend(_memory_of(<Plan> gl.band[1], None, gl.band[0].leaves))
+            for b in gl.bands:
+                if (<Band> b).scratch is not None:
+                    held.append((<Band> b).scratch.mem)
+                held.extend(_memory_of((<Band> b).plan, None, (<Band> b).expr.leaves))
         else:
             held.append((<Tensor> leaves[k]).mem)
     return held
@@ -828,7 +829,7 @@ cdef bint _reads_view_elsewhere(Plan plan, ViewLeaf dst, tuple leaves) except -1
         role = plan.leaf_role[k + 1]
         if role == ROLE_GATHER:       # reads its sources anywhere (a banded source was
             gl = <GatherLeaf> leaves[k]   # evaluated whole into its scratch, fresh memory)
-            reads = [(t, None) for j, t in enumerate(gl.tensors) if j or gl.band is None]
+            reads = [(t, None) for j, t in enumerate(gl.tensors) if not gl.banded[j]]
         elif role == ROLE_VIEW:
             vl = <ViewLeaf> leaves[k]
             reads = [(vl, vl)]
@@ -902,11 +903,11 @@ def reads_tensor(tuple leaves, Tensor t):
         if isinstance(lf, ViewLeaf):
             srcs = ((<ViewLeaf> lf).src,)
         elif isinstance(lf, GatherLeaf):
-            srcs = (<GatherLeaf> lf).tensors
-            if (<GatherLeaf> lf).band is not None:   # source 0: what its expression reads
-                if reads_tensor((<GatherLeaf> lf).band[0].leaves, t):
+            gl = <GatherLeaf> lf
+            srcs = [s for s, banded in zip(gl.tensors, gl.banded) if not banded]
+            for b in gl.bands:   # a banded source: what its expression reads
+                if reads_tensor((<Band> b).expr.leaves, t):
                     return True
-                srcs = srcs[1:]
         else:
             srcs = (lf,)
         for s in srcs:

@@ -1,6 +1,52 @@
 # Gather leaves (included by _core.pyx): the sources and integer parameters of a gather
 # kernel (mshadow/include/mshadow/gather.h), checked before anything is stored.
 
+cdef class Band:
+    """A gather source that is an expression the reader takes band by band (readers.py
+    src_rows): the source rows a band of output rows reads are evaluated into ``scratch``
+    (rows [r0, ...)), or, outside a band loop, every row. The gather's source at ``pos``
+    is then a handle with no memory."""
+    cdef readonly Py_ssize_t pos
+    cdef readonly object expr
+    cdef readonly Plan plan
+    cdef readonly object rows_fn      # rows_fn(y0, y1) -> (r0, r1)
+    cdef readonly Tensor scratch
+    cdef readonly Py_ssize_t r0
+
+    cdef fill_whole(self):
+        """Every row of the source, evaluated into a scratch of its size."""
+        e = self.expr
+        if self.scratch is None or self.scratch.shape != e.shape:
+            self.scratch = new_tensor(e.shape, init=None, dtype=e.dtype)
+        _assign(self.scratch, e, "saveto")
+        self.r0 = 0
+
+    cdef rows(self, Py_ssize_t y0, Py_ssize_t y1):
+        """(r0, r1): the source rows output rows [y0, y1) read, with a scratch that holds
+        them (grown as needed)."""
+        e = self.expr
+        cdef Py_ssize_t srows = _prod(e.shape[:-1]), scols = e.shape[-1]
+        r0, r1 = self.rows_fn(y0, y1)
+        r0 = max(0, min(r0, srows))
+        r1 = max(r0, min(r1, srows))
+        if (self.scratch is None or self.scratch.rows < r1 - r0
+                or len(self.scratch.shape) != 2 or self.scratch.cols != scols):
+            self.scratch = new_tensor((max(r1 - r0, 1), scols), init=None, dtype=e.dtype)
+        self.r0 = r0
+        return r0, r1
+
+    def __repr__(self):
+        return f"Band(pos={self.pos}, expr={self.expr!r})"
+
+
+def band(Py_ssize_t pos, expr, Plan plan, rows_fn):
+    """A Band: source ``pos`` of a gather is ``expr`` (compiled as ``plan``), whose rows
+    [r0, r1) = rows_fn(y0, y1) output rows [y0, y1) read."""
+    cdef Band b = Band.__new__(Band)
+    b.pos, b.expr, b.plan, b.rows_fn = pos, expr, plan, rows_fn
+    return b
+
+
 cdef class GatherLeaf:
     """Sources (up to 3 tensors), parameters and output shape of one gather."""
     cdef readonly str kernel          # the kernel's name in ms_reader_table ("g_take_f32", ...)
@@ -12,13 +58,8 @@ cdef class GatherLeaf:
     cdef tuple snapshot
     cdef readonly tuple deferred      # (source position, expression): evaluated into that
                                       # source, a temporary, each time the gather runs
-    # Source 0 an expression the reader can take band by band (readers.py src_rows):
-    # (expression, its plan, rows_fn(y0, y1) -> (r0, r1)); srcs[0] is then a handle with
-    # no memory, and band_scratch holds the rows [band_r0, ...) evaluated for one band
-    # (or, outside a band loop, every row).
-    cdef readonly object band
-    cdef readonly Tensor band_scratch
-    cdef readonly Py_ssize_t band_r0
+    cdef readonly tuple bands         # the Band of each source read band by band
+    cdef readonly tuple banded        # per source: whether it is one of bands
 
     @property
     def name(self):
@@ -34,13 +75,14 @@ cdef class GatherLeaf:
         if evaluate:
             for pos, e in self.deferred:
                 _assign(<Tensor> self.srcs[pos], e, "saveto")
-            if self.band is not None and not banding:
-                self._fill_whole()
+            if not banding:
+                for b in self.bands:
+                    (<Band> b).fill_whole()
         elif self.index is not None and any(pos == self.index[0] for pos, _ in self.deferred):
             return
         for k, (src, snap) in enumerate(zip(self.srcs, self.snapshot)):
-            if k == 0 and self.band is not None:
-                continue          # a handle: its rows live in band_scratch
+            if self.banded[k]:
+                continue          # a handle: its rows live in its band's scratch
             if snap is None:      # a view: raises if its tensor was freed or changed
                 (<ViewLeaf> src).data()
                 continue
@@ -62,28 +104,6 @@ cdef class GatherLeaf:
                     raise IndexError(f"{self.name}: index values must lie in [0, {bound}), "
                                      f"got [{lo}, {hi}]")
 
-    cdef _fill_whole(self):
-        """Every row of the banded source, evaluated into a scratch of its size."""
-        e = self.band[0]
-        if self.band_scratch is None or self.band_scratch.shape != e.shape:
-            self.band_scratch = new_tensor(e.shape, init=None, dtype=e.dtype)
-        _assign(self.band_scratch, e, "saveto")
-        self.band_r0 = 0
-
-    cdef _band_rows(self, Py_ssize_t y0, Py_ssize_t y1):
-        """(r0, r1): the source rows output rows [y0, y1) read, with a scratch that holds
-        them (grown as needed)."""
-        e = self.band[0]
-        cdef Py_ssize_t srows = _prod(e.shape[:-1]), scols = e.shape[-1]
-        r0, r1 = self.band[2](y0, y1)
-        r0 = max(0, min(r0, srows))
-        r1 = max(r0, min(r1, srows))
-        if (self.band_scratch is None or self.band_scratch.rows < r1 - r0
-                or len(self.band_scratch.shape) != 2 or self.band_scratch.cols != scols):
-            self.band_scratch = new_tensor((max(r1 - r0, 1), scols), init=None, dtype=e.dtype)
-        self.band_r0 = r0
-        return r0, r1
-
     cdef int bind(self, ms_gather *g) except -1:
         cdef Tensor t
         cdef int i
@@ -101,28 +121,29 @@ cdef class GatherLeaf:
                 continue
             t = <Tensor> src
             g.colstep[i] = t.itemsize
-            if i == 0 and self.band is not None:   # rows [band_r0, ...) in the scratch
-                t = self.band_scratch
-                g.rowstep[0] = t.stride * t.itemsize
-                g.src[0] = t.data() - self.band_r0 * g.rowstep[0]
-                g.code[0] = t.type_flag
+            g.code[i] = t.type_flag
+            if self.banded[i]:
                 continue
             g.src[i] = t.data()
             # a 1-D source (an index or a value vector) is read one element per "row"
             g.rowstep[i] = (t.stride if len(t.shape) > 1 else 1) * t.itemsize
-            g.code[i] = t.type_flag
+        for b in self.bands:          # rows [r0, ...) of a banded source in its scratch
+            t = (<Band> b).scratch
+            i = (<Band> b).pos
+            g.rowstep[i] = t.stride * t.itemsize
+            g.src[i] = t.data() - (<Band> b).r0 * g.rowstep[i]
         for i, v in enumerate(self.params):
             g.p[i] = v
         return 0
 
 
 def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None, tuple deferred=(),
-                band=None):
+                tuple bands=()):
     """A GatherLeaf for ``kernel``; ``index`` = (position in srcs, bound) of an index tensor;
     a source is a tensor or a 2-D ViewLeaf (read in place, any strides); ``deferred`` =
     (position, expression) pairs whose source is a temporary the expression
-    is evaluated into whenever the gather runs; ``band`` = (expression, plan, rows_fn) of a
-    source 0 evaluated band by band (srcs[0] a handle of its shape with no memory)."""
+    is evaluated into whenever the gather runs; ``bands``: the Bands of the sources
+    evaluated band by band (each such source a handle of its shape with no memory)."""
     if kernel not in _GATHER_KERNELS:
         raise ValueError(f"unknown gather kernel {kernel!r}")
     if len(srcs) > 3 or len(params) > MS_GATHER_PARAMS:
@@ -142,6 +163,7 @@ def gather_leaf(str kernel, tuple srcs, tuple params, shape, index=None, tuple d
     g.snapshot = tuple(None if isinstance(t, ViewLeaf)
                        else ((<Tensor> t).shape, (<Tensor> t).stride) for t in srcs)
     g.deferred = deferred
-    g.band = band
+    g.bands = bands
+    g.banded = tuple(any((<Band> b).pos == k for b in bands) for k in range(len(srcs)))
     g.check(False)
     return g

@@ -39,9 +39,16 @@ class Reader:
     row: str = ""
     next: str = ""
     # src_rows(p, y0, y1) -> (r0, r1): the rows of source 0 (in its 2-D flattening) that
-    # output rows [y0, y1) read, p the parameters by name. A reader that has it evaluates
-    # an expression source band by band into cache-sized scratch (docs/architecture.md).
+    # output rows [y0, y1) read, p the parameters by name; or a tuple of such functions,
+    # one per source (None: a source read anywhere). A reader evaluates an expression
+    # source that has one band by band into cache-sized scratch (docs/architecture.md).
     src_rows: Optional[Callable] = None
+
+    def rows_of(self, k):
+        """Source k's src_rows function, or None."""
+        if isinstance(self.src_rows, tuple):
+            return self.src_rows[k]
+        return self.src_rows if k == 0 else None
 
     def pack(self, **params):
         """The parameters in the kernel's order; every name given, none unknown."""
@@ -75,6 +82,37 @@ def _pool_rows(p, y0, y1):
 
 def _same_rows(p, y0, y1):
     return y0, y1
+
+
+def _concat_rows(part):
+    """Rows of concat's source ``part`` (0: a, 1: b): along the columns every output row
+    reads the same row of each; along a leading axis groups of ra + rb output rows hold
+    ra rows of a, then rb rows of b."""
+    def rows(p, y0, y1):
+        if p["along_columns"]:
+            return y0, y1
+        ra, rb = p["ra"], p["rb"]
+        g0, rr0 = divmod(y0, ra + rb)
+        g1, rr1 = divmod(y1 - 1, ra + rb)
+        if part == 0:
+            return g0 * ra + min(rr0, ra), g1 * ra + min(rr1 + 1, ra)
+        return g0 * rb + max(rr0 - ra, 0), g1 * rb + max(rr1 + 1 - ra, 0)
+    return rows
+
+
+def _unpool_rows(p, y0, y1):
+    """The pooled rows the output rows [y0, y1) of unpool read (its windows' rows)."""
+    H, ky, sy, pH = p["H"], p["ky"], p["sy"], p["pH"]
+    h0, h1 = y0 % H, (y1 - 1) % H
+    return (y0 // H * pH + (0 if h0 < ky else (h0 - ky + sy) // sy),
+            (y1 - 1) // H * pH + min((h1 + sy) // sy, pH))
+
+
+def _ch_unpool_rows(p, y0, y1):
+    """The pooled rows of the images that output rows [y0, y1) of ch_unpool lie in."""
+    per_img = p["C"] * p["H"]
+    pooled = p["pC"] * p["H"]
+    return y0 // per_img * pooled, ((y1 - 1) // per_img + 1) * pooled
 
 
 _WINDOW_REDUCE = """
@@ -116,7 +154,8 @@ READERS = (
            row="const npy_intp grp = along_columns ? 0 : y / (ra + rb), "
                "rr = along_columns ? 0 : y % (ra + rb);",
            elem="if (along_columns) v = x < split ? LD(0, y, x) : LD(1, y, x - split);\n"
-                "      else v = rr < ra ? LD(0, grp * ra + rr, x) : LD(1, grp * rb + rr - ra, x);"),
+                "      else v = rr < ra ? LD(0, grp * ra + rr, x) : LD(1, grp * rb + rr - ra, x);",
+           src_rows=(_concat_rows(0), _concat_rows(1))),
     Reader("reshape", "reshape of a pitched source that re-cuts its rows: output element "
            "(y, x) is element y * ocols + x of the source in row-major order",
            ("src",), ("ocols", "scols"),
@@ -165,7 +204,8 @@ READERS = (
                 "        const A pg = (red == 0 || vsrc == LD(1, prow + a, b)) ? 1 : 0;\n"
                 "        acc += pg * (A)LD(2, prow + a, b);\n"
                 "      }\n"
-                "      v = (V)acc;"),
+                "      v = (V)acc;",
+           src_rows=(_same_rows, _unpool_rows, _unpool_rows)),
     Reader("chpool", "chpool: out(n, c, h, w) = reduce over channels [c*stride - pad, +nsize), "
            "clipped by the output channel count (quirk 11) and by C",
            ("src",), ("red", "C", "oC", "H", "nsize", "stride", "pad"),
@@ -198,7 +238,8 @@ READERS = (
                 "        const A pg = (red == 0 || vsrc == LD(1, prow, x)) ? 1 : 0;\n"
                 "        acc += pg * (A)LD(2, prow, x);\n"
                 "      }\n"
-                "      v = (V)acc;"),
+                "      v = (V)acc;",
+           src_rows=(_same_rows, _ch_unpool_rows, _ch_unpool_rows)),
     Reader("col2im", "pack_col2patch: out(n, c, h, w) = sum of the column entries "
            "unpack_patch2col reads from (h, w), windows in mshadow's order, each tap found exactly",
            ("mat",), ("C", "H", "ky", "kx", "sy", "sx", "dy", "dx", "oh", "ow"),
@@ -253,7 +294,7 @@ READERS += tuple(
     Reader(f"cx_{op}_{kind}", f"complex_{op}_{kind}: (a {'*' if op == 'mul' else '/'} b) per "
            f"complex element", ("a", "b"), (),
            elem=f"const npy_intp c = x >> 1;\n      {_CX_LOAD[kind]}\n      {_CX_OP[op]}",
-           src_rows=_same_rows)
+           src_rows=(_same_rows, _same_rows))
     for op in ("mul", "div") for kind in ("cc", "cr", "rc"))
 READERS += (
     Reader("cx_conj", "conj: the imaginary parts negated", ("a",), (),

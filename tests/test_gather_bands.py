@@ -30,12 +30,12 @@ def test_pool_of_an_expression_runs_in_bands(dtype):
     y[:] = e
     np.testing.assert_array_equal(y.numpy(), ref_pool(np.maximum(x * 2, 0), 3, 2))
     leaf = e.leaf
-    assert leaf.band is not None
+    assert [b.pos for b in leaf.bands] == [0]
     with pytest.raises(ms.FreedTensorError):   # the source was never allocated whole
         leaf.srcs[0].dptr
     # the scratch holds one band's source rows: at most 2**18 elements, not the source's 2**20
-    assert leaf.band_scratch.shape[0] * 64 <= 1 << 18
-    assert leaf.band_scratch.shape[0] < _source_rows(x.shape) // 3
+    assert leaf.bands[0].scratch.shape[0] * 64 <= 1 << 18
+    assert leaf.bands[0].scratch.shape[0] < _source_rows(x.shape) // 3
     y[:] = e * 0 + e          # twice in one plan, and again: the same values
     np.testing.assert_array_equal(y.numpy(), ref_pool(np.maximum(x * 2, 0), 3, 2))
 
@@ -133,7 +133,94 @@ def test_fill_row_of_an_expression_runs_in_bands():
     want = (np.tanh(x) * 2).astype(np.float32)
     want[np.arange(3000), idx.astype(int)] = val
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-6, atol=1e-6)
-    assert e.leaf.band is not None
+    assert [b.pos for b in e.leaf.bands] == [0]
     with pytest.raises(ms.FreedTensorError):   # the source was never allocated whole
         e.leaf.srcs[0].dptr
-    assert e.leaf.band_scratch.shape[0] < 3000 // 2
+    assert e.leaf.bands[0].scratch.shape[0] < 3000 // 2
+
+
+def _handles(leaf, positions):
+    """Each banded source is a handle that was never allocated."""
+    for k in positions:
+        with pytest.raises(ms.FreedTensorError):
+            leaf.srcs[k].dptr
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, 3])
+def test_concat_of_two_expressions_bands_both_parts(dim):
+    rng = np.random.default_rng(dim)
+    a = rng.standard_normal((24, 3, 120, 80)).astype(np.float32)
+    shape_b = list(a.shape)
+    shape_b[dim] = 5
+    b = rng.standard_normal(shape_b).astype(np.float32)
+    A, B = ms.from_numpy(a), ms.from_numpy(b)
+    e = ms.concat(ms.F(ms.op.relu, A * 2), B - 1, dim)
+    y = ms.new_tensor(e.shape)
+    y[:] = e
+    np.testing.assert_array_equal(y.numpy(), np.concatenate([np.maximum(a * 2, 0), b - 1], dim))
+    assert [bd.pos for bd in e.leaf.bands] == [0, 1]
+    _handles(e.leaf, (0, 1))
+    assert e.leaf.bands[0].scratch.size() < a.size // 2
+    # as a source of a windowed reader, bands nest: pool(concat(...)) reads each part a band
+    # at a time too
+    p = ms.pool(e, 2, 2, 2, 2, ms.red.sum)
+    z = ms.new_tensor(p.shape)
+    z[:] = p
+    c = np.concatenate([np.maximum(a * 2, 0), b - 1], dim).astype(np.float64)
+    H, W = c.shape[2] // 2 * 2, c.shape[3] // 2 * 2
+    want = c[:, :, :H, :W].reshape(c.shape[0], c.shape[1], H // 2, 2, W // 2, 2).sum((3, 5))
+    np.testing.assert_allclose(z.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_concat_reads_a_view_part_in_place():
+    a = _x((30, 20), 3)
+    A = ms.from_numpy(a)
+    e = ms.concat(ms.flip(A, 0), ms.broadcast(A[0], (7, 20), 1), 0)
+    y = ms.new_tensor(e.shape)
+    y[:] = e
+    np.testing.assert_array_equal(y.numpy(), np.concatenate([a[::-1], np.tile(a[0], (7, 1))]))
+    assert all(isinstance(s, ms._core.ViewLeaf) for s in e.leaf.srcs)
+    assert e.leaf.bands == ()
+
+
+def test_unpool_and_ch_unpool_band_every_expression_source():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 4, 64, 48)).astype(np.float32)
+    g = rng.standard_normal((6, 4, 32, 24)).astype(np.float32)
+    X, G = ms.from_numpy(x), ms.from_numpy(g)
+    e = ms.unpool(X * 1, ms.pool(X * 1, 2, 2, 2, 2), G * 2, 2, 2, 2, 2)
+    y = ms.new_tensor(x.shape)
+    y[:] = e
+    assert [bd.pos for bd in e.leaf.bands] == [0, 1, 2]
+    _handles(e.leaf, (0, 1, 2))
+    # the oracle: each window's maxima get that window's gradient (no ties in random data)
+    w = x.reshape(6, 4, 32, 2, 24, 2)
+    m = w.max((3, 5), keepdims=True)
+    want = ((w == m) * (g * 2)[:, :, :, None, :, None]).reshape(x.shape)
+    np.testing.assert_array_equal(y.numpy(), want)
+
+    c = ms.chpool(X * 1, 3, ms.red.maximum)
+    e = ms.ch_unpool(X * 1, c, X * 2, 3, ms.red.maximum)
+    y2 = ms.new_tensor(x.shape)
+    y2[:] = e
+    assert [bd.pos for bd in e.leaf.bands] == [0, 1, 2]
+    pc, g2 = ms.new_tensor(x.shape), ms.new_tensor(x.shape)
+    pc[:] = ms.chpool(X, 3, ms.red.maximum)
+    g2[:] = X * 2
+    y3 = ms.new_tensor(x.shape)
+    y3[:] = ms.ch_unpool(X, pc, g2, 3, ms.red.maximum)      # the same from tensors
+    np.testing.assert_array_equal(y2.numpy(), y3.numpy())
+
+
+def test_a_binary_complex_op_bands_both_operands():
+    a, b = _x((500, 64), 5), _x((500, 64), 6)
+    A, B = ms.from_numpy(a), ms.from_numpy(b)
+    e = ms.complex_mul_cc(A + 1, B * 2)
+    y = ms.new_tensor(e.shape)
+    y[:] = e
+    ca = (a + 1)[:, 0::2] + 1j * (a + 1)[:, 1::2]
+    cb = (b * 2)[:, 0::2] + 1j * (b * 2)[:, 1::2]
+    want = np.empty_like(a)
+    want[:, 0::2], want[:, 1::2] = (ca * cb).real, (ca * cb).imag
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert [bd.pos for bd in e.leaf.bands] == [0, 1]

@@ -42,19 +42,22 @@ def gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params):
     kernel = r.kernel(code)
     srcs = list(srcs)
     deferred = tuple((i, e) for i, e in enumerate(map(take_deferred, srcs)) if e is not None)
-    band = None
-    if (r.src_rows is not None and deferred and deferred[0][0] == 0
-            and len(srcs[0].shape) >= 2 and (index is None or index[0] != 0)):
-        # source 0 is an expression the reader reads a band of rows at a time: evaluate
-        # those rows into cache-sized scratch as the assignment runs, never the whole
-        e = deferred[0][1]
+    bands = []
+    named = dict(zip(r.params, r.pack(**params)))
+    for pos, e in deferred:
+        rows = r.rows_of(pos)
+        if rows is None or len(srcs[pos].shape) < 2 or (index is not None and index[0] == pos):
+            continue
+        # an expression the reader reads a band of rows at a time: those rows are evaluated
+        # into cache-sized scratch as the assignment runs, never the whole
         plan = engine.get_plan(e.key, e.code, "saveto")
         if isinstance(plan, _core.Plan):
-            band = (e, plan, functools.partial(r.src_rows, dict(zip(r.params, r.pack(**params)))))
-            deferred = deferred[1:]
-            srcs[0] = _core.Tensor(srcs[0].shape, dtype=srcs[0].dtype)   # a handle, no memory
+            bands.append(_core.band(pos, e, plan, functools.partial(rows, named)))
+            srcs[pos] = _core.Tensor(srcs[pos].shape, dtype=srcs[pos].dtype)   # no memory
+    banded = {b.pos for b in bands}
+    deferred = tuple((pos, e) for pos, e in deferred if pos not in banded)
     leaf = _core.gather_leaf(kernel, tuple(srcs), r.pack(**params), shape, index, deferred,
-                             band)
+                             tuple(bands))
     node = new_node(cls, ir.Gather(kernel, code), leaf.shape, code, (leaf,), (), kChainer)
     node.leaf = leaf
     return node
@@ -256,21 +259,20 @@ def concat(a, b, dim):
     a = _view_operand(a, "concat")
     b = _view_operand(b, "concat")
     parts = (a, b) if isinstance(a, Tensor) and isinstance(b, Tensor) else None
-    a = _tensor(a, "concat")
-    b = _tensor(b, "concat")
-    nd = a.ndim
-    if b.ndim != nd or not 0 <= dim < nd or a.dtype != b.dtype or any(
+    nd = len(a.shape)
+    if len(b.shape) != nd or not 0 <= dim < nd or a.dtype != b.dtype or any(
             a.shape[k] != b.shape[k] for k in builtins_range(nd) if k != dim):
         raise ShapeError(f"ConcatExp: shape mismatch: {a.shape} and {b.shape} along axis {dim}")
     shape = list(a.shape)
     shape[dim] += b.shape[dim]
     if dim == nd - 1:
-        node = gather("concat", [a, b], shape, _code(a), cls=ConcatExp, split=a.shape[-1],
-                      along_columns=1, ra=0, rb=0)
+        params = dict(split=a.shape[-1], along_columns=1, ra=0, rb=0)
     else:   # rows of a and b alternate in groups of prod(shape[dim:-1]) rows
-        node = gather("concat", [a, b], shape, _code(a), cls=ConcatExp, split=0,
-                      along_columns=0, ra=Shape(a.shape).prod_shape(dim, nd - 1),
+        params = dict(split=0, along_columns=0, ra=Shape(a.shape).prod_shape(dim, nd - 1),
                       rb=Shape(b.shape).prod_shape(dim, nd - 1))
+    # views are read in place; an expression part band by band (readers.py src_rows)
+    a, b = _operand(a, "concat"), _operand(b, "concat")
+    node = gather("concat", [a, b], shape, _code(a), cls=ConcatExp, **params)
     node.parts, node.dim = parts, dim
     return node
 
