@@ -83,6 +83,7 @@ cdef extern from "mshadow/plan_exec.h":
         int nthreads
         npy_intp gB, gM, gR
         npy_intp y0
+        npy_intp x0
     int MS_VIEW_MAXDIM
     int ms_run_program(const ms_program *p) nogil
     int ms_max_threads() nogil
@@ -557,12 +558,16 @@ cdef _run_banded(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t 
                  Py_ssize_t y_end, Py_ssize_t dst_row0):
     """Rows [y_start, y_end) of ``plan`` a band at a time: for each band, the source rows
     each banded gather reads are evaluated into its cache-sized scratch, then the band
-    runs. A source's own banded gathers recurse."""
+    runs. A source's own banded gathers recurse. A gather banded by output columns
+    (im2col) makes the bands column ranges of these rows instead."""
     cdef list bands = _banded(plan, leaves)
+    cdef list by_cols = [b for b in bands if (<Band> b).over_cols]
     cdef Band b
-    cdef Plan sub
     cdef Py_ssize_t cols = dst.cols, band = max(1, BAND_ELEMS // max(cols, 1)), y0, y1
     cdef Py_ssize_t r0, r1, scols
+    if by_cols:
+        _run_column_bands(plan, dst, leaves, scalars, y_start, y_end, dst_row0, bands, by_cols)
+        return
     for b in bands:   # fewer rows a band when a reader reads more source rows than it writes
         scols = b.expr.shape[-1]
         y1 = min(y_end, y_start + band)
@@ -572,16 +577,51 @@ cdef _run_banded(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t 
     for y0 in range(y_start, y_end, band):
         y1 = min(y_end, y0 + band)
         for b in bands:
-            e, sub = b.expr, b.plan
-            r0, r1 = b.rows(y0, y1)
-            if r1 > r0:
-                if _banded(sub, e.leaves):
-                    _run_banded(sub, b.scratch, e.leaves, e.scalars, r0, r1, r0)
-                else:
-                    _run(sub, b.scratch, e.leaves, e.scalars, _dense_maps(sub, e.leaves),
-                         -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0)
+            _fill_band(b, y0, y1)
         _run(plan, dst, leaves, scalars, False, -1, -1, 0, 1, 1, None, NULL, 0, y0, y1,
              dst_row0)
+
+
+cdef _run_column_bands(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t y_start,
+                       Py_ssize_t y_end, Py_ssize_t dst_row0, list bands, list by_cols):
+    """Rows [y_start, y_end) of ``plan`` a range of columns at a time. A band spans every
+    output column that reads the same source rows (one image of im2col: its source then
+    is evaluated once); the sources banded by rows take these rows whole."""
+    cdef Band b
+    cdef Py_ssize_t cols = dst.cols, x0, x1, lo, hi, mid
+    cdef Py_ssize_t width = max(1, BAND_ELEMS // max(y_end - y_start, 1))
+    for b in bands:
+        if not b.over_cols:
+            _fill_band(b, y_start, y_end)
+    for b in by_cols:     # widen to every column that reads the first band's source rows
+        lo, hi = min(width, cols), cols
+        first = b.rows_fn(0, lo)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if b.rows_fn(0, mid) == first:
+                lo = mid
+            else:
+                hi = mid - 1
+        width = max(1, min(width, lo)) if b is not by_cols[0] else max(1, lo)
+    for x0 in range(0, cols, width):
+        x1 = min(cols, x0 + width)
+        for b in by_cols:
+            _fill_band(b, x0, x1)
+        _run(plan, dst, leaves, scalars, False, -1, -1, 0, 1, 1, None, NULL, 0, y_start, y_end,
+             dst_row0, x0, x1)
+
+
+cdef _fill_band(Band b, Py_ssize_t a0, Py_ssize_t a1):
+    """The source rows that output rows (or columns) [a0, a1) read, evaluated into the
+    band's scratch."""
+    e, sub = b.expr, b.plan
+    r0, r1 = b.rows(a0, a1)
+    if r1 > r0:
+        if _banded(sub, e.leaves):
+            _run_banded(sub, b.scratch, e.leaves, e.scalars, r0, r1, r0)
+        else:
+            _run(sub, b.scratch, e.leaves, e.scalars, _dense_maps(sub, e.leaves),
+                 -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0)
 
 
 cdef inline bint _dense(Tensor t):
@@ -642,7 +682,8 @@ cdef list _pin_all(Plan plan, Tensor dst, tuple leaves):
 cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
           Py_ssize_t rows=-1, Py_ssize_t cols=-1, Py_ssize_t gB=0, Py_ssize_t gM=1,
           Py_ssize_t gR=1, ViewLeaf view=None, char *out=NULL, Py_ssize_t out_itemsize=0,
-          Py_ssize_t y0=0, Py_ssize_t y1=-1, Py_ssize_t dst_row0=0):
+          Py_ssize_t y0=0, Py_ssize_t y1=-1, Py_ssize_t dst_row0=0, Py_ssize_t x0=0,
+          Py_ssize_t x1=-1):
     """Run ``plan`` over ``dst``'s 2-D geometry; or, given ``rows`` x ``cols``, over that
     geometry with ``dst`` holding one value per block (a reduction's partial results); or,
     given also ``gB`` > 0, with ``dst`` holding one row per group of rows (gB, gM, gR: see
@@ -651,7 +692,8 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
     A reduction may give its partial results as raw memory instead (``out``, with ``dst``
     None): memory the caller owns and keeps alive, such as a fresh numpy array. Given
     ``y1`` >= 0, only rows [y0, y1) of dst's geometry run (a band; rows keep their numbers);
-    ``dst``'s first row is row ``dst_row0`` (a band's scratch holds only its rows)."""
+    ``dst``'s first row is row ``dst_row0`` (a band's scratch holds only its rows). Given
+    ``x1`` >= 0, only columns [x0, x1) run (a column band; not with ``contiguous``)."""
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef ms_leaf stack_leaf[16]
     cdef ms_gather stack_gather[16]
@@ -736,12 +778,16 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
         elif y1 >= 0:        # a band of rows [y0, y1), numbered as in the whole geometry
             prog.y0 = y0
             rows = y1 - y0
+        prog.x0 = 0
         if contiguous:
             prog.rows = 1
             prog.cols = rows * cols
         else:
             prog.rows = rows
             prog.cols = cols
+        if x1 >= 0:          # a column band: blocks from column x0 to x1
+            prog.x0, prog.cols = x0, x1
+            cols = x1 - x0
         n = rows * cols
         # a band is a share of a larger assignment: threads pay off on smaller runs
         prog.nthreads = max(1, min(_num_threads, n // (MIN_PER_THREAD if y1 < 0 else 4096)))
@@ -754,7 +800,7 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
         elif plan.nreg:
             prog.block = BLOCK
         else:
-            prog.block = max(BLOCK, (prog.cols + prog.nthreads - 1) // prog.nthreads)
+            prog.block = max(BLOCK, (cols + prog.nthreads - 1) // prog.nthreads)
         if prog.nthreads == 1 and n < MIN_PER_THREAD:   # too short to release the GIL
             rc = ms_run_program(&prog)
         else:

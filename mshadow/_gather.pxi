@@ -10,6 +10,7 @@ cdef class Band:
     cdef readonly object expr
     cdef readonly Plan plan
     cdef readonly object rows_fn      # rows_fn(y0, y1) -> (r0, r1)
+    cdef readonly bint over_cols      # rows_fn takes output columns [x0, x1), not rows
     cdef readonly Tensor scratch
     cdef readonly Py_ssize_t r0
 
@@ -22,8 +23,8 @@ cdef class Band:
         self.r0 = 0
 
     cdef rows(self, Py_ssize_t y0, Py_ssize_t y1):
-        """(r0, r1): the source rows output rows [y0, y1) read, with a scratch that holds
-        them (grown as needed)."""
+        """(r0, r1): the source rows output rows (columns, over_cols) [y0, y1) read, with a
+        scratch that holds them (grown as needed)."""
         e = self.expr
         cdef Py_ssize_t srows = _prod(e.shape[:-1]), scols = e.shape[-1]
         r0, r1 = self.rows_fn(y0, y1)
@@ -39,11 +40,11 @@ cdef class Band:
         return f"Band(pos={self.pos}, expr={self.expr!r})"
 
 
-def band(Py_ssize_t pos, expr, Plan plan, rows_fn):
+def band(Py_ssize_t pos, expr, Plan plan, rows_fn, bint over_cols=False):
     """A Band: source ``pos`` of a gather is ``expr`` (compiled as ``plan``), whose rows
-    [r0, r1) = rows_fn(y0, y1) output rows [y0, y1) read."""
+    [r0, r1) = rows_fn(y0, y1) output rows [y0, y1) read (output columns, ``over_cols``)."""
     cdef Band b = Band.__new__(Band)
-    b.pos, b.expr, b.plan, b.rows_fn = pos, expr, plan, rows_fn
+    b.pos, b.expr, b.plan, b.rows_fn, b.over_cols = pos, expr, plan, rows_fn, over_cols
     return b
 
 

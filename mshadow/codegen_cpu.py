@@ -558,9 +558,28 @@ def _reader_kernel(r, code):
             "  const ms_gather *g = (const ms_gather *)args[0];",
             "  char *out = args[1];",
             "  const npy_intp n = dims[0], y = dims[1], x0 = dims[2];"]
+    # the sources' addresses and steps in locals: the stores through ``out`` could alias
+    # ``g`` as far as C knows, which would reload them for every element
+    body += [f"  const char *const src{k} = g->src[{k}]; const npy_intp rs{k} = g->rowstep[{k}], "
+             f"cs{k} = g->colstep[{k}]; (void)src{k}; (void)rs{k}; (void)cs{k};"
+             for k in range(len(r.sources))]
     if names:
         body.append(f"  const npy_intp {names};")
     body += [f"  npy_intp i;", f"  (void)steps; (void)data; (void)y; (void)g; {unused}"]
+    if not r.views:
+        return "\n".join(body + _reader_loop(r, code, "sizeof") + ["}"])
+    # a reader whose sources may be strided views: the loop for tensors (the column step a
+    # constant, as the index arithmetic of im2col needs to stay fast) and the general one
+    dense = " && ".join(f"cs{k} == (npy_intp)sizeof(T)" for k in range(len(r.sources)))
+    body += [f"  if ({dense}) {{"] + _reader_loop(r, code, "sizeof") + ["  } else {"]
+    body += _reader_loop(r, code, "cs") + ["  }", "}"]
+    return "\n".join(body)
+
+
+def _reader_loop(r, code, step):
+    """The element loop of a reader's kernel, its LD column step ``step``: "sizeof" (the
+    sources' columns contiguous) or "cs" (each source's own column step)."""
+    body = ["  {", f"#define CSTEP(k) {'((npy_intp)sizeof(T))' if step == 'sizeof' else 'cs##k'}"]
     if r.row:
         body.append("  " + r.row)
     body += ["  for (i = 0; i < n; ++i) {",
@@ -572,14 +591,14 @@ def _reader_kernel(r, code):
              f"    ms_wr_{code}(out + i * (npy_intp)sizeof(T), v);"]
     if r.next:
         body.append("    " + r.next)
-    body += ["    (void)x;", "  }", "}"]
-    return "\n".join(body)
+    body += ["    (void)x;", "  }", "#undef CSTEP", "  }"]
+    return body
 
 
 def _readers(names):
     """One kernel per row of mshadow/readers.py and storage type, and their table."""
     out = ["/* ---- readers (mshadow/readers.py): the gather contract of mshadow/gather.h ---- */",
-           "#define IDX(k, r) ms_read_index(g->src[k] + (r) * g->rowstep[k], g->code[k])",
+           "#define IDX(k, r) ms_read_index(src##k + (r) * rs##k, g->code[k])",
            "#define BAD_INDEX (ms_gather_error = 1)",
            "#define REDUCE(red, res, v) MS_REDUCE(red, res, v)"]
     entries = []
@@ -593,8 +612,7 @@ def _readers(names):
                 f"return {load}; }}",
                 f"static inline void ms_wr_{code}(char *p, V v) {{ T t = {store}; "
                 f"memcpy(p, &t, sizeof t); }}",
-                f"#define LD(k, r, c) ms_rd_{code}(g->src[k] + (r) * g->rowstep[k] + "
-                f"(c) * g->colstep[k])"]
+                f"#define LD(k, r, c) ms_rd_{code}(src##k + (r) * rs##k + (c) * CSTEP(k))"]
         for r in readers.READERS:
             out.append(_reader_kernel(r, code))
             entries.append(r.kernel(code))

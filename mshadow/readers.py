@@ -43,6 +43,12 @@ class Reader:
     # one per source (None: a source read anywhere). A reader evaluates an expression
     # source that has one band by band into cache-sized scratch (docs/architecture.md).
     src_rows: Optional[Callable] = None
+    # src_rows takes output columns [x0, x1) instead of rows: the assignment then runs in
+    # bands of columns (im2col: the columns of one image read that image's rows only)
+    bands_over_cols: bool = False
+    # its sources may be strided views read in place (2-D ViewLeafs, any column step):
+    # take, choose_row, im2col, concat (extension/gather.py _operand)
+    views: bool = False
 
     def rows_of(self, k):
         """Source k's src_rows function, or None."""
@@ -82,6 +88,12 @@ def _pool_rows(p, y0, y1):
 
 def _same_rows(p, y0, y1):
     return y0, y1
+
+
+def _im2col_rows(p, x0, x1):
+    """The image rows (every channel's) that output columns [x0, x1) of im2col read."""
+    per_image, rows = p["oh"] * p["ow"], p["C"] * p["H"]
+    return x0 // per_image * rows, ((x1 - 1) // per_image + 1) * rows
 
 
 def _concat_rows(part):
@@ -134,11 +146,11 @@ READERS = (
            src_rows=_pad_rows),
     Reader("take", "take(index, src): out[y][x] = src[index[y]][x]", ("src", "index"), ("K",),
            row="const npy_intp r = IDX(1, y); const int ok = r >= 0 && r < K; if (!ok) BAD_INDEX;",
-           elem="v = ok ? LD(0, r, x) : ZERO;"),
+           elem="v = ok ? LD(0, r, x) : ZERO;", views=True),
     Reader("choose_row", "mat_choose_row_element: out[x] = src[x][index[x]] (a 1-D output)",
            ("src", "index"), ("cols",),
            elem="{ const npy_intp c = IDX(1, x); if (c < 0 || c >= cols) { BAD_INDEX; v = ZERO; } "
-                "else v = LD(0, x, c); }"),
+                "else v = LD(0, x, c); }", views=True),
     Reader("fill_row", "mat_fill_row_element: src with src[y][index[y]] = val[y]",
            ("src", "index", "val"), ("cols",),
            row="const npy_intp c = IDX(1, y); if (c < 0 || c >= cols) BAD_INDEX;",
@@ -155,7 +167,7 @@ READERS = (
                "rr = along_columns ? 0 : y % (ra + rb);",
            elem="if (along_columns) v = x < split ? LD(0, y, x) : LD(1, y, x - split);\n"
                 "      else v = rr < ra ? LD(0, grp * ra + rr, x) : LD(1, grp * rb + rr - ra, x);",
-           src_rows=(_concat_rows(0), _concat_rows(1))),
+           src_rows=(_concat_rows(0), _concat_rows(1)), views=True),
     Reader("reshape", "reshape of a pitched source that re-cuts its rows: output element "
            "(y, x) is element y * ocols + x of the source in row-major order",
            ("src",), ("ocols", "scols"),
@@ -180,7 +192,8 @@ READERS = (
                "  npy_intp ox = x0 % ow, oy = (x0 / ow) % oh, img = x0 / (ow * oh);",
            elem="{ const npy_intp h = oy * sy + yoff, w = ox * sx + xoff;\n"
                 "      v = (h < H && w < W) ? LD(0, (img * C + c) * H + h, w) : ZERO; }",
-           next="if (++ox == ow) { ox = 0; if (++oy == oh) { oy = 0; ++img; } }"),
+           next="if (++ox == ow) { ox = 0; if (++oy == oh) { oy = 0; ++img; } }",
+           src_rows=_im2col_rows, bands_over_cols=True, views=True),
     Reader("pool", "pool: out(lead, py, px) = reduce of src(lead, py*sy.., px*sx..) over the "
            "ky x kx window clipped to the image (a window past it keeps the init value)",
            ("src",), ("red", "H", "W", "ky", "kx", "sy", "sx", "oH"),

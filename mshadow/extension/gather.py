@@ -40,6 +40,8 @@ def gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params):
     if len(srcs) != len(r.sources):
         raise TypeError(f"reader {reader} takes sources {r.sources}, got {len(srcs)}")
     kernel = r.kernel(code)
+    if not r.views and any(isinstance(s, _core.ViewLeaf) for s in srcs):
+        raise TypeError(f"reader {reader} reads tensors only (its row has views=False)")
     srcs = list(srcs)
     deferred = tuple((i, e) for i, e in enumerate(map(take_deferred, srcs)) if e is not None)
     bands = []
@@ -52,7 +54,8 @@ def gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params):
         # into cache-sized scratch as the assignment runs, never the whole
         plan = engine.get_plan(e.key, e.code, "saveto")
         if isinstance(plan, _core.Plan):
-            bands.append(_core.band(pos, e, plan, functools.partial(rows, named)))
+            bands.append(_core.band(pos, e, plan, functools.partial(rows, named),
+                                    r.bands_over_cols))
             srcs[pos] = _core.Tensor(srcs[pos].shape, dtype=srcs[pos].dtype)   # no memory
     banded = {b.pos for b in bands}
     deferred = tuple((pos, e) for pos, e in deferred if pos not in banded)

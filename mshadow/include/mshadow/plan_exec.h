@@ -60,6 +60,7 @@ typedef struct {
    * group's accumulator row) is never written by two threads. */
   npy_intp gB, gM, gR;
   npy_intp y0;          /* the first row: a run over rows [y0, y0 + rows) (a band) */
+  npy_intp x0;          /* the first column: blocks cover columns [x0, cols) (a column band) */
 } ms_program;
 
 /* Evaluate the block of row y from column x0 with scratch `regs`; g is y's group. */
@@ -143,7 +144,7 @@ static inline int ms_thread_flags(void) {
 static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_intp nbx) {
   npy_intp xb;
   if (p->gB <= 0) {
-    ms_run_block(p, regs, p->y0 + i / nbx, (i % nbx) * p->block, 0);
+    ms_run_block(p, regs, p->y0 + i / nbx, p->x0 + (i % nbx) * p->block, 0);
     return;
   }
   const npy_intp nch = (p->gB + p->gR - 1) / p->gR;
@@ -152,13 +153,13 @@ static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_
   if (bend > p->gB) bend = p->gB;
   for (; b < bend; ++b) {
     const npy_intp y = (a * p->gB + b) * p->gM + m;
-    for (xb = 0; xb < nbx; ++xb) ms_run_block(p, regs, y, xb * p->block, i);
+    for (xb = 0; xb < nbx; ++xb) ms_run_block(p, regs, y, p->x0 + xb * p->block, i);
   }
 }
 
 /* Returns the MS_RUN_* flags of this run (0: done, nothing to report). */
 static int ms_run_program(const ms_program *p) {
-  const npy_intp nbx = (p->cols + p->block - 1) / p->block;
+  const npy_intp nbx = (p->cols - p->x0 + p->block - 1) / p->block;
   const npy_intp total = p->gB > 0
       ? (p->rows / (p->gB * p->gM)) * p->gM * ((p->gB + p->gR - 1) / p->gR)
       : p->rows * nbx;
