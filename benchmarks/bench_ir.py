@@ -63,7 +63,7 @@ except ImportError:          # pip install torch (CPU wheel): optional columns
     torch = TF = None
 
 F32 = np.float32
-SECTIONS = ("elem", "sum", "axis", "pool", "im2col")
+SECTIONS = ("elem", "sum", "axis", "pool", "im2col", "nest")
 
 
 class NA:
@@ -501,6 +501,108 @@ def spatial_section(args, nt, failures, which):
     tab.show(short, notes)
 
 
+def nest_section(args, nt, failures):
+    """Gathers, remaps and arg-reductions over expressions: fused (one assignment) against
+    the same work in two steps through a preallocated temporary."""
+    names = ["ms", "ms2", "torch"]
+    short = {"ms": "mshadow", "ms2": "ms 2-step", "torch": "torch"}
+    rng = np.random.default_rng(5)
+    relu = ms.op.relu
+    tab = Table(f"expressions under gathers, remaps and arg-reductions, float32, {nt} thread(s)",
+                "ms", names, label="case")
+    notes = ["ms 2-step: the source expression assigned to a preallocated temporary, then the "
+             "extension of that tensor", "torch: the same composition of torch ops (allocates)"]
+
+    def row(label, fused, two, tor, ref, post=None, rtol=0.0):
+        alts = {"ms": fused, "ms2": two,
+                "torch": (tor, post) if torch is not None else NA("torch not installed")}
+        ok, bad = check(alts, ref, rtol=rtol)
+        failures.extend(f"nest {label}: {k}: {v.reason}" for k, v in bad.items()
+                        if isinstance(v, Wrong))
+        tab.add(label, measure(ok, args.rounds, args.min_time, args.row_time), bad)
+
+    # conv's im2col of a padded activation: column bands, one image's padded rows at a time
+    N, C, H, W = args.im2col_shape
+    x = rng.uniform(-1, 1, (N, C, H, W)).astype(F32)
+    X = ms.from_numpy(x)
+    T = ms.new_tensor((N, C, H + 2, W + 2))
+    col = ms.new_tensor((C * 9, N * H * W))
+    win = np.lib.stride_tricks.sliding_window_view(np.pad(np.maximum(x, 0), ((0, 0), (0, 0),
+                                                   (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+    ref = win.transpose(1, 4, 5, 0, 2, 3).reshape(C * 9, N * H * W)
+    del win
+
+    def f_im2col():
+        col[:] = ms.unpack_patch2col(ms.pad(ms.F(relu, X), 1), 3, 3, 1)
+        return col.numpy()
+
+    def t_im2col():
+        T[:] = ms.pad(ms.F(relu, X), 1)
+        col[:] = ms.unpack_patch2col(T, 3, 3, 1)
+        return col.numpy()
+    xt = torch.from_numpy(x) if torch is not None else None
+    row("im2col(pad(F(relu, x), 1))", f_im2col, t_im2col,
+        (lambda: TF.unfold(torch.relu(xt), 3, padding=1)) if torch is not None else None, ref,
+        lambda u: u.permute(1, 0, 2).reshape(C * 9, N * H * W))
+    del ref, T, col
+
+    # take of an element-wise expression: per element through its leaves
+    a = rng.uniform(-1, 1, (100000, 64)).astype(F32)
+    b = rng.uniform(-1, 1, (100000, 64)).astype(F32)
+    idx = rng.integers(0, 100000, 50000).astype(np.int32)
+    A, B, I = ms.from_numpy(a), ms.from_numpy(b), ms.from_numpy(idx)
+    TA = ms.new_tensor(a.shape)
+    out = ms.new_tensor((50000, 64))
+
+    def f_take():
+        out[:] = ms.take(I, ms.F(relu, A * 2 - B))
+        return out.numpy()
+
+    def t_take():
+        TA[:] = ms.F(relu, A * 2 - B)
+        out[:] = ms.take(I, TA)
+        return out.numpy()
+    at, bt, it = ((torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(idx).long())
+                  if torch is not None else (None,) * 3)
+    row("take(i, F(relu, a*2 - b))", f_take, t_take,
+        (lambda: torch.relu(at * 2 - bt)[it]) if torch is not None else None,
+        np.maximum(a * 2 - b, 0)[idx])
+
+    # concat of two expressions: both parts in bands
+    cat = ms.new_tensor((200000, 64))
+
+    def f_cat():
+        cat[:] = ms.concat(ms.F(relu, A * 2), B - 1, 0)
+        return cat.numpy()
+
+    TB = ms.new_tensor(b.shape)
+
+    def t_cat():
+        TA[:] = ms.F(relu, A * 2)
+        TB[:] = B - 1
+        cat[:] = ms.concat(TA, TB, 0)
+        return cat.numpy()
+    row("concat(F(relu, a*2), b - 1, 0)", f_cat, t_cat,
+        (lambda: torch.cat([torch.relu(at * 2), bt - 1], 0)) if torch is not None else None,
+        np.concatenate([np.maximum(a * 2, 0), b - 1], 0))
+
+    # argmax of an expression: chunks of cache-sized scratch
+    am = ms.new_tensor((100000,))
+
+    def f_arg():
+        am[:] = ms.reduce_with_axis(A * 2 - B, 1, ms.red.maximum, True)
+        return am.numpy()
+
+    def t_arg():
+        TA[:] = A * 2 - B
+        am[:] = ms.reduce_with_axis(TA, 1, ms.red.maximum, True)
+        return am.numpy()
+    row("reduce_with_axis(a*2 - b, 1, max, mask)", f_arg, t_arg,
+        (lambda: torch.argmax(at * 2 - bt, 1)) if torch is not None else None,
+        np.argmax(a * 2 - b, 1).astype(F32), lambda u: u.float())
+    tab.show(short, notes)
+
+
 # ---------------------------------------------------------------------------- main
 def git_rev(path):
     try:
@@ -608,6 +710,8 @@ def main():
         for which in ("pool", "im2col"):
             if which not in skip:
                 spatial_section(args, nt, failures, which)
+        if "nest" not in skip:
+            nest_section(args, nt, failures)
 
     busy = busy_elsewhere()
     print(f"\n{busy * 100:.0f}% of the CPUs busy with other work at the end"

@@ -462,6 +462,30 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
     return parts[:nparts]
 
 
+def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch):
+    """Rows [r0, r1) of the 2-D flattening of ``expr`` (compiled as ``plan`` for saveto)
+    into the first r1 - r0 rows of ``scratch`` (2-D, the expression's columns, fresh
+    memory): a chunk of a source that is reduced a chunk at a time (an arg-reduction).
+    Banded gathers inside it evaluate only what these rows read."""
+    shape = as_shape(expr.shape)
+    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
+    if not (0 <= r0 <= r1 <= rows) or scratch.cols != cols or scratch.rows < r1 - r0:
+        raise ValueError(f"evaluate_rows: rows [{r0}, {r1}) of {shape} into {scratch.shape}")
+    _check_leaves(plan, shape, rows, cols, expr.leaves, None, True)
+    if r1 == r0:
+        return
+    held = _pin_all(plan, scratch, expr.leaves)
+    try:
+        if _banded(plan, expr.leaves):
+            _run_banded(plan, scratch, expr.leaves, expr.scalars, r0, r1, r0)
+        else:
+            _run(plan, scratch, expr.leaves, expr.scalars, _dense_maps(plan, expr.leaves),
+                 -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0)
+    finally:
+        for m in held:
+            (<Allocation> m).unpin()
+
+
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
                    Py_ssize_t rows_per_group, init=0):
     """Reduce an expression of ``shape`` over ``axis`` (not the last), in one pass, with

@@ -283,3 +283,40 @@ def test_a_step_on_its_own_start_reads_the_register_with_the_same_bits():
                 np.testing.assert_array_equal(d.numpy(), a - a)
     finally:
         ms.set_simd_level(level)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize("shape", [(300, 50, 40), (7, 1000), (2, 3, 4, 5), (5000, 3),
+                                   (1, 7000), (6,)])
+def test_arg_reductions_of_an_expression_run_in_chunks(shape, dtype, no_temporary,
+                                                       monkeypatch):
+    from mshadow.extension import reduce as red_mod
+    monkeypatch.setattr(red_mod, "CHUNK_ELEMS", 999)    # many chunks, ragged last one
+    a, b = _arrays(shape, dtype, 11)
+    if np.dtype(dtype).kind == "f":
+        a.flat[::37] = np.nan          # a NaN is the extreme, its first occurrence wins
+        a.flat[5::41] = a.flat[4::41][:len(a.flat[5::41])]   # ties: the first index wins
+    A, B = ms.from_numpy(a), ms.from_numpy(b)
+    for axis in range(len(shape)):
+        for red, arg in ((ms.red.maximum, np.argmax), (ms.red.minimum, np.argmin)):
+            for keep in (False, True):
+                if not keep and len(shape) == 1:
+                    continue
+                f = ms.reduce_keepdim if keep else ms.reduce_with_axis
+                e = f(A * 2 - B, axis, red, True)
+                y = ms.new_tensor(e.shape, dtype=dtype)
+                y[:] = e
+                want = arg(a * 2 - b, axis=axis, keepdims=keep)
+                np.testing.assert_array_equal(y.numpy(), want.astype(dtype))
+
+
+def test_arg_reduction_of_a_banded_window_reads_only_chunks(no_temporary, monkeypatch):
+    from mshadow.extension import reduce as red_mod
+    monkeypatch.setattr(red_mod, "CHUNK_ELEMS", 5000)
+    x = np.random.default_rng(12).standard_normal((6, 4, 40, 30)).astype(np.float32)
+    X = ms.from_numpy(x)
+    e = ms.reduce_with_axis(ms.pool(X * 2, 2, 2, 2, 2, ms.red.sum), 1, ms.red.maximum, True)
+    y = ms.new_tensor(e.shape)
+    y[:] = e
+    p = (x.astype(np.float64) * 2).reshape(6, 4, 20, 2, 15, 2).sum((3, 5))
+    np.testing.assert_array_equal(y.numpy(), np.argmax(p, axis=1).astype(np.float32))

@@ -3,8 +3,9 @@
 A source that is a tensor, ``t.T`` or a strided view is reduced by numpy over a zero-copy
 view. A sum over any other expression is fused: the expression is evaluated block by block
 and summed where it is computed, with no temporary of its size (docs/reduce_nn.md gives the
-summation order). maximum/minimum and the arg-mask over such an expression evaluate it into
-a temporary first. The small result is stored through the engine.
+summation order); so are maximum and minimum. The arg-mask (argmax/argmin) over such an
+expression evaluates it a chunk of slabs at a time into cache-sized scratch and takes each
+chunk's indices with numpy. The small result is stored through the engine.
 """
 # Design: the reduction never writes the destination itself; every store goes through
 # mshadow.engine.assign with the assignment's saver, so dtype, read-only and freed-tensor rules
@@ -246,9 +247,9 @@ def _result_shape(shape, form, axis):
     return tuple(out)
 
 
-def _fusable(src, mask):
+def _fusable(src):
     """An expression that no zero-copy view describes (else numpy reads it in place)."""
-    return (not mask and isinstance(src, Exp)
+    return (isinstance(src, Exp)
             and src.exp_type != kComplex and not isinstance(src, ViewExp)
             and not (isinstance(src, TransposeExp) and type(src.key) is ir.Leaf))
 
@@ -297,6 +298,37 @@ def fused_reduce(src, form, reducer_name, axis):
     res = np.asarray(res).reshape(_result_shape(shape, form, axis))
     with np.errstate(over="ignore", invalid="ignore"):
         return res.astype(_NP_BY_CODE[cc])
+
+
+CHUNK_ELEMS = 1 << 18   # elements of an arg-reduction's chunk (1 MiB of float32)
+
+
+def chunked_arg_reduce(src, reducer_name, axis, keep):
+    """The index of the first maximum (minimum) of the expression ``src`` along ``axis``,
+    in the compute type; the source is evaluated a chunk at a time into cache-sized
+    scratch (whole slabs over the axes before ``axis``), never whole. None if the
+    expression holds an untraceable operator."""
+    plan = get_plan(src.key, src.code, "saveto")
+    if not isinstance(plan, _core.Plan) or src.shape[axis] == 0:
+        return None
+    shape = tuple(src.shape)
+    units = Shape(shape).prod_shape(0, axis)              # slabs before the reduced axis
+    unit_rows = Shape(shape).prod_shape(axis, len(shape) - 1) if axis < len(shape) - 1 else 1
+    unit_elems = unit_rows * shape[-1]
+    per_chunk = max(1, CHUNK_ELEMS // max(unit_elems, 1))
+    scratch = _core.new_tensor((min(units, per_chunk) * unit_rows, shape[-1]), init=None,
+                               dtype=src.dtype)
+    view = scratch.numpy()
+    arg = _ARG[reducer_name]
+    parts = []
+    for u0 in range(0, units, per_chunk):
+        u1 = min(units, u0 + per_chunk)
+        _core.evaluate_rows(src, plan, u0 * unit_rows, u1 * unit_rows, scratch)
+        chunk = view[:(u1 - u0) * unit_rows].reshape((u1 - u0,) + shape[axis:])
+        parts.append(arg(chunk, axis=1))     # first occurrence; a NaN counts as the extreme
+    res = np.concatenate(parts).reshape(_result_shape(shape, "keepdim" if keep else "with_axis",
+                                                      axis))
+    return res.astype(_NP_BY_CODE[compute_code(src.code)])
 
 
 def compute(a, code, form, reducer_name, axis, mask, scale):
@@ -365,8 +397,11 @@ def check_dst(dst, exp_code, devices, where):
 def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
     """``dst <saver> scale * reduce(src)`` once every check has passed."""
     a = None
-    if _fusable(src, mask) and Shape(src.shape).size():
-        values = fused_reduce(src, form, reducer_name, axis)
+    if _fusable(src) and Shape(src.shape).size():
+        if mask:
+            values = chunked_arg_reduce(src, reducer_name, axis, form == "keepdim")
+        else:
+            values = fused_reduce(src, form, reducer_name, axis)
         a = None if values is None else _Fused(values)
     if a is None:
         a = _array(src)

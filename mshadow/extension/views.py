@@ -77,8 +77,9 @@ def _tensor(src, where, ndim=None):
 
     Their kernels read memory, so an expression source is evaluated when the assignment
     runs (lazily: the values are those at assignment time): band by band into scratch when
-    the reader can take it so (extension/gather.py), else into this temporary of its size.
-    The rule is in docs/architecture.md ("Nesting extensions")."""
+    the reader can take it so (extension/gather.py; the container is then replaced by a
+    handle before any memory is touched), else into this temporary of its size. The rule
+    is in docs/architecture.md ("Nesting extensions")."""
     src = _source(src, where, ndim)
     if isinstance(src, _core.Exp):
         tmp = _core.TensorContainer(src.shape, init=None, pad=False, dtype=src.dtype)
