@@ -28,6 +28,8 @@ cdef extern from "mshadow/kernels_gen.h":
         int code[8]
         int opd[8]
         int scalar[8]
+        int fetch_start
+        int fetch[8]
     int ms_detect_isa() nogil
     int MS_X86
     const char *MS_KERNELS_FINGERPRINT
@@ -267,11 +269,13 @@ cdef class Plan:
                 ch.nin = len(instr.ins)
                 ch.nstep = len(instr.kernel[2])
                 ch.start_scalar = _one_value_a_block(program, instr.ins[0])
+                ch.fetch_start = instr.ins[0][0] == "leaf"
                 for j, (op, swap, opd) in enumerate(instr.kernel[2]):
                     scalar = opd is not None and _one_value_a_block(program, instr.ins[opd])
                     ch.code[j] = _CHAIN_CODE[op, swap, scalar]
                     ch.opd[j] = 0 if opd is None else opd
                     ch.scalar[j] = scalar
+                    ch.fetch[j] = opd is not None and instr.ins[opd][0] == "leaf"
                 ins.fn = <ms_loop_fn> <size_t> _KERNELS[f"{instr.kernel[0]}_{instr.kernel[1]}"]
                 ins.data = ch
             else:

@@ -351,10 +351,11 @@ def _chain_packet(code, ctype, isa, total=False):
          f"  {V} bc[{CHAIN_MAX}];",
          "  npy_intp i = 0;",
          "  int s;",
-         f"  int code[{CHAIN_MAX}], reads[{CHAIN_MAX}];   /* reads: the step loads its operand */",
+         f"  int code[{CHAIN_MAX}], reads[{CHAIN_MAX}];   /* reads: the step loads its operand "
+         "from memory (prefetched) */",
          "  ms_chain_codes(ch, args, code);",
          "  for (s = 0; s < ch->nstep; ++s)",
-         "    reads[s] = ms_chain_step_reads[code[s]];",
+         "    reads[s] = ms_chain_step_reads[code[s]] && ch->fetch[s];",
          "  for (s = 0; s < ch->nstep; ++s)   /* every slot set: the dispatch reads bc[s] */",
          f"    bc[s] = ch->scalar[s] ? ms_{isa}_set1_{code}((({ctype} *)args[ch->opd[s]])[0])"
          f" : ms_{isa}_zero_{code}();",
@@ -362,7 +363,7 @@ def _chain_packet(code, ctype, isa, total=False):
          f"  for (; i + {U} * {W} <= n; i += {U} * {W}) {{",
          f"    {V} {', '.join(vs)};",
          "    if (ch->start_scalar) { " + each(lambda u: f"v{u} = b0;") + " }",
-         "    else { " + prefetch("S + i") + " "
+         "    else { if (ch->fetch_start) { " + prefetch("S + i") + " } "
          + each(lambda u: f"v{u} = ms_{isa}_loadu_{code}(S + i + {u} * {W});") + " }",
          "    for (s = 0; s < ch->nstep; ++s) {",
          f"      const {ctype} *O = (const {ctype} *)args[ch->opd[s]] + i;",
@@ -693,6 +694,10 @@ def generate():
            "  int code[MS_CHAIN_MAX];     /* step codes (codegen_cpu.chain_steps) */",
            "  int opd[MS_CHAIN_MAX];      /* the args index each step reads */",
            "  int scalar[MS_CHAIN_MAX];",
+           "  /* operands in memory (leaves), prefetched; registers are in L1 already, and a",
+           "   * prefetch past one stalled the chain (2-5x slower behind gathers on Zen 1) */",
+           "  int fetch_start;",
+           "  int fetch[MS_CHAIN_MAX];",
            "} ms_chain;",
            _chain_step_table(),
            ""]
