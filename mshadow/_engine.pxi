@@ -583,73 +583,104 @@ cdef _run_any(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguou
 
 
 cdef _run_banded(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t y_start,
-                 Py_ssize_t y_end, Py_ssize_t dst_row0):
-    """Rows [y_start, y_end) of ``plan`` a band at a time: for each band, the source rows
-    each banded gather reads are evaluated into its cache-sized scratch, then the band
-    runs. A source's own banded gathers recurse. A gather banded by output columns
-    (im2col) makes the bands column ranges of these rows instead."""
+                 Py_ssize_t y_end, Py_ssize_t dst_row0, Py_ssize_t x_start=0,
+                 Py_ssize_t x_end=-1, Py_ssize_t dst_col0=0):
+    """Rows [y_start, y_end) (and columns [x_start, x_end), x_end >= 0) of ``plan`` a band
+    at a time: for each band, the source rows (or box) each banded gather reads are
+    evaluated into its cache-sized scratch, then the band runs. A source's own banded
+    gathers recurse. A gather banded by output columns (im2col) makes the bands column
+    ranges of these rows instead. dst's first row and column are dst_row0, dst_col0."""
     cdef list bands = _banded(plan, leaves)
     cdef list by_cols = [b for b in bands if (<Band> b).over_cols]
     cdef Band b
-    cdef Py_ssize_t cols = dst.cols, band = max(1, BAND_ELEMS // max(cols, 1)), y0, y1
-    cdef Py_ssize_t r0, r1, scols
+    cdef Py_ssize_t cols, band, y0, y1, elems
+    if x_end < 0:
+        x_start, x_end = 0, dst.cols + dst_col0
+    cols = x_end - x_start
     if by_cols:
-        _run_column_bands(plan, dst, leaves, scalars, y_start, y_end, dst_row0, bands, by_cols)
+        _run_column_bands(plan, dst, leaves, scalars, y_start, y_end, dst_row0, x_start, x_end,
+                          dst_col0, bands, by_cols)
         return
-    for b in bands:   # fewer rows a band when a reader reads more source rows than it writes
-        scols = b.expr.shape[-1]
+    band = max(1, BAND_ELEMS // max(cols, 1))
+    for b in bands:   # fewer rows a band when a reader reads more source than it writes
         y1 = min(y_end, y_start + band)
-        r0, r1 = b.rows_fn(y_start, y1)
-        if r1 > r0 and y1 > y_start:
-            band = max(1, min(band, (BAND_ELEMS // max(scols, 1)) * (y1 - y_start) // (r1 - r0)))
-    for y0 in range(y_start, y_end, band):
-        y1 = min(y_end, y0 + band)
+        elems = b.box_elems(y_start, y1)
+        if elems > BAND_ELEMS and y1 > y_start:
+            band = max(1, min(band, BAND_ELEMS * (y1 - y_start) // elems))
+    y0 = y_start
+    while y0 < y_end:
+        y1 = _widen(bands, y0, min(y_end, y0 + band), min(y_end, y0 + 2 * band))
         for b in bands:
             _fill_band(b, y0, y1)
         _run(plan, dst, leaves, scalars, False, -1, -1, 0, 1, 1, None, NULL, 0, y0, y1,
-             dst_row0)
+             dst_row0, x_start, x_end, dst_col0)
+        y0 = y1
+
+
+cdef Py_ssize_t _widen(list bands, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t most):
+    """The last row, up to ``most``, of a band from ``y0`` that reads no source row or
+    column more than [y0, y1) does: a band then ends where the source's rows do (a whole
+    channel of col2im) and the next band recomputes none of them."""
+    cdef Band b
+    cdef Py_ssize_t lo = y1, hi = most, mid, k
+    cdef list boxes = [(<Band> b).box(y0, y1) for b in bands]
+    cdef bint same
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        same = True
+        for k in range(len(bands)):
+            if (<Band> bands[k]).box(y0, mid) != boxes[k]:
+                same = False
+                break
+        if same:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 cdef _run_column_bands(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t y_start,
-                       Py_ssize_t y_end, Py_ssize_t dst_row0, list bands, list by_cols):
+                       Py_ssize_t y_end, Py_ssize_t dst_row0, Py_ssize_t x_start,
+                       Py_ssize_t x_end, Py_ssize_t dst_col0, list bands, list by_cols):
     """Rows [y_start, y_end) of ``plan`` a range of columns at a time. A band spans every
     output column that reads the same source rows (one image of im2col: its source then
     is evaluated once); the sources banded by rows take these rows whole."""
     cdef Band b
-    cdef Py_ssize_t cols = dst.cols, x0, x1, lo, hi, mid
+    cdef Py_ssize_t x0, x1, lo, hi, mid
     cdef Py_ssize_t width = max(1, BAND_ELEMS // max(y_end - y_start, 1))
     for b in bands:
         if not b.over_cols:
             _fill_band(b, y_start, y_end)
     for b in by_cols:     # widen to every column that reads the first band's source rows
-        lo, hi = min(width, cols), cols
-        first = b.rows_fn(0, lo)
+        lo, hi = min(x_start + width, x_end), x_end
+        first = b.rows_fn(x_start, lo)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if b.rows_fn(0, mid) == first:
+            if b.rows_fn(x_start, mid) == first:
                 lo = mid
             else:
                 hi = mid - 1
-        width = max(1, min(width, lo)) if b is not by_cols[0] else max(1, lo)
-    for x0 in range(0, cols, width):
-        x1 = min(cols, x0 + width)
+        width = max(1, min(width, lo - x_start)) if b is not by_cols[0] else max(1, lo - x_start)
+    for x0 in range(x_start, x_end, width):
+        x1 = min(x_end, x0 + width)
         for b in by_cols:
             _fill_band(b, x0, x1)
         _run(plan, dst, leaves, scalars, False, -1, -1, 0, 1, 1, None, NULL, 0, y_start, y_end,
-             dst_row0, x0, x1)
+             dst_row0, x0, x1, dst_col0)
 
 
 cdef _fill_band(Band b, Py_ssize_t a0, Py_ssize_t a1):
-    """The source rows that output rows (or columns) [a0, a1) read, evaluated into the
-    band's scratch."""
+    """The source rows (or box) that output rows (or columns) [a0, a1) read, evaluated
+    into the band's scratch."""
     e, sub = b.expr, b.plan
-    r0, r1 = b.rows(a0, a1)
-    if r1 > r0:
+    r0, r1, c0, c1 = b.rows(a0, a1)
+    if r1 > r0 and c1 > c0:
         if _banded(sub, e.leaves):
-            _run_banded(sub, b.scratch, e.leaves, e.scalars, r0, r1, r0)
+            _run_banded(sub, b.scratch, e.leaves, e.scalars, r0, r1, r0, c0, c1, c0)
         else:
-            _run(sub, b.scratch, e.leaves, e.scalars, _dense_maps(sub, e.leaves),
-                 -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0)
+            _run(sub, b.scratch, e.leaves, e.scalars,
+                 c0 == 0 and c1 == e.shape[-1] and _dense_maps(sub, e.leaves),
+                 -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0, c0, c1, c0)
 
 
 cdef inline bint _dense(Tensor t):
@@ -711,7 +742,7 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
           Py_ssize_t rows=-1, Py_ssize_t cols=-1, Py_ssize_t gB=0, Py_ssize_t gM=1,
           Py_ssize_t gR=1, ViewLeaf view=None, char *out=NULL, Py_ssize_t out_itemsize=0,
           Py_ssize_t y0=0, Py_ssize_t y1=-1, Py_ssize_t dst_row0=0, Py_ssize_t x0=0,
-          Py_ssize_t x1=-1):
+          Py_ssize_t x1=-1, Py_ssize_t dst_col0=0):
     """Run ``plan`` over ``dst``'s 2-D geometry; or, given ``rows`` x ``cols``, over that
     geometry with ``dst`` holding one value per block (a reduction's partial results); or,
     given also ``gB`` > 0, with ``dst`` holding one row per group of rows (gB, gM, gR: see
@@ -721,7 +752,8 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
     None): memory the caller owns and keeps alive, such as a fresh numpy array. Given
     ``y1`` >= 0, only rows [y0, y1) of dst's geometry run (a band; rows keep their numbers);
     ``dst``'s first row is row ``dst_row0`` (a band's scratch holds only its rows). Given
-    ``x1`` >= 0, only columns [x0, x1) run (a column band; not with ``contiguous``)."""
+    ``x1`` >= 0, only columns [x0, x1) run (a column band; not with ``contiguous``), and
+    ``dst``'s first column is column ``dst_col0`` (a box band's scratch)."""
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef ms_leaf stack_leaf[16]
     cdef ms_gather stack_gather[16]
@@ -745,6 +777,8 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
         lv[0].ptr = out if out != NULL else dst.data()
         if dst_row0:   # a band's scratch: row y lives at its row (y - dst_row0)
             lv[0].ptr = lv[0].ptr - dst_row0 * dst.stride * dst.itemsize
+        if dst_col0:   # a box band's scratch: column x lives at its column (x - dst_col0)
+            lv[0].ptr = lv[0].ptr - dst_col0 * dst.itemsize
         lv[0].nmap = 0
         per_block = rows >= 0
         if not per_block:
@@ -813,7 +847,7 @@ cdef _run(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
         else:
             prog.rows = rows
             prog.cols = cols
-        if x1 >= 0:          # a column band: blocks from column x0 to x1
+        if x1 >= 0 and not contiguous:   # a column band: blocks from column x0 to x1
             prog.x0, prog.cols = x0, x1
             cols = x1 - x0
         n = rows * cols

@@ -12,7 +12,8 @@ cdef class Band:
     cdef readonly object rows_fn      # rows_fn(y0, y1) -> (r0, r1)
     cdef readonly bint over_cols      # rows_fn takes output columns [x0, x1), not rows
     cdef readonly Tensor scratch
-    cdef readonly Py_ssize_t r0
+    cdef Tensor store                 # the scratch's memory (1-D), reused across bands
+    cdef readonly Py_ssize_t r0, c0   # the scratch's first row and column in the source
 
     cdef fill_whole(self):
         """Every row of the source, evaluated into a scratch of its size."""
@@ -20,21 +21,41 @@ cdef class Band:
         if self.scratch is None or self.scratch.shape != e.shape:
             self.scratch = new_tensor(e.shape, init=None, dtype=e.dtype)
         _assign(self.scratch, e, "saveto")
-        self.r0 = 0
+        self.r0 = self.c0 = 0
 
-    cdef rows(self, Py_ssize_t y0, Py_ssize_t y1):
-        """(r0, r1): the source rows output rows (columns, over_cols) [y0, y1) read, with a
-        scratch that holds them (grown as needed)."""
+    cdef tuple box(self, Py_ssize_t y0, Py_ssize_t y1):
+        """(r0, r1, c0, c1): the source rows and columns output rows (columns, over_cols)
+        [y0, y1) read, clipped to the source. rows_fn gives (r0, r1), every column, or a
+        box (r0, r1, c0, c1)."""
         e = self.expr
         cdef Py_ssize_t srows = _prod(e.shape[:-1]), scols = e.shape[-1]
-        r0, r1 = self.rows_fn(y0, y1)
+        got = self.rows_fn(y0, y1)
+        r0, r1 = got[0], got[1]
+        c0, c1 = (got[2], got[3]) if len(got) == 4 else (0, scols)
         r0 = max(0, min(r0, srows))
         r1 = max(r0, min(r1, srows))
-        if (self.scratch is None or self.scratch.rows < r1 - r0
-                or len(self.scratch.shape) != 2 or self.scratch.cols != scols):
-            self.scratch = new_tensor((max(r1 - r0, 1), scols), init=None, dtype=e.dtype)
-        self.r0 = r0
-        return r0, r1
+        c0 = max(0, min(c0, scols))
+        c1 = max(c0, min(c1, scols))
+        return r0, r1, c0, c1
+
+    cdef Py_ssize_t box_elems(self, Py_ssize_t y0, Py_ssize_t y1):
+        r0, r1, c0, c1 = self.box(y0, y1)
+        return (r1 - r0) * (c1 - c0)
+
+    cdef rows(self, Py_ssize_t y0, Py_ssize_t y1):
+        """The box output rows (columns, over_cols) [y0, y1) read, with a scratch that holds
+        it (grown as needed)."""
+        r0, r1, c0, c1 = self.box(y0, y1)
+        cdef Py_ssize_t rows = max(r1 - r0, 1), cols = max(c1 - c0, 1)
+        # one allocation, grown as needed, viewed at each band's geometry: boxes change
+        # width from band to band, and fresh memory costs a page fault per 4 KiB
+        if self.store is None or self.store.shape[0] < rows * cols:
+            self.store = new_tensor((max(rows * cols, 2 * self.store.shape[0]
+                                         if self.store is not None else 0),),
+                                    init=None, dtype=self.expr.dtype)
+        self.scratch = self.store._view(Shape(rows, cols), 0, cols)
+        self.r0, self.c0 = r0, c0
+        return r0, r1, c0, c1
 
     def __repr__(self):
         return f"Band(pos={self.pos}, expr={self.expr!r})"
@@ -132,7 +153,7 @@ cdef class GatherLeaf:
             t = (<Band> b).scratch
             i = (<Band> b).pos
             g.rowstep[i] = t.stride * t.itemsize
-            g.src[i] = t.data() - (<Band> b).r0 * g.rowstep[i]
+            g.src[i] = t.data() - (<Band> b).r0 * g.rowstep[i] - (<Band> b).c0 * t.itemsize
         for i, v in enumerate(self.params):
             g.p[i] = v
         return 0

@@ -39,8 +39,9 @@ class Reader:
     row: str = ""
     next: str = ""
     # src_rows(p, y0, y1) -> (r0, r1): the rows of source 0 (in its 2-D flattening) that
-    # output rows [y0, y1) read, p the parameters by name; or a tuple of such functions,
-    # one per source (None: a source read anywhere). A reader evaluates an expression
+    # output rows [y0, y1) read, p the parameters by name, or (r0, r1, c0, c1): a box of
+    # its rows and columns (col2im); or a tuple of such functions, one per source (None:
+    # a source read anywhere). A reader evaluates an expression
     # source that has one band by band into cache-sized scratch (docs/architecture.md).
     src_rows: Optional[Callable] = None
     # src_rows takes output columns [x0, x1) instead of rows: the assignment then runs in
@@ -94,6 +95,22 @@ def _im2col_rows(p, x0, x1):
     """The image rows (every channel's) that output columns [x0, x1) of im2col read."""
     per_image, rows = p["oh"] * p["ow"], p["C"] * p["H"]
     return x0 // per_image * rows, ((x1 - 1) // per_image + 1) * rows
+
+
+def _col2im_box(p, y0, y1):
+    """The box of the column matrix that output rows [y0, y1) of col2im (rows (n, c, h) of
+    the image) read: the ky*kx rows of their channels, and the columns of the output
+    positions (n, oy, *) whose windows cover their h."""
+    C, H, kk = p["C"], p["H"], p["ky"] * p["kx"]
+    sy, oh, ow, reach = p["sy"], p["oh"], p["ow"], (p["ky"] - 1) * p["dy"]
+    n0, n1 = y0 // (C * H), (y1 - 1) // (C * H)
+    c0, c1 = y0 // H % C, (y1 - 1) // H % C
+    one_plane = n0 == n1 and c0 == c1
+    h0, h1 = (y0 % H, (y1 - 1) % H) if one_plane else (0, H - 1)
+    oy0 = max(0, -(-(h0 - reach) // sy))
+    oy1 = min(oh - 1, h1 // sy)
+    rows = (c0 * kk, (c1 + 1) * kk) if n0 == n1 else (0, C * kk)
+    return rows + ((n0 * oh + oy0) * ow, (n1 * oh + oy1 + 1) * ow)
 
 
 def _concat_rows(part):
@@ -267,7 +284,8 @@ READERS = (
                 "          acc += (A)LD(0, (c * ky + a) * kx + b, (img * oh + ty / sy) * ow + tx / sx);\n"
                 "        }\n"
                 "      }\n"
-                "      v = (V)acc;"),
+                "      v = (V)acc;",
+           src_rows=_col2im_box),
 )
 
 

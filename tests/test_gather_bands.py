@@ -224,3 +224,38 @@ def test_a_binary_complex_op_bands_both_operands():
     want[:, 0::2], want[:, 1::2] = (ca * cb).real, (ca * cb).imag
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
     assert [bd.pos for bd in e.leaf.bands] == [0, 1]
+
+
+@pytest.mark.parametrize("geom", [(2, 3, 9, 8, 3, 3, 1, 1, 1, 1), (3, 2, 11, 10, 3, 2, 2, 3, 1, 2),
+                                  (1, 4, 7, 7, 2, 2, 2, 2, 2, 1), (2, 3, 5, 6, 5, 6, 1, 1, 1, 1),
+                                  (6, 16, 40, 30, 3, 3, 1, 1, 1, 1)])
+def test_col2im_of_an_expression_reads_boxes_of_its_columns(geom):
+    N, C, H, W, ky, kx, sy, sx, dy, dx = geom
+    oh, ow = (H - (dy * (ky - 1) + 1)) // sy + 1, (W - (dx * (kx - 1) + 1)) // sx + 1
+    rng = np.random.default_rng(7)
+    m = rng.standard_normal((C * ky * kx, N * oh * ow)).astype(np.float32)
+    m2 = rng.standard_normal(m.shape).astype(np.float32)
+    M, M2 = ms.from_numpy(m), ms.from_numpy(m2)
+    src = np.tanh(m) * 2 - m2
+    # the oracle: every column entry added to the pixel unpack_patch2col reads it from
+    want = np.zeros((N, C, H, W), np.float64)
+    for c in range(C):
+        for a in range(ky):
+            for b in range(kx):
+                row = src[(c * ky + a) * kx + b].reshape(N, oh, ow)
+                want[:, c, a * dy:a * dy + sy * (oh - 1) + 1:sy,
+                     b * dx:b * dx + sx * (ow - 1) + 1:sx] += row
+    for threads in (1, 2):
+        ms.set_num_threads(threads)
+        try:
+            e = ms.pack_col2patch(ms.F(ms.op.tanh, M) * 2 - M2, (N, C, H, W), ky, kx, sy, sx,
+                                  dy, dx)
+            y = ms.new_tensor((N, C, H, W))
+            y[:] = e
+        finally:
+            ms.set_num_threads(2)
+        np.testing.assert_allclose(y.numpy(), want, rtol=2e-5, atol=2e-5)
+        assert [b.pos for b in e.leaf.bands] == [0]
+        _handles(e.leaf, (0,))
+    if m.size > 1 << 18:   # the box of a band: never the whole source
+        assert e.leaf.bands[0].scratch.size() < m.size // 2
