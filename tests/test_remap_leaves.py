@@ -693,3 +693,20 @@ def test_a_freed_index_tensor():
     with pytest.raises(ms.FreedTensorError):
         y[:] = e
     assert (y.numpy() == 3).all()
+
+
+def test_a_transpose_inside_the_tree_goes_to_its_leaves():
+    # regression: .T of an expression nested in the tree (not at its root) is read through
+    # views of its leaves, not evaluated into a temporary
+    rng = np.random.default_rng(21)
+    a = rng.standard_normal((6, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 6)).astype(np.float32)
+    A, B = ms.from_numpy(a), ms.from_numpy(b)
+    idx = ms.from_numpy(np.array([3, 0, 5, 5], np.int32))
+    e = ms.take(idx, A + (B * 2).T)
+    srcs = [lf.srcs[0] for lf in e.leaves]
+    assert srcs[0] is A
+    assert isinstance(srcs[1], ms._core.ViewLeaf) and srcs[1].src is B
+    y = ms.new_tensor((4, 5))
+    y[:] = e
+    np.testing.assert_array_equal(y.numpy(), (a + (b * 2).T)[[3, 0, 5, 5]])

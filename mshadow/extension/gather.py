@@ -97,25 +97,24 @@ def remap_leaves(src, build):
     (``take(i, f(a, b))`` reads ``f(take(i, a), take(i, b))``): evaluated per element in
     the same pass, no temporary. A leaf that is a view is read in place through its strides;
     a gather or window leaf is evaluated into a temporary (views._tensor)."""
-    if isinstance(src, _core.MapExp):
-        return _core.make_map(src.op, tuple(a if _is_scalar(a) else remap_leaves(a, build)
-                                            for a in src.args))
-    if isinstance(src, _core.TypecastExp):
-        return tcast(_NP_BY_CODE[src.code], remap_leaves(src.src, build))
-    if isinstance(src, _core.TransposeExp) and _strided(src) is None:
-        # of an expression: .T of a 2-D element-wise tree is the tree of its leaves' .T
-        if len(src.shape) == 2 and composes(src.src):
-            return remap_leaves(_push_transpose(src.src), build)
-    return build(src)
+    def leaf(x):
+        if isinstance(x, _core.TransposeExp) and _strided(x) is None and \
+                len(x.shape) == 2 and composes(x.src):
+            # .T of a 2-D element-wise tree is the tree of its leaves' .T
+            return remap_leaves(_elementwise(x.src, lambda t: t.T), build)
+        return build(x)
+    return _elementwise(src, leaf)
 
 
-def _push_transpose(src):
+def _elementwise(src, fn):
+    """``src`` with ``fn`` applied to each leaf of its element-wise tree (operators, F,
+    tcast); scalars stay."""
     if isinstance(src, _core.MapExp):
-        return _core.make_map(src.op, tuple(a if _is_scalar(a) else _push_transpose(a)
+        return _core.make_map(src.op, tuple(a if _is_scalar(a) else _elementwise(a, fn)
                                             for a in src.args))
     if isinstance(src, _core.TypecastExp):
-        return tcast(_NP_BY_CODE[src.code], _push_transpose(src.src))
-    return src.T
+        return tcast(_NP_BY_CODE[src.code], _elementwise(src.src, fn))
+    return fn(src)
 
 
 def _operand(src, where, ndim=None):
