@@ -5,6 +5,8 @@ Design: a Tensor is a thin handle (allocation, byte offset, shape, row stride); 
 Allocation owns the bytes and is the single place that knows whether they are still valid,
 so a freed tensor or any view of it raises instead of touching freed memory.
 """
+import threading
+
 import numpy as np
 from .errors import ShapeError, DTypeError, DeviceError, BuildMismatchError
 from .device import cpu as _CPU_DEV

@@ -466,28 +466,38 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
     return parts[:nparts]
 
 
-def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch):
+def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch,
+                  bint check=True):
     """Rows [r0, r1) of the 2-D flattening of ``expr`` (compiled as ``plan`` for saveto)
     into the first r1 - r0 rows of ``scratch`` (2-D, the expression's columns, fresh
     memory): a chunk of a source that is reduced a chunk at a time (an arg-reduction).
-    Banded gathers inside it evaluate only what these rows read."""
+    Banded gathers inside it evaluate only what these rows read. ``check`` runs the
+    leaves' checks, which also evaluate any temporary the expression reads: once, for the
+    first chunk (the caller runs the chunks back to back)."""
     shape = as_shape(expr.shape)
     cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
     if not (0 <= r0 <= r1 <= rows) or scratch.cols != cols or scratch.rows < r1 - r0:
         raise ValueError(f"evaluate_rows: rows [{r0}, {r1}) of {shape} into {scratch.shape}")
-    _check_leaves(plan, shape, rows, cols, expr.leaves, None, True)
-    if r1 == r0:
-        return
-    held = _pin_all(plan, scratch, expr.leaves)
-    try:
-        if _banded(plan, expr.leaves):
-            _run_banded(plan, scratch, expr.leaves, expr.scalars, r0, r1, r0)
-        else:
-            _run(plan, scratch, expr.leaves, expr.scalars, _dense_maps(plan, expr.leaves),
-                 -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0)
-    finally:
-        for m in held:
-            (<Allocation> m).unpin()
+    with _BAND_LOCK:
+        banding = _bands_on(plan, expr.leaves)
+        try:
+            if check:
+                _check_leaves(plan, shape, rows, cols, expr.leaves, None, banding)
+            if r1 == r0:
+                return
+            held = _pin_all(plan, scratch, expr.leaves)
+            try:
+                if banding and _banded(plan, expr.leaves):
+                    _run_banded(plan, scratch, expr.leaves, expr.scalars, r0, r1, r0)
+                else:
+                    _run(plan, scratch, expr.leaves, expr.scalars,
+                         _dense_maps(plan, expr.leaves), -1, -1, 0, 1, 1, None, NULL, 0, r0, r1,
+                         r0)
+            finally:
+                for m in held:
+                    (<Allocation> m).unpin()
+        finally:
+            _bands_off(banding)
 
 
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
@@ -523,10 +533,22 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     dst.data()
-    contiguous, alias = _check_leaves(plan, dst.shape, dst.rows, dst.cols, leaves, dst, True)
-    if alias:
-        return False
-    _run_any(plan, dst, leaves, scalars, contiguous and _dense(dst))
+    if not _banded(plan, leaves):
+        contiguous, alias = _check_leaves(plan, dst.shape, dst.rows, dst.cols, leaves, dst)
+        if alias:
+            return False
+        _run(plan, dst, leaves, scalars, contiguous and _dense(dst))
+        return True
+    with _BAND_LOCK:    # from the checks (which fill scratch) to the last band
+        banding = _bands_on(plan, leaves)
+        try:
+            contiguous, alias = _check_leaves(plan, dst.shape, dst.rows, dst.cols, leaves, dst,
+                                              banding)
+            if alias:
+                return False
+            _run_any(plan, dst, leaves, scalars, contiguous and _dense(dst), banding)
+        finally:
+            _bands_off(banding)
     return True
 
 
@@ -537,10 +559,16 @@ def run_through_temporary(Plan to_tmp, Plan from_tmp, Tensor dst, tuple leaves,
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     dst.data()
-    contiguous, _ = _check_leaves(to_tmp, dst.shape, dst.rows, dst.cols, leaves, None, True)
     tmp = TensorContainer(dst.shape, init=None, pad=False,
                           dtype=_NP_BY_CODE[to_tmp.program.dst_code])
-    _run_any(to_tmp, tmp, leaves, scalars, contiguous)
+    with _BAND_LOCK:
+        banding = _bands_on(to_tmp, leaves)
+        try:
+            contiguous, _ = _check_leaves(to_tmp, dst.shape, dst.rows, dst.cols, leaves, None,
+                                          banding)
+            _run_any(to_tmp, tmp, leaves, scalars, contiguous, banding)
+        finally:
+            _bands_off(banding)
     _run(from_tmp, dst, (tmp,), (), _dense(dst))
 
 
@@ -568,10 +596,50 @@ cdef bint _dense_maps(Plan plan, tuple leaves):
     return True
 
 
-cdef _run_any(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous):
+# A Band's scratch holds one band's rows at a time: two threads running the same expression
+# band by band would fill it for different bands. A run with bands takes this lock from its
+# checks to its last band (re-entrant: a band's own expression may run banded inside).
+_BAND_LOCK = threading.RLock()
+
+
+cdef _collect_bands(Plan plan, tuple leaves, list out):
+    cdef Band b
+    for b in _banded(plan, leaves):
+        out.append(id(b))
+        _collect_bands(b.plan, b.expr.leaves, out)
+
+
+cdef int _whole_depth = 0   # > 0: a run (this thread's: _BAND_LOCK is held) evaluates every
+                            # banded source whole, nested assignments included
+
+
+cdef bint _bands_on(Plan plan, tuple leaves):
+    """With _BAND_LOCK held: whether this run bands. Not when a Band occurs twice in the
+    plan's tree of banded sources (``a + pool(a)``, ``a`` banded: one scratch cannot hold
+    two levels' bands, and the whole ``a`` filled for one level must stay whole while the
+    other level's source is evaluated), nor inside such a run: its banded sources are
+    then evaluated whole (until _bands_off)."""
+    global _whole_depth
+    cdef list ids = []
+    if _whole_depth == 0:
+        _collect_bands(plan, leaves, ids)
+        if len(ids) == len(set(ids)):
+            return True
+    _whole_depth += 1
+    return False
+
+
+cdef _bands_off(bint banding):
+    global _whole_depth
+    if not banding:
+        _whole_depth -= 1
+
+
+cdef _run_any(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
+              bint banding):
     """``_run``, or band by band when a gather reads an expression source that way (the
-    leaves were checked with banding)."""
-    if not _banded(plan, leaves):
+    leaves were checked with ``banding``)."""
+    if not banding or not _banded(plan, leaves):
         _run(plan, dst, leaves, scalars, contiguous)
         return
     held = _pin_all(plan, dst, leaves)   # alive across every band, whoever frees meanwhile
@@ -589,7 +657,8 @@ cdef _run_banded(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t 
     at a time: for each band, the source rows (or box) each banded gather reads are
     evaluated into its cache-sized scratch, then the band runs. A source's own banded
     gathers recurse. A gather banded by output columns (im2col) makes the bands column
-    ranges of these rows instead. dst's first row and column are dst_row0, dst_col0."""
+    ranges of these rows instead. dst's first row and column are dst_row0, dst_col0;
+    without ``x_end`` the columns are all of dst's (x_start is then 0)."""
     cdef list bands = _banded(plan, leaves)
     cdef list by_cols = [b for b in bands if (<Band> b).over_cols]
     cdef Band b
@@ -609,12 +678,35 @@ cdef _run_banded(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t 
             band = max(1, min(band, BAND_ELEMS * (y1 - y_start) // elems))
     y0 = y_start
     while y0 < y_end:
-        y1 = _widen(bands, y0, min(y_end, y0 + band), min(y_end, y0 + 2 * band))
+        y1 = _widen(bands, y0, _capped(bands, y0, min(y_end, y0 + band)),
+                    min(y_end, y0 + 2 * band))
         for b in bands:
             _fill_band(b, y0, y1)
         _run(plan, dst, leaves, scalars, False, -1, -1, 0, 1, 1, None, NULL, 0, y0, y1,
              dst_row0, x_start, x_end, dst_col0)
         y0 = y1
+
+
+cdef Py_ssize_t _capped(list bands, Py_ssize_t y0, Py_ssize_t y1):
+    """The last row, at most ``y1``, of a band from ``y0`` whose sources' boxes hold at most
+    BAND_ELEMS elements each (or what one row reads): a band that would cross into a
+    source range that reads much more (col2im's next image: every channel) stops before."""
+    cdef Band b
+    cdef Py_ssize_t lo = y0 + 1, hi = y1, mid, k
+    cdef list limits = [max(BAND_ELEMS, (<Band> b).box_elems(y0, y0 + 1)) for b in bands]
+    cdef bint fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        fits = True
+        for k in range(len(bands)):
+            if (<Band> bands[k]).box_elems(y0, mid) > limits[k]:
+                fits = False
+                break
+        if fits:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 cdef Py_ssize_t _widen(list bands, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t most):
@@ -642,38 +734,30 @@ cdef Py_ssize_t _widen(list bands, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t most
 cdef _run_column_bands(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ssize_t y_start,
                        Py_ssize_t y_end, Py_ssize_t dst_row0, Py_ssize_t x_start,
                        Py_ssize_t x_end, Py_ssize_t dst_col0, list bands, list by_cols):
-    """Rows [y_start, y_end) of ``plan`` a range of columns at a time. A band spans every
-    output column that reads the same source rows (one image of im2col: its source then
-    is evaluated once); the sources banded by rows take these rows whole."""
+    """Rows [y_start, y_end) of ``plan`` a range of columns at a time. Each band is widened
+    to every column that reads no more source rows (whole images of im2col: each image's
+    source is evaluated once); the sources banded by rows take these rows whole."""
     cdef Band b
-    cdef Py_ssize_t x0, x1, lo, hi, mid
+    cdef Py_ssize_t x0, x1
     cdef Py_ssize_t width = max(1, BAND_ELEMS // max(y_end - y_start, 1))
     for b in bands:
         if not b.over_cols:
             _fill_band(b, y_start, y_end)
-    for b in by_cols:     # widen to every column that reads the first band's source rows
-        lo, hi = min(x_start + width, x_end), x_end
-        first = b.rows_fn(x_start, lo)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if b.rows_fn(x_start, mid) == first:
-                lo = mid
-            else:
-                hi = mid - 1
-        width = max(1, min(width, lo - x_start)) if b is not by_cols[0] else max(1, lo - x_start)
-    for x0 in range(x_start, x_end, width):
-        x1 = min(x_end, x0 + width)
+    x0 = x_start
+    while x0 < x_end:
+        x1 = _widen(by_cols, x0, _capped(by_cols, x0, min(x_end, x0 + width)), x_end)
         for b in by_cols:
             _fill_band(b, x0, x1)
         _run(plan, dst, leaves, scalars, False, -1, -1, 0, 1, 1, None, NULL, 0, y_start, y_end,
              dst_row0, x0, x1, dst_col0)
+        x0 = x1
 
 
 cdef _fill_band(Band b, Py_ssize_t a0, Py_ssize_t a1):
     """The source rows (or box) that output rows (or columns) [a0, a1) read, evaluated
     into the band's scratch."""
     e, sub = b.expr, b.plan
-    r0, r1, c0, c1 = b.rows(a0, a1)
+    r0, r1, c0, c1 = b.reserve(a0, a1)
     if r1 > r0 and c1 > c0:
         if _banded(sub, e.leaves):
             _run_banded(sub, b.scratch, e.leaves, e.scalars, r0, r1, r0, c0, c1, c0)

@@ -42,7 +42,7 @@ cdef class Band:
         r0, r1, c0, c1 = self.box(y0, y1)
         return (r1 - r0) * (c1 - c0)
 
-    cdef rows(self, Py_ssize_t y0, Py_ssize_t y1):
+    cdef reserve(self, Py_ssize_t y0, Py_ssize_t y1):
         """The box output rows (columns, over_cols) [y0, y1) read, with a scratch that holds
         it (grown as needed)."""
         r0, r1, c0, c1 = self.box(y0, y1)
@@ -83,6 +83,20 @@ cdef class GatherLeaf:
     cdef readonly tuple bands         # the Band of each source read band by band
     cdef readonly tuple banded        # per source: whether it is one of bands
 
+    cdef _fill_whole(self):
+        """Every banded source evaluated whole. Under _BAND_LOCK (the scratch is shared
+        with banded runs of other threads), and with every run nested in it evaluating its
+        banded sources whole too: a Band this expression reads at two levels must not be
+        re-cut into bands by the other level's evaluation."""
+        global _whole_depth
+        with _BAND_LOCK:
+            _whole_depth += 1
+            try:
+                for b in self.bands:
+                    (<Band> b).fill_whole()
+            finally:
+                _whole_depth -= 1
+
     @property
     def name(self):
         """The reader's name ("take" for the kernel "g_take_f32")."""
@@ -97,9 +111,8 @@ cdef class GatherLeaf:
         if evaluate:
             for pos, e in self.deferred:
                 _assign(<Tensor> self.srcs[pos], e, "saveto")
-            if not banding:
-                for b in self.bands:
-                    (<Band> b).fill_whole()
+            if not banding and self.bands:
+                self._fill_whole()
         elif self.index is not None and any(pos == self.index[0] for pos, _ in self.deferred):
             return
         for k, (src, snap) in enumerate(zip(self.srcs, self.snapshot)):

@@ -571,7 +571,8 @@ def _reader_kernel(r, code):
         return "\n".join(body + _reader_loop(r, code, "sizeof") + ["}"])
     # a reader whose sources may be strided views: the loop for tensors (the column step a
     # constant, as the index arithmetic of im2col needs to stay fast) and the general one
-    dense = " && ".join(f"cs{k} == (npy_intp)sizeof(T)" for k in range(len(r.sources)))
+    dense = " && ".join(f"cs{k} == (npy_intp)sizeof(T)" for k, name in enumerate(r.sources)
+                        if name != "index")   # an index is read by IDX: rows only
     body += [f"  if ({dense}) {{"] + _reader_loop(r, code, "sizeof") + ["  } else {"]
     body += _reader_loop(r, code, "cs") + ["  }", "}"]
     return "\n".join(body)

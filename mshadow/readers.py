@@ -133,7 +133,7 @@ def _unpool_rows(p, y0, y1):
     """The pooled rows the output rows [y0, y1) of unpool read (its windows' rows)."""
     H, ky, sy, pH = p["H"], p["ky"], p["sy"], p["pH"]
     h0, h1 = y0 % H, (y1 - 1) % H
-    return (y0 // H * pH + (0 if h0 < ky else (h0 - ky + sy) // sy),
+    return (y0 // H * pH + (0 if h0 < ky else min((h0 - ky + sy) // sy, pH)),
             (y1 - 1) // H * pH + min((h1 + sy) // sy, pH))
 
 

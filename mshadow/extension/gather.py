@@ -141,7 +141,9 @@ def take(index, src):
     src = _view_operand(src, "take", 2)
     index = _view_operand(index, "take", 1)
     K, shape = src.shape[0], Shape(index.shape[0], src.shape[1])
-    if not isinstance(index, Tensor):   # one evaluation of the index, shared by every leaf
+    if not isinstance(index, Tensor):
+        # an index expression is evaluated once, into a temporary that one gather reads
+        # (checked when it runs): so the source is read through that one gather too
         return _take(_tensor(index, "take", 1), src, K, shape)
     return remap_leaves(src, lambda s: _take(index, s, K, shape))
 
