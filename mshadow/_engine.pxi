@@ -694,7 +694,13 @@ cdef Py_ssize_t _capped(list bands, Py_ssize_t y0, Py_ssize_t y1):
     cdef Band b
     cdef Py_ssize_t lo = y0 + 1, hi = y1, mid, k
     cdef list limits = [max(BAND_ELEMS, (<Band> b).box_elems(y0, y0 + 1)) for b in bands]
-    cdef bint fits
+    cdef bint fits = True
+    for k in range(len(bands)):   # the common case, at the cost of one box each
+        if (<Band> bands[k]).box_elems(y0, y1) > limits[k]:
+            fits = False
+            break
+    if fits:
+        return y1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         fits = True
@@ -716,7 +722,10 @@ cdef Py_ssize_t _widen(list bands, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t most
     cdef Band b
     cdef Py_ssize_t lo = y1, hi = most, mid, k
     cdef list boxes = [(<Band> b).box(y0, y1) for b in bands]
-    cdef bint same
+    cdef bint same = y1 < most
+    for k in range(len(bands)):   # the common case: the next row reads more already
+        if not same or (<Band> bands[k]).box(y0, y1 + 1) != boxes[k]:
+            return y1
     while lo < hi:
         mid = (lo + hi + 1) // 2
         same = True
