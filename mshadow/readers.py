@@ -48,7 +48,7 @@ class Reader:
     # bands of columns (im2col: the columns of one image read that image's rows only)
     bands_over_cols: bool = False
     # its sources may be strided views read in place (2-D ViewLeafs, any column step):
-    # take, choose_row, im2col, concat (extension/gather.py _operand)
+    # take, choose_row, im2col, concat, take_grad (extension/gather.py _operand)
     views: bool = False
 
     def rows_of(self, k):
@@ -303,7 +303,7 @@ READERS += (
                "  }",
            elem="A acc = 0;\n"
                 "      for (j = lo; j <= hi; ++j) if (IDX(1, j) == y) acc += (A)LD(0, j, x);\n"
-                "      v = (V)acc;"),
+                "      v = (V)acc;", views=True),
 )
 
 # complex.h on an interleaved (re, im) last axis: output column x of a row is the real (x

@@ -710,3 +710,23 @@ def test_a_transpose_inside_the_tree_goes_to_its_leaves():
     y = ms.new_tensor((4, 5))
     y[:] = e
     np.testing.assert_array_equal(y.numpy(), (a + (b * 2).T)[[3, 0, 5, 5]])
+
+
+@pytest.mark.parametrize("view", ["flip", "slice", "broadcast", "transpose"])
+def test_take_grad_reads_a_view_source_in_place(view):
+    rng = np.random.default_rng(31)
+    a = rng.standard_normal((7, 40)).astype(np.float32)
+    at = np.ascontiguousarray(a.T)
+    A, AT = ms.from_numpy(a), ms.from_numpy(at)
+    idx = np.array([2, 0, 2, 4, 1, 0, 2], np.float32)
+    src, ref = {"flip": (ms.flip(A, 0), a[::-1]), "slice": (ms.slice_axis(A, 1, 3, 23), a[:, 3:23]),
+                "broadcast": (ms.broadcast(A[0], (7, 40), 1), np.tile(a[0], (7, 1))),
+                "transpose": (AT.T, a)}[view]
+    e = ms.take_grad(ms.from_numpy(idx), src, 5)
+    assert isinstance(e.leaf.srcs[0], ms._core.ViewLeaf)
+    y = ms.new_tensor(e.shape)
+    y[:] = e
+    want = np.zeros(e.shape, np.float32)
+    for i, k in enumerate(idx.astype(int)):      # in increasing i, as mshadow sums
+        want[k] += ref[i]
+    np.testing.assert_array_equal(y.numpy(), want)

@@ -287,7 +287,7 @@ def take_grad(index, src, input_dim):
     ``src[i]`` with ``index[i] == k``. An index outside [0, input_dim) is an IndexError
     (mshadow drops it silently)."""
     index = _tensor(index, "take_grad", 1)
-    src = _tensor(src, "take_grad", 2)
+    src = _operand(_view_operand(src, "take_grad", 2), "take_grad", 2)   # a view in place
     input_dim = operator.index(input_dim)
     if input_dim < 0:
         raise ShapeError(f"take_grad: input_dim must be >= 0, got {input_dim}")
