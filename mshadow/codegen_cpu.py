@@ -338,8 +338,8 @@ def _chain_packet(code, ctype, isa, total=False):
         return " ".join(template(u) for u in range(U))
 
     def prefetch(ptr):   # the lines of an iteration's operand, MS_PREFETCH_AHEAD further on
-        # past the block's end too (a contiguous operand's next block); registers are
-        # allocated with MS_PREFETCH_AHEAD to spare (plan_exec.h, MS_REGS_BYTES)
+        # past the block's end too (a contiguous operand's next block); only operands in
+        # memory, never registers (ms_chain.fetch)
         nbytes = U * _WIDTH[isa, code] * (4 if code == "f32" else 8)
         return " ".join(f"ms_prefetch((const char *)({ptr}) + MS_PREFETCH_AHEAD + {k});"
                         for k in range(0, nbytes, 64))

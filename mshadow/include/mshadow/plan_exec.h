@@ -122,10 +122,9 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy
 }
 
 #define MS_STACK_REGS 8   /* registers a single-threaded run keeps on the stack */
-/* A thread's registers, and MS_PREFETCH_AHEAD bytes more: the chain kernels prefetch that far
- * past their operands, and a prefetch into an unmapped page (past the end of a fresh
- * thread's heap) costs a page walk every time. */
-#define MS_REGS_BYTES(p) ((size_t)((p)->nreg * (p)->reg_bytes) + MS_PREFETCH_AHEAD)
+/* A thread's registers. The chain kernels prefetch only operands in memory (ms_chain.fetch),
+ * never registers, so nothing is read past their end. */
+#define MS_REGS_BYTES(p) ((size_t)((p)->nreg * (p)->reg_bytes))
 
 /* What one run reports, OR-ed over its threads (the kernels' flags are thread-local). */
 enum { MS_RUN_NOMEM = 1, MS_RUN_IDIV0 = 2, MS_RUN_GATHER_OOB = 4 };
