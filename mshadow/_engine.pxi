@@ -478,26 +478,17 @@ def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch,
     cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
     if not (0 <= r0 <= r1 <= rows) or scratch.cols != cols or scratch.rows < r1 - r0:
         raise ValueError(f"evaluate_rows: rows [{r0}, {r1}) of {shape} into {scratch.shape}")
-    with _BAND_LOCK:
-        banding = _bands_on(plan, expr.leaves)
+    with _BandScope(plan, expr.leaves) as scope:
+        if check:
+            _check_leaves(plan, shape, rows, cols, expr.leaves, None, scope.banding)
+        if r1 == r0:
+            return
+        held = _pin_all(plan, scratch, expr.leaves)
         try:
-            if check:
-                _check_leaves(plan, shape, rows, cols, expr.leaves, None, banding)
-            if r1 == r0:
-                return
-            held = _pin_all(plan, scratch, expr.leaves)
-            try:
-                if banding and _banded(plan, expr.leaves):
-                    _run_banded(plan, scratch, expr.leaves, expr.scalars, r0, r1, r0)
-                else:
-                    _run(plan, scratch, expr.leaves, expr.scalars,
-                         _dense_maps(plan, expr.leaves), -1, -1, 0, 1, 1, None, NULL, 0, r0, r1,
-                         r0)
-            finally:
-                for m in held:
-                    (<Allocation> m).unpin()
+            _eval_box(plan, expr, scratch, r0, r1, 0, cols, scope.banding)
         finally:
-            _bands_off(banding)
+            for m in held:
+                (<Allocation> m).unpin()
 
 
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
@@ -539,16 +530,12 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
             return False
         _run(plan, dst, leaves, scalars, contiguous and _dense(dst))
         return True
-    with _BAND_LOCK:    # from the checks (which fill scratch) to the last band
-        banding = _bands_on(plan, leaves)
-        try:
-            contiguous, alias = _check_leaves(plan, dst.shape, dst.rows, dst.cols, leaves, dst,
-                                              banding)
-            if alias:
-                return False
-            _run_any(plan, dst, leaves, scalars, contiguous and _dense(dst), banding)
-        finally:
-            _bands_off(banding)
+    with _BandScope(plan, leaves) as scope:   # from the checks (which fill scratch) on
+        contiguous, alias = _check_leaves(plan, dst.shape, dst.rows, dst.cols, leaves, dst,
+                                          scope.banding)
+        if alias:
+            return False
+        _run_any(plan, dst, leaves, scalars, contiguous and _dense(dst), scope.banding)
     return True
 
 
@@ -561,14 +548,10 @@ def run_through_temporary(Plan to_tmp, Plan from_tmp, Tensor dst, tuple leaves,
     dst.data()
     tmp = TensorContainer(dst.shape, init=None, pad=False,
                           dtype=_NP_BY_CODE[to_tmp.program.dst_code])
-    with _BAND_LOCK:
-        banding = _bands_on(to_tmp, leaves)
-        try:
-            contiguous, _ = _check_leaves(to_tmp, dst.shape, dst.rows, dst.cols, leaves, None,
-                                          banding)
-            _run_any(to_tmp, tmp, leaves, scalars, contiguous, banding)
-        finally:
-            _bands_off(banding)
+    with _BandScope(to_tmp, leaves) as scope:
+        contiguous, _ = _check_leaves(to_tmp, dst.shape, dst.rows, dst.cols, leaves, None,
+                                      scope.banding)
+        _run_any(to_tmp, tmp, leaves, scalars, contiguous, scope.banding)
     _run(from_tmp, dst, (tmp,), (), _dense(dst))
 
 
@@ -618,7 +601,7 @@ cdef bint _bands_on(Plan plan, tuple leaves):
     plan's tree of banded sources (``a + pool(a)``, ``a`` banded: one scratch cannot hold
     two levels' bands, and the whole ``a`` filled for one level must stay whole while the
     other level's source is evaluated), nor inside such a run: its banded sources are
-    then evaluated whole (until _bands_off)."""
+    then evaluated whole (until its _BandScope ends)."""
     global _whole_depth
     cdef list ids = []
     if _whole_depth == 0:
@@ -629,10 +612,27 @@ cdef bint _bands_on(Plan plan, tuple leaves):
     return False
 
 
-cdef _bands_off(bint banding):
-    global _whole_depth
-    if not banding:
-        _whole_depth -= 1
+cdef class _BandScope:
+    """``with _BandScope(plan, leaves) as scope``: _BAND_LOCK held, and ``scope.banding``
+    (_bands_on) in force, until the block ends."""
+    cdef Plan plan
+    cdef tuple leaves
+    cdef readonly bint banding
+
+    def __cinit__(self, Plan plan, tuple leaves):
+        self.plan, self.leaves = plan, leaves
+
+    def __enter__(self):
+        _BAND_LOCK.acquire()
+        self.banding = _bands_on(self.plan, self.leaves)
+        return self
+
+    def __exit__(self, *exc):
+        global _whole_depth
+        if not self.banding:
+            _whole_depth -= 1
+        _BAND_LOCK.release()
+        return False
 
 
 cdef _run_any(Plan plan, Tensor dst, tuple leaves, tuple scalars, bint contiguous,
@@ -692,27 +692,8 @@ cdef Py_ssize_t _capped(list bands, Py_ssize_t y0, Py_ssize_t y1):
     BAND_ELEMS elements each (or what one row reads): a band that would cross into a
     source range that reads much more (col2im's next image: every channel) stops before."""
     cdef Band b
-    cdef Py_ssize_t lo = y0 + 1, hi = y1, mid, k
-    cdef list limits = [max(BAND_ELEMS, (<Band> b).box_elems(y0, y0 + 1)) for b in bands]
-    cdef bint fits = True
-    for k in range(len(bands)):   # the common case, at the cost of one box each
-        if (<Band> bands[k]).box_elems(y0, y1) > limits[k]:
-            fits = False
-            break
-    if fits:
-        return y1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        fits = True
-        for k in range(len(bands)):
-            if (<Band> bands[k]).box_elems(y0, mid) > limits[k]:
-                fits = False
-                break
-        if fits:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    limits = [max(BAND_ELEMS, (<Band> b).box_elems(y0, y0 + 1)) for b in bands]
+    return _last_row(bands, y0, y0 + 1, y1, limits, True)
 
 
 cdef Py_ssize_t _widen(list bands, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t most):
@@ -720,20 +701,37 @@ cdef Py_ssize_t _widen(list bands, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t most
     column more than [y0, y1) does: a band then ends where the source's rows do (a whole
     channel of col2im) and the next band recomputes none of them."""
     cdef Band b
-    cdef Py_ssize_t lo = y1, hi = most, mid, k
-    cdef list boxes = [(<Band> b).box(y0, y1) for b in bands]
-    cdef bint same = y1 < most
-    for k in range(len(bands)):   # the common case: the next row reads more already
-        if not same or (<Band> bands[k]).box(y0, y1 + 1) != boxes[k]:
-            return y1
+    return _last_row(bands, y0, y1, most, [(<Band> b).box(y0, y1) for b in bands], False)
+
+
+cdef bint _reads_within(list bands, Py_ssize_t y0, Py_ssize_t y, list refs, bint by_size):
+    """Whether a band [y0, y) reads, for every source k, a box of at most refs[k] elements
+    (``by_size``) or the very box refs[k]."""
+    cdef Py_ssize_t k
+    for k in range(len(bands)):
+        if by_size:
+            if (<Band> bands[k]).box_elems(y0, y) > refs[k]:
+                return False
+        elif (<Band> bands[k]).box(y0, y) != refs[k]:
+            return False
+    return True
+
+
+cdef Py_ssize_t _last_row(list bands, Py_ssize_t y0, Py_ssize_t lo, Py_ssize_t hi,
+                          list refs, bint by_size):
+    """The largest y in [lo, hi] with _reads_within(y), which holds at lo and, once false,
+    stays false. The common cases cost one or two boxes a source: all of [lo, hi] holds,
+    or lo + 1 already does not."""
+    cdef Py_ssize_t mid
+    if _reads_within(bands, y0, hi, refs, by_size):
+        return hi
+    if lo + 1 >= hi or not _reads_within(bands, y0, lo + 1, refs, by_size):
+        return lo
+    lo += 1
+    hi -= 1
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        same = True
-        for k in range(len(bands)):
-            if (<Band> bands[k]).box(y0, mid) != boxes[k]:
-                same = False
-                break
-        if same:
+        if _reads_within(bands, y0, mid, refs, by_size):
             lo = mid
         else:
             hi = mid - 1
@@ -765,15 +763,23 @@ cdef _run_column_bands(Plan plan, Tensor dst, tuple leaves, tuple scalars, Py_ss
 cdef _fill_band(Band b, Py_ssize_t a0, Py_ssize_t a1):
     """The source rows (or box) that output rows (or columns) [a0, a1) read, evaluated
     into the band's scratch."""
-    e, sub = b.expr, b.plan
     r0, r1, c0, c1 = b.reserve(a0, a1)
-    if r1 > r0 and c1 > c0:
-        if _banded(sub, e.leaves):
-            _run_banded(sub, b.scratch, e.leaves, e.scalars, r0, r1, r0, c0, c1, c0)
-        else:
-            _run(sub, b.scratch, e.leaves, e.scalars,
-                 c0 == 0 and c1 == e.shape[-1] and _dense_maps(sub, e.leaves),
-                 -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0, c0, c1, c0)
+    _eval_box(b.plan, b.expr, b.scratch, r0, r1, c0, c1, True)
+
+
+cdef _eval_box(Plan plan, expr, Tensor scratch, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
+               Py_ssize_t c1, bint banding):
+    """Rows [r0, r1) and columns [c0, c1) of the 2-D flattening of ``expr`` (compiled as
+    ``plan``) into ``scratch``, whose first row and column are r0 and c0; its own banded
+    gathers band too when ``banding``."""
+    if r1 <= r0 or c1 <= c0:
+        return
+    if banding and _banded(plan, expr.leaves):
+        _run_banded(plan, scratch, expr.leaves, expr.scalars, r0, r1, r0, c0, c1, c0)
+    else:
+        _run(plan, scratch, expr.leaves, expr.scalars,
+             c0 == 0 and c1 == expr.shape[-1] and _dense_maps(plan, expr.leaves),
+             -1, -1, 0, 1, 1, None, NULL, 0, r0, r1, r0, c0, c1, c0)
 
 
 cdef inline bint _dense(Tensor t):
