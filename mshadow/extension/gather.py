@@ -45,7 +45,8 @@ def gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params):
     srcs = list(srcs)
     deferred = tuple((i, e) for i, e in enumerate(map(take_deferred, srcs)) if e is not None)
     bands = []
-    named = dict(zip(r.params, r.pack(**params)))
+    packed = r.pack(**params)
+    named = dict(zip(r.params, packed))
     for pos, e in deferred:
         rows = r.rows_of(pos)
         if rows is None or len(srcs[pos].shape) < 2 or (index is not None and index[0] == pos):
@@ -59,7 +60,7 @@ def gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params):
             srcs[pos] = _core.Tensor(srcs[pos].shape, dtype=srcs[pos].dtype)   # no memory
     banded = {b.pos for b in bands}
     deferred = tuple((pos, e) for pos, e in deferred if pos not in banded)
-    leaf = _core.gather_leaf(kernel, tuple(srcs), r.pack(**params), shape, index, deferred,
+    leaf = _core.gather_leaf(kernel, tuple(srcs), packed, shape, index, deferred,
                              tuple(bands))
     node = new_node(cls, ir.Gather(kernel, code), leaf.shape, code, (leaf,), (), kChainer)
     node.leaf = leaf
@@ -141,11 +142,17 @@ def take(index, src):
     src = _view_operand(src, "take", 2)
     index = _view_operand(index, "take", 1)
     K, shape = src.shape[0], Shape(index.shape[0], src.shape[1])
+    return _remap_by_index(index, src, "take", lambda i, s: _take(i, s, K, shape))
+
+
+def _remap_by_index(index, src, where, build):
+    """``build(index, operand)`` of a remap read through ``index``, over any ``src``
+    (remap_leaves). An index expression is evaluated once, into a temporary that one
+    gather reads (checked when it runs), so the source is then read through that one
+    gather too."""
     if not isinstance(index, Tensor):
-        # an index expression is evaluated once, into a temporary that one gather reads
-        # (checked when it runs): so the source is read through that one gather too
-        return _take(_tensor(index, "take", 1), src, K, shape)
-    return remap_leaves(src, lambda s: _take(index, s, K, shape))
+        return build(_tensor(index, where, 1), src)
+    return remap_leaves(src, lambda s: build(index, s))
 
 
 def _take(index, src, K, shape):
@@ -162,9 +169,8 @@ def mat_choose_row_element(src, index):
         raise ShapeError(f"mat_choose_row_element: index {index.shape} must have one entry per "
                          f"row of {src.shape}")
     cols = src.shape[1]
-    if not isinstance(index, Tensor):
-        return _choose_row(_tensor(index, "mat_choose_row_element", 1), src, cols)
-    return remap_leaves(src, lambda s: _choose_row(index, s, cols))
+    return _remap_by_index(index, src, "mat_choose_row_element",
+                           lambda i, s: _choose_row(i, s, cols))
 
 
 def _choose_row(index, src, cols):

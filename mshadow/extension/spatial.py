@@ -31,8 +31,11 @@ def _positive(where, **values):
 
 
 def _source(src, where, min_ndim):
-    src = _tensor(src, where)
-    if src.ndim < min_ndim:
+    return _min_ndim(_tensor(src, where), where, min_ndim)
+
+
+def _min_ndim(src, where, min_ndim):
+    if len(src.shape) < min_ndim:
         raise ShapeError(f"{where}: the source must have at least {min_ndim} axes, got shape "
                          f"{src.shape}")
     return src
@@ -165,11 +168,8 @@ def unpack_patch2col(img, ky, kx, sy, sx=None, dy=1, dx=None):
     """im2col of a ``(..., C, H, W)`` image: a ``(C*ky*kx, N*oh*ow)`` matrix whose row
     ``(c*ky + i)*kx + j`` and column ``(n*oh + oy)*ow + ox`` hold
     ``img(n, c, oy*sy + i*dy, ox*sx + j*dx)``; ``oh = (H - (dy*(ky-1)+1)) // sy + 1``."""
-    img = _operand_of(img, "unpack_patch2col")
+    img = _min_ndim(_operand_of(img, "unpack_patch2col"), "unpack_patch2col", 3)
     ndim = len(img.shape)
-    if ndim < 3:
-        raise ShapeError(f"unpack_patch2col: the source must have at least 3 axes, got shape "
-                         f"{img.shape}")
     ky, kx, sy, sx, dy, dx = _patch_params("unpack_patch2col", ky, kx, sy, sx, dy, dx)
     C, H, W = img.shape[-3], img.shape[-2], img.shape[-1]
     if not (W >= dx * (kx - 1) + 1 and H >= dy * (ky - 1) + 1):
