@@ -5,6 +5,7 @@ Design: a Tensor is a thin handle (allocation, byte offset, shape, row stride); 
 Allocation owns the bytes and is the single place that knows whether they are still valid,
 so a freed tensor or any view of it raises instead of touching freed memory.
 """
+import functools
 import threading
 
 import numpy as np
@@ -18,3 +19,4 @@ include "_copy.pxi"
 include "_engine.pxi"
 include "_view.pxi"
 include "_gather.pxi"
+include "_stages.pxi"

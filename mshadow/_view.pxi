@@ -11,9 +11,6 @@ cdef class ViewLeaf:
     cdef readonly tuple strides          # bytes per logical axis
     cdef object src_shape                # src's geometry when the view was built
     cdef Py_ssize_t src_stride
-    # an expression with no index map of its own (a gather, a window, implicit_dot):
-    # evaluated into ``src``, a temporary, whenever the view is read (docs/architecture.md)
-    cdef public object deferred
 
     cdef char *data(self) except NULL:
         """The first element's address; raises if src was freed, resized or reshaped since."""
@@ -63,9 +60,12 @@ def tensor_strides(Tensor t):
     return tuple(st)
 
 
-def strided_view(Tensor src, shape, Py_ssize_t offset, strides):
-    """A ViewLeaf of ``src``; every element it can address must lie inside src's bytes."""
-    src.data()
+def strided_view(Tensor src, shape, Py_ssize_t offset, strides, bint handle=False):
+    """A ViewLeaf of ``src``; every element it can address must lie inside src's bytes.
+    With ``handle``, ``src`` has no memory: the view addresses the values of a stage
+    (the executor binds it to the stage's scratch)."""
+    if not handle:
+        src.data()
     shape = as_shape(shape)
     strides = tuple(int(s) for s in strides)
     if len(strides) != len(shape) or not 1 <= len(shape) <= MS_VIEW_MAXDIM + 1:

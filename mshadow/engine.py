@@ -14,7 +14,8 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from . import _core, fallback, ir
-from .lower.cpu import compile_plan, strided_dst, UntracedOp
+from .lower.cpu import compile_plan, read_in_place, strided_dst, UntracedOp
+from .readers import READERS_BY_NAME
 from .dtypes import CODE_BY_FLAG as _CODE_BY_FLAG, NP_BY_CODE as _NP_BY_CODE, compute_code
 from .errors import DeviceError, DTypeError, ShapeError
 from .expr import Exp, ScalarExp, _is_scalar, _scalar_value, kComplex
@@ -147,10 +148,7 @@ def assign(dst, value, saver):
     if plan is _FALLBACK:
         if dst.readonly:
             raise ValueError("assignment destination is read-only")
-        for leaf in leaves:   # a view of a gather's temporary: fill it, as run_plan does
-            if isinstance(leaf, _core.ViewLeaf) and leaf.deferred is not None:
-                assign(leaf.src, leaf.deferred, "saveto")
-        return fallback.evaluate(node, leaves, scalars, dst, saver, _gathered)
+        return fallback.evaluate(node, leaves, scalars, dst, saver, _materialized)
     if not _run_plan(plan, dst, leaves, scalars):
         # the expression reads the destination at other positions: evaluate it into a
         # temporary of the compute type first (a float16 destination is then rounded once,
@@ -160,10 +158,38 @@ def assign(dst, value, saver):
                                     get_plan(ir.LEAF[tcode], code, saver), dst, leaves, scalars)
 
 
-def _gathered(node, leaf):
-    """A Gather leaf's values in a new tensor (for the numpy fallback)."""
-    tmp = _core.TensorContainer(leaf.shape, init=None, pad=False, dtype=_NP_BY_CODE[node.code])
-    _run_plan(get_plan(node, node.code, "saveto"), tmp, (leaf,), ())
+def _materialized(node, leaves, scalars, shape):
+    """The values of ``node`` (binding ``leaves`` and ``scalars``) in a new dense tensor of
+    ``shape``, for the numpy fallback: by its plan, or, when something under it holds an
+    untraceable operator, with the sources a gather or a view stages materialized first."""
+    tmp = _core.TensorContainer(shape, init=None, pad=False, dtype=_NP_BY_CODE[node.code])
+    plan = get_plan(node, node.code, "saveto")
+    t = type(node)
+    if plan is not _FALLBACK:
+        _run_plan(plan, tmp, leaves, scalars)          # tmp is fresh: nothing aliases it
+    elif t is ir.Gather:
+        reader, args = READERS_BY_NAME[node.reader], leaves[0]
+        keys, bound, li, si = [], [args], 1, 0
+        for pos, src in enumerate(node.srcs):
+            nl, ns = len(ir.leaves(src)), ir.scalar_count(src)
+            if read_in_place(reader, src) is not None:
+                keys.append(src)
+                bound.append(leaves[li])
+            else:
+                keys.append(ir.LEAF[src.code])
+                bound.append(_materialized(src, leaves[li:li + nl], scalars[si:si + ns],
+                                           args.src_shapes[pos]))
+            li, si = li + nl, si + ns
+        _run_plan(get_plan(ir.Gather(node.reader, node.code, *keys), node.code, "saveto"),
+                  tmp, tuple(bound), ())
+    elif t is ir.View and node.src is not None:
+        vl = leaves[0]
+        vals = _materialized(node.src, leaves[1:], scalars, vl.src.shape).numpy().reshape(-1)
+        isz = vals.itemsize
+        tmp.numpy()[...] = np.lib.stride_tricks.as_strided(vals[vl.offset // isz:],
+                                                           tuple(vl.shape), vl.strides)
+    else:
+        fallback.evaluate(node, leaves, scalars, tmp, "saveto", _materialized)
     return tmp
 
 

@@ -37,7 +37,13 @@ class _Eval(ir.Visitor):
         self.li += 1
         return v.astype(_NP_BY_CODE[compute_code(node.code)], copy=False)
 
-    visit_Leaf = visit_View = visit_Gather = _read
+    visit_Leaf = _read
+
+    def visit_View(self, node, cc):     # the values were read whole: skip its scalars
+        self.si += ir.scalar_count(node)
+        return self._read(node, cc)
+
+    visit_Gather = visit_View
 
     def visit_ImplicitDot(self, node, cc):   # summed in k order as the compiled kernel does
         a, b = self.views[self.li][self.rows], self.views[self.li + 1]
@@ -179,13 +185,14 @@ def _expand(tree, args, cc):
     return apply(tree[0], [_expand(t, args, cc) for t in tree[1:]], cc)
 
 
-def evaluate(node, leaves, scalars, dst, saver, gathered):
-    """``dst <saver> node`` with numpy, a block of rows at a time. ``gathered(node, leaf)``
-    gives a Gather leaf's values as a tensor (the engine runs its reader kernel)."""
+def evaluate(node, leaves, scalars, dst, saver, materialized):
+    """``dst <saver> node`` with numpy, a block of rows at a time.
+    ``materialized(node, leaves, scalars, shape)`` gives the values of a Gather, or of a View
+    of an expression, as a tensor (the engine runs its plan, or this fallback)."""
     out = _view2d(dst, False)
     views = []
-    for t, leaf in zip(leaves, ir.leaves(node)):
-        v = _leaf_view(t, leaf, dst, gathered)
+    for sub, lv, sc in _reads(node, leaves, scalars):
+        v = _leaf_view(sub, lv, sc, dst, materialized)
         if np.shares_memory(v, out) and not (v.__array_interface__ == out.__array_interface__):
             v = v.copy()   # read elsewhere than written: never see half-written rows
         views.append(v)
@@ -201,11 +208,34 @@ def evaluate(node, leaves, scalars, dst, saver, gathered):
         out[sl] = np.broadcast_to(val, out[sl].shape)
 
 
-def _leaf_view(t, leaf, dst, gathered):
+def _reads(node, leaves, scalars):
+    """(node, its leaves, its scalars) for each node read as one array, in binding order:
+    a Leaf, a View, a Gather (with everything below it), an implicit_dot's operands."""
+    out = []
+
+    def walk(n, li, si):
+        t = type(n)
+        if t is ir.Scalar:
+            return li, si + 1
+        if t is ir.Leaf or t is ir.View or t is ir.Gather:
+            nl, ns = len(ir.leaves(n)), ir.scalar_count(n)
+            out.append((n, leaves[li:li + nl], scalars[si:si + ns]))
+            return li + nl, si + ns
+        if t is ir.ImplicitDot:
+            out.extend(((n.lhs, leaves[li:li + 1], ()), (n.rhs, leaves[li + 1:li + 2], ())))
+            return li + 2, si
+        for c in n.children:
+            li, si = walk(c, li, si)
+        return li, si
+    walk(node, 0, 0)
+    return out
+
+
+def _leaf_view(leaf, lv, sc, dst, materialized):
     """The leaf as a 2-D numpy array in the destination's (rows, cols) geometry."""
     if type(leaf) is ir.Leaf:
-        return _view2d(t, leaf.transposed)
+        return _view2d(lv[0], leaf.transposed)
     rows, cols = dst.flat_to_2d().shape
-    if type(leaf) is ir.Gather:   # its values in a temporary (this path is slow anyway)
-        return gathered(leaf, t).numpy().reshape(rows, cols)
-    return t.numpy().reshape(rows, cols)   # a strided view: may copy (this path is slow anyway)
+    if type(leaf) is ir.Gather or leaf.src is not None:   # values in a temporary (slow anyway)
+        return materialized(leaf, lv, sc, lv[0].shape).numpy().reshape(rows, cols)
+    return lv[0].numpy().reshape(rows, cols)   # a strided view: may copy (slow anyway)

@@ -11,14 +11,23 @@ the key of the compiled-plan cache of every backend.
     Scalar()                     a scalar, typed by the operator it feeds
     Map(op, code, *args)         an element-wise operator of ops_table, result stored as code
     Cast(code, arg)              tcast: arg converted to code
-    View(code, step)             Remap: a tensor read in place through an affine index map
+    View(code, step[, src])      Remap: a tensor read in place through an affine index map
                                  (the extensions of extension/views.py); ``step`` is how the
-                                 last axis is read: 0 unit, 1 zero (one value a row), 2 other
-    Gather(kernel, code)         Remap: values from computed addresses, by a reader kernel
-                                 (pad, take, pool, im2col, ...; mshadow/readers.py)
+                                 last axis is read: 0 unit, 1 zero (one value a row), 2 other.
+                                 With ``src``, the map reads the values of that expression
+                                 (a gather, implicit_dot, ...), which the lowering stages
+    Gather(reader, code, *srcs)  Remap: values from computed addresses, by a reader of
+                                 mshadow/readers.py (pad, take, pool, im2col, ...) over its
+                                 sources: Leaf and View nodes it reads in place, or any
+                                 expression, which the lowering gives a stage
     ImplicitDot(code, lhs, rhs)  sum_k lhs(y, k) * rhs(k, x), lhs and rhs Leaf nodes
     Reduce(code, form, reducer, axis, mask, src)   a reduction (kComplex root)
     Product(kind, code, ltrans, rtrans, lnd, rnd)  dot / batch_dot (kComplex root)
+
+Every node holds its sources, so two assignments share a node exactly when they compute
+the same thing (``pool(F(relu, x))`` and ``pool(x)`` differ). A Gather binds one leaf of
+its own (its run-time arguments: parameters, shapes, index bound; _gather.pxi GatherArgs)
+before the leaves of its sources; a View with a source binds its view before the source's.
 
 Every node is a tuple whose first item is its tag: hashing and equality (one cache lookup
 per assignment) run at C speed, and the compiled core builds a node in one allocation.
@@ -103,13 +112,22 @@ class View(Remap):
     TAG = "V"
     code = property(lambda self: self[1])
     step = property(lambda self: self[2])
+    src = property(lambda self: self[3] if len(self) > 3 else None)
+    children = property(lambda self: self[3:])
 
 
 class Gather(Remap):
     __slots__ = ()
     TAG = "X"
-    kernel = property(lambda self: self[1])
+    reader = property(lambda self: self[1])
     code = property(lambda self: self[2])
+    srcs = property(lambda self: self[3:])
+    children = srcs
+
+    @property
+    def kernel(self):
+        """The generated kernel's name (readers.Reader.kernel)."""
+        return f"g_{self[1]}_{self[2]}"
 
 
 class ImplicitDot(Node):
@@ -170,9 +188,9 @@ def describe(node):
     if t is ImplicitDot:
         return f"implicit_dot({describe(node.lhs)}, {describe(node.rhs)})"
     if t is View:
-        return f"View<{node.code}>"
+        return f"View<{node.code}>" + (f"({describe(node.src)})" if node.src is not None else "")
     if t is Gather:
-        return f"{node.kernel[2:].rsplit('_', 1)[0]}<{node.code}>"
+        return f"{node.reader}<{node.code}>({', '.join(describe(s) for s in node.srcs)})"
     if t is Reduce:
         return f"{node.form}<{node.reducer}>({describe(node.src)})"
     if t is Product:
@@ -210,12 +228,17 @@ def transposed(node):
 
 def leaves(node, acc=None):
     """The nodes that bind one leaf each, in binding order (an ImplicitDot binds its lhs and
-    rhs Leaf nodes): the i-th is read from the expression's ``leaves[i]``."""
+    rhs Leaf nodes; a Gather and a View with a source bind theirs, then their sources'):
+    the i-th is read from the expression's ``leaves[i]``."""
     if acc is None:
         acc = []
     t = type(node)
-    if t is Leaf or t is View or t is Gather:
+    if t is Leaf:
         acc.append(node)
+    elif t is View or t is Gather:   # its own leaf, then its sources' (binding order)
+        acc.append(node)
+        for c in node.children:
+            leaves(c, acc)
     elif t is ImplicitDot:
         acc.extend((node.lhs, node.rhs))
     else:

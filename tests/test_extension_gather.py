@@ -147,7 +147,7 @@ def test_untraceable_operator_over_a_gather(recwarn):
     np.testing.assert_array_equal(dst.numpy(), np.where(p > 2, p, -p))
 
 
-def test_only_gather_kernels_can_drive_a_gather_leaf():
+def test_only_gather_kernels_can_drive_a_gather():
     # an element-wise kernel given an ms_gather would read garbage pointers: refused up front
     with pytest.raises(ValueError, match="unknown gather kernel 'plus_f32'"):
-        ms._core.gather_leaf("plus_f32", (), (), (3,))
+        ms._core.gather_args("plus_f32", (), (), (3,))

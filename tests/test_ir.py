@@ -53,7 +53,9 @@ def test_describe_and_repr():
     e = ms.F(ms.op.exp, t.T) + ms.tcast(np.float32, ms.new_tensor((5, 4), 0, dtype=np.float64))
     assert ir.describe(e.key) == "plus(exp(Tensor<f32>.T), tcast<f32>(Tensor<f64>))"
     assert repr(e.key) == ir.describe(e.key)
-    assert ir.describe(ms.pad(t, 1).key) == "pad<f32>"
+    assert ir.describe(ms.pad(t, 1).key) == "pad<f32>(Tensor<f32>)"
+    assert ir.describe(ms.pad(ms.F(ms.op.relu, t * 2), 1).key) == \
+        "pad<f32>(relu(mul(Tensor<f32>, scalar)))"
 
 
 def test_transposed_flips_leaves_and_refuses_remaps():
@@ -72,7 +74,8 @@ def test_leaves_are_in_binding_order():
     a, b, c = (ms.new_tensor((4, 4), v) for v in (1.0, 2.0, 3.0))
     e = a * ms.flip(b, 0) + ms.implicit_dot(c, c.T) + ms.pad(a, 0) * 2
     kinds = [type(n).__name__ for n in ir.leaves(e.key)]
-    assert kinds == ["Leaf", "View", "Leaf", "Leaf", "Gather"]
+    # a gather binds its own arguments, then its sources' leaves
+    assert kinds == ["Leaf", "View", "Leaf", "Leaf", "Gather", "Leaf"]
     assert len(ir.leaves(e.key)) == len(e.leaves)
     assert ir.scalar_count(e.key) == len(e.scalars) == 1
     assert ir.holds_remap(e.key) and not ir.holds_remap((a * b).key)

@@ -3,12 +3,16 @@ element (gather.remap_leaves): ``take(i, f(a, b))`` is ``f(take(i, a), take(i, b
 tensor leaf is read as it is, a view leaf in place through its strides (a 2-D ViewLeaf), any
 other leaf through a temporary. Checked against numpy: structure, dtypes, laziness, savers,
 aliasing of the destination, errors, nesting and threads."""
+import types
+
 import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow import ir
+from mshadow.lower.cpu import read_in_place
+from mshadow.readers import READERS_BY_NAME
 
-GatherLeaf = ms._core.GatherLeaf
 ViewLeaf = ms._core.ViewLeaf
 
 
@@ -52,10 +56,50 @@ def ref_im2col(img, ky, kx, sy, sx=None, dy=1, dx=None):
     return out.reshape(C * ky * kx, N * oh * ow)
 
 
+def _gathers(e):
+    """Each gather of ``e``'s IR at its top (not under another gather), with what it reads:
+    ``srcs`` the objects bound for its sources read in place (None for a staged source),
+    ``tensors`` the tensors under them, ``deferred`` whether a source is staged."""
+    out = []
+
+    def walk(node, i):
+        if type(node) is ir.Gather:
+            g = types.SimpleNamespace(name=node.reader, srcs=[], tensors=[], deferred=False)
+            j = i + 1
+            for s in node.srcs:
+                if read_in_place(READERS_BY_NAME[node.reader], s):
+                    obj = e.leaves[j]
+                    g.srcs.append(obj)
+                    g.tensors.append(obj.src if isinstance(obj, ViewLeaf) else obj)
+                else:
+                    g.srcs.append(None)
+                    g.tensors.append(None)
+                    g.deferred = True
+                j += len(ir.leaves(s))
+            out.append(g)
+            return j
+        if type(node) in (ir.Leaf, ir.View):
+            return i + len(ir.leaves(node))
+        for c in node.children:
+            i = walk(c, i)
+        return i
+    walk(e.key, 0)
+    return out
+
+
 def _leaves(e):
-    leaves = e.leaves
-    assert leaves and all(isinstance(lf, GatherLeaf) for lf in leaves), leaves
-    return leaves
+    """The gathers of an expression every leaf of which is a gather."""
+    gathers = _gathers(e)
+    assert gathers and not _reads_outside_gathers(e.key), e.key
+    return gathers
+
+
+def _reads_outside_gathers(node):
+    if type(node) is ir.Gather:
+        return False
+    if type(node) in (ir.Leaf, ir.View, ir.ImplicitDot):
+        return True
+    return any(_reads_outside_gathers(c) for c in node.children)
 
 
 # ---- 1. structure ------------------------------------------------------------------------
@@ -485,7 +529,7 @@ def test_a_freed_tensor_under_a_view_leaf(kind):
         X = ms.new_tensor((1, 2, 4, 4))
         A = X
         e = ms.unpack_patch2col(ms.flip(X, 3) + 1, 2, 2, 1)
-    assert any(isinstance(s, ViewLeaf) and s.src is A for lf in e.leaves for s in lf.srcs)
+    assert any(isinstance(s, ViewLeaf) and s.src is A for lf in _gathers(e) for s in lf.srcs)
     y0 = np.full(e.shape, 5, np.float32)
     y = _t(y0.copy())
     ms.free_space(A)
@@ -704,7 +748,7 @@ def test_a_transpose_inside_the_tree_goes_to_its_leaves():
     A, B = ms.from_numpy(a), ms.from_numpy(b)
     idx = ms.from_numpy(np.array([3, 0, 5, 5], np.int32))
     e = ms.take(idx, A + (B * 2).T)
-    srcs = [lf.srcs[0] for lf in e.leaves]
+    srcs = [lf.srcs[0] for lf in _gathers(e)]
     assert srcs[0] is A
     assert isinstance(srcs[1], ms._core.ViewLeaf) and srcs[1].src is B
     y = ms.new_tensor((4, 5))
@@ -723,7 +767,7 @@ def test_take_grad_reads_a_view_source_in_place(view):
                 "broadcast": (ms.broadcast(A[0], (7, 40), 1), np.tile(a[0], (7, 1))),
                 "transpose": (AT.T, a)}[view]
     e = ms.take_grad(ms.from_numpy(idx), src, 5)
-    assert isinstance(e.leaf.srcs[0], ms._core.ViewLeaf)
+    assert isinstance(_gathers(e)[0].srcs[0], ms._core.ViewLeaf)
     y = ms.new_tensor(e.shape)
     y[:] = e
     want = np.zeros(e.shape, np.float32)

@@ -452,7 +452,7 @@ def test_strided_destination_program_listing():
         "dst = minus_f32(dst, r0)"])
     q = strided_dst(compile_plan(ir.Map("mul", "f64", ir.LEAF["f64"], ir.SCALAR), "f64", "divto"))
     assert disassemble(q).splitlines()[1:] == ["r0 = mul_f64(L0, s0)", "dst = div_f64(dst, r0)"]
-    g = strided_dst(compile_plan(ir.Gather("g_pad_i32", "i32"), "i32", "saveto"))
+    g = strided_dst(compile_plan(ir.Gather("pad", "i32", ir.LEAF["i32"]), "i32", "saveto"))
     assert disassemble(g).splitlines()[1:] == ["r0 = g_pad_i32(L0)", "dst = identity_i32(r0)"]
     plain = compile_plan(ir.LEAF["f64"], "f64", "plusto")
     assert disassemble(strided_dst(plain)) == disassemble(plain)

@@ -7,7 +7,6 @@ are checked before anything is stored: an index out of range is an IndexError (m
 reads out of bounds), never a read outside the source. concat of two tensors is also an
 assignment target, as in mshadow (``concat(a, b, 1)[:] = value`` splits value into a, b).
 """
-import functools
 import math
 import operator
 import struct
@@ -19,56 +18,55 @@ from ..shape import Shape
 from ..dtypes import as_dtype, type_flag
 from ..readers import READERS_BY_NAME
 from .targets import Target, check_writable, checked_value, evaluate
-from .views import _source as _view_operand, _strided, _tensor, broadcast, composes, \
-    slice_axis, take_deferred
+from .views import ViewExp, _source as _view_operand, _strided, _tensor, broadcast, \
+    composes, slice_axis
 
 Tensor = _core.Tensor
 
 
 class GatherExp(Target, _core.Exp):
     """An extension expression evaluated by a gather kernel (not an assignment target,
-    but concat of two tensors: ConcatExp)."""
+    but concat of two tensors: ConcatExp). ``args`` are its run-time arguments."""
 
-    __slots__ = ("leaf",)
+    __slots__ = ("args",)
 
 
 def gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params):
     """The expression (of class ``cls``) of reader ``reader`` (a row of mshadow/readers.py)
-    over the tensors ``srcs``, with its parameters by name; ``index`` = (position in srcs,
-    exclusive bound) of an index tensor, range-checked before anything is stored."""
+    over ``srcs``, with its parameters by name; ``index`` = (position in srcs, exclusive
+    bound) of an index source, range-checked before anything is stored.
+
+    A source is a tensor or a 2-D ViewLeaf, read in place, or an expression: the IR node
+    holds it, and the lowering gives it a stage (mshadow/lower/cpu.py). Nothing is
+    allocated or evaluated here."""
     r = READERS_BY_NAME[reader]
     if len(srcs) != len(r.sources):
         raise TypeError(f"reader {reader} takes sources {r.sources}, got {len(srcs)}")
-    kernel = r.kernel(code)
     if not r.views and any(isinstance(s, _core.ViewLeaf) for s in srcs):
         raise TypeError(f"reader {reader} reads tensors only (its row has views=False)")
-    srcs = list(srcs)
-    deferred = tuple((i, e) for i, e in enumerate(map(take_deferred, srcs)) if e is not None)
-    bands = []
-    packed = r.pack(**params)
-    named = dict(zip(r.params, packed))
-    for pos, e in deferred:
-        rows = r.rows_of(pos)
-        if rows is None or len(srcs[pos].shape) < 2 or (index is not None and index[0] == pos):
-            continue
-        # an expression the reader reads a band of rows at a time: those rows are evaluated
-        # into cache-sized scratch as the assignment runs, never the whole
-        plan = engine.get_plan(e.key, e.code, "saveto")
-        if isinstance(plan, _core.Plan):
-            bands.append(_core.band(pos, e, plan, functools.partial(rows, named),
-                                    r.bands_over_cols))
-            srcs[pos] = _core.Tensor(srcs[pos].shape, dtype=srcs[pos].dtype)   # no memory
-    banded = {b.pos for b in bands}
-    deferred = tuple((pos, e) for pos, e in deferred if pos not in banded)
-    leaf = _core.gather_leaf(kernel, tuple(srcs), packed, shape, index, deferred,
-                             tuple(bands))
-    node = new_node(cls, ir.Gather(kernel, code), leaf.shape, code, (leaf,), (), kChainer)
-    node.leaf = leaf
+    keys, leaves, scalars = [], [], ()
+    for s in srcs:
+        if isinstance(s, Tensor):
+            keys.append(ir.LEAF[_CODE_BY_FLAG[s.type_flag]])
+            leaves.append(s)
+        elif isinstance(s, _core.ViewLeaf):
+            keys.append(ir.View(_code(s), _core.view_step_kind(s.strides[-1], s.itemsize)))
+            leaves.append(s)
+        else:
+            keys.append(s.key)
+            leaves.extend(s.leaves)
+            scalars += s.scalars
+    args = _core.gather_args(r.kernel(code), tuple(srcs), r.pack(**params), shape, index)
+    node = new_node(cls, ir.Gather(reader, code, *keys), args.shape, code,
+                    (args,) + tuple(leaves), scalars, kChainer)
+    node.args = args
     return node
 
 
 def _code(t):
-    """The storage code of a tensor or a ViewLeaf (its tensor's)."""
+    """The storage code of a tensor, a ViewLeaf (its tensor's) or an expression."""
+    if isinstance(t, _core.Exp):
+        return t.code
     return _CODE_BY_FLAG[(t.src if isinstance(t, _core.ViewLeaf) else t).type_flag]
 
 
@@ -119,8 +117,18 @@ def _elementwise(src, fn):
 
 
 def _operand(src, where, ndim=None):
-    """A remap's leaf as a gather source: a tensor, a view read in place, or a temporary."""
-    return _rows_view(src) or _tensor(src, where, ndim)
+    """A source of a reader that reads views (readers.Reader.views): a tensor, a view read
+    in place as 2-D rows, or an expression the lowering stages."""
+    return _rows_view(src) or _staged(_tensor(src, where, ndim))
+
+
+def _staged(src):
+    """``src`` as a source the lowering stages when it is a view no gather reads in place
+    (a view of more than 2 axes whose rows do not merge, a 1-D view, a transposed tensor):
+    the lowering reads a View source in place only as the 2-D ViewLeaf _rows_view makes."""
+    if isinstance(src, (ViewExp, _core.TransposeExp)):
+        return _core.make_map("identity", (src,))
+    return src
 
 
 def pad(src, py, px=None):
@@ -151,7 +159,7 @@ def _remap_by_index(index, src, where, build):
     gather reads (checked when it runs), so the source is then read through that one
     gather too."""
     if not isinstance(index, Tensor):
-        return build(_tensor(index, where, 1), src)
+        return build(_staged(_tensor(index, where, 1)), src)
     return remap_leaves(src, lambda s: build(index, s))
 
 
@@ -183,7 +191,7 @@ def mat_fill_row_element(src, val, index):
     """A copy of ``src`` with ``src[i][index[i]] = val[i]``."""
     src = _tensor(src, "mat_fill_row_element", 2)
     val = _tensor(val, "mat_fill_row_element", 1)
-    index = _tensor(index, "mat_fill_row_element", 1)
+    index = _staged(_tensor(index, "mat_fill_row_element", 1))
     if not index.shape[0] == val.shape[0] == src.shape[0]:
         raise ShapeError(f"mat_fill_row_element: src {src.shape}, val {val.shape} and index "
                          f"{index.shape} must agree on the number of rows")
@@ -206,7 +214,7 @@ def upsampling_nearest(src, scale):
 
 def one_hot_encode(index, num_choices, dtype=None):
     """An (n, num_choices) matrix of 0/1 with a 1 at ``index[i]`` (mshadow fixes float32)."""
-    index = _tensor(index, "one_hot_encode", 1)
+    index = _staged(_tensor(index, "one_hot_encode", 1))
     dt = as_dtype("float32" if dtype is None else dtype)
     code = _CODE_BY_FLAG[type_flag(dt)]
     return gather("one_hot", [index], Shape(index.shape[0], num_choices), code,
@@ -250,7 +258,7 @@ class ConcatExp(GatherExp):
         value, node, leaves, _ = checked_value(value, a, self.shape)
         check_writable(a)
         check_writable(b)
-        self.leaf.check(False)   # a and b unchanged since the expression was built
+        self.args.check_sources((a, b))   # a and b unchanged since the expression was built
         # each part reads the value through slice_axis: a value that does not compose into
         # views (a gather, dot, ...) or that reads a or b (written first) is evaluated first
         if not _is_scalar(value) and (node is None or not composes(value)
@@ -292,7 +300,7 @@ def take_grad(index, src, input_dim):
     (input_dim, src.shape[1]) matrix whose row k is the sum, in increasing i, of the rows
     ``src[i]`` with ``index[i] == k``. An index outside [0, input_dim) is an IndexError
     (mshadow drops it silently)."""
-    index = _tensor(index, "take_grad", 1)
+    index = _staged(_tensor(index, "take_grad", 1))
     src = _operand(_view_operand(src, "take_grad", 2), "take_grad", 2)   # a view in place
     input_dim = operator.index(input_dim)
     if input_dim < 0:

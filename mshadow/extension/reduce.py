@@ -206,11 +206,7 @@ def _array(src):
     """src's values as a numpy array: a zero-copy view where one exists."""
     if isinstance(src, Tensor):
         return src.numpy()
-    if isinstance(src, ViewExp):
-        if src.view.deferred is not None:
-            # a view of a gather's (window's, implicit_dot's) temporary: fill it first, as
-            # the plan does for a view leaf (_engine.pxi _check_leaves)
-            assign(src.src, src.view.deferred, "saveto")
+    if isinstance(src, ViewExp) and src.producer is None:
         return src.view.numpy()
     if isinstance(src, TransposeExp) and type(src.key) is ir.Leaf:
         a = src.leaves[0].numpy()

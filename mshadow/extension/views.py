@@ -11,7 +11,6 @@ and nothing is copied or evaluated twice. A slice, box slice, flip or crop of a 
 also an assignment target, as in mshadow (``flip(t, 0)[:] = e``; extension/targets.py).
 """
 import operator
-import weakref
 
 import numpy as np
 
@@ -30,7 +29,7 @@ class ViewExp(Target, _core.Exp):
     (``v[:] = value``, extension/targets.py) when it is ``lvalue``: a slice, box slice,
     flip or crop of a tensor or of such a view."""
 
-    __slots__ = ("src", "view", "lvalue")
+    __slots__ = ("src", "view", "lvalue", "producer")
 
     def _assignable(self):
         return self.lvalue
@@ -61,50 +60,32 @@ def _source(src, where, ndim=None):
     return src
 
 
-# Expression sources of gathers and windows: id(temporary) -> the expression it stands for,
-# until the gather that takes it records the pair (take_deferred). By id, since tensors
-# compare with == into expressions; an entry leaves when its temporary dies.
-_DEFERRED = {}
-
-
-def take_deferred(t):
-    """The expression ``t`` stands for (once), or None."""
-    return _DEFERRED.pop(id(t), None)
-
-
 def _tensor(src, where, ndim=None):
-    """The source of a gather or window extension (pad, take, pool, im2col, ...) as a tensor.
-
-    Their kernels read memory, so an expression source is evaluated when the assignment
-    runs (lazily: the values are those at assignment time): band by band into scratch when
-    the reader can take it so (extension/gather.py; the container is then replaced by a
-    handle before any memory is touched), else into this temporary of its size. The rule
-    is in docs/architecture.md ("Nesting extensions")."""
-    src = _source(src, where, ndim)
-    if isinstance(src, _core.Exp):
-        tmp = _core.TensorContainer(src.shape, init=None, pad=False, dtype=src.dtype)
-        _DEFERRED[id(tmp)] = src
-        weakref.finalize(tmp, _DEFERRED.pop, id(tmp), None)
-        src = tmp
-    return src
+    """The source of a gather or window extension (pad, take, pool, im2col, ...): a tensor,
+    read in place, or an expression, which the gather's IR node holds and the lowering
+    evaluates in a stage when the assignment runs (values are those at assignment time):
+    band by band into scratch of the run where the reader has a bounds form, else whole
+    (docs/architecture.md, "Stages"). Nothing is allocated here."""
+    return _source(src, where, ndim)
 
 
 def _strided(src):
-    """(tensor, byte offset, shape, byte strides, deferred expression or None) when ``src``
-    reads one tensor's memory through an affine map (a tensor, a view, a transposed tensor
-    or view), else None."""
+    """(tensor, byte offset, shape, byte strides, producer or None) when ``src`` reads one
+    tensor's memory through an affine map (a tensor, a view, a transposed tensor or view),
+    else None. With a producer (an expression a view reads the values of), the tensor is
+    a handle with no memory, laid out densely: the lowering stages the producer."""
     if isinstance(src, Tensor):
         return src, 0, tuple(src.shape), _core.tensor_strides(src), None
     if isinstance(src, ViewExp):
         v = src.view
-        return src.src, v.offset, tuple(v.shape), v.strides, v.deferred
+        return src.src, v.offset, tuple(v.shape), v.strides, src.producer
     if isinstance(src, _core.TransposeExp):
         inner = _strided(src.src)
         if inner is not None:
-            base, off, shape, st, deferred = inner
+            base, off, shape, st, producer = inner
             if len(shape) == 1:          # a 1-D tensor's .T is the (n, 1) column
                 shape, st = (1,) + shape, (0,) + tuple(st)
-            return base, off, (shape[1], shape[0]), (st[1], st[0]), deferred
+            return base, off, (shape[1], shape[0]), (st[1], st[0]), producer
     return None
 
 
@@ -115,11 +96,9 @@ def _compose(src, where, index_map):
     takes the map on each of its leaves, recursively (scalars stay scalars)."""
     d = _strided(src)
     if d is not None:
-        base, off, shape, st, deferred = d
+        base, off, shape, st, producer = d
         nshape, noff, nst = index_map(Shape(shape), tuple(st))
-        node = view(base, nshape, off + noff, nst)
-        node.view.deferred = deferred     # a view of a deferred temporary still fills it
-        return node
+        return view(base, nshape, off + noff, nst, producer)
     if isinstance(src, _core.MapExp):
         return _core.make_map(src.op, tuple(a if _is_scalar(a) else _compose(a, where, index_map)
                                             for a in src.args))
@@ -129,12 +108,16 @@ def _compose(src, where, index_map):
         return _compose(src.src, where,
                         lambda shape, st: index_map(Shape(shape[1], shape[0]), (st[1], st[0]))
                         if len(shape) == 2 else _no_transpose(shape))
-    # a gather, window or implicit_dot: no index map to compose with, so the view reads a
-    # temporary that the expression is evaluated into whenever the assignment runs
-    tmp = _tensor(src, where)
-    node = _compose(tmp, where, index_map)
-    node.view.deferred = take_deferred(tmp)
-    return node
+    # a gather, window or implicit_dot: no index map to compose with, so the view reads
+    # the values the lowering stages, laid out as a dense tensor (a handle, no memory here)
+    src = _source(src, where)
+    handle = Tensor(src.shape, dtype=src.dtype)
+    return _compose_producer(handle, src, index_map)
+
+
+def _compose_producer(handle, src, index_map):
+    nshape, noff, nst = index_map(Shape(src.shape), _core.tensor_strides(handle))
+    return view(handle, nshape, noff, nst, src)
 
 
 def composes(src):
@@ -143,7 +126,7 @@ def composes(src):
     if isinstance(src, Tensor) or _is_scalar(src):
         return True
     if isinstance(src, ViewExp):
-        return src.view.deferred is None
+        return src.producer is None
     if isinstance(src, _core.MapExp):
         return all(composes(a) for a in src.args)
     if isinstance(src, (_core.TypecastExp, _core.TransposeExp)):
@@ -155,13 +138,18 @@ def _no_transpose(shape):
     raise ShapeError(f"transpose needs a 2-D expression, got shape {shape}")
 
 
-def view(src, shape, offset, strides):
-    """The expression reading ``src`` as ``shape`` with byte ``strides`` from byte ``offset``."""
-    leaf = _core.strided_view(src, shape, offset, strides)
+def view(src, shape, offset, strides, producer=None):
+    """The expression reading ``src`` as ``shape`` with byte ``strides`` from byte ``offset``;
+    with ``producer``, ``src`` is a handle laid out densely for that expression's values."""
+    leaf = _core.strided_view(src, shape, offset, strides, producer is not None)
     code = _CODE_BY_FLAG[src.type_flag]
     step = _core.view_step_kind(leaf.strides[-1], src.itemsize)
-    node = new_node(ViewExp, ir.View(code, step), leaf.shape, code, (leaf,), (), kChainer)
-    node.src, node.view, node.lvalue = src, leaf, False
+    if producer is None:
+        node = new_node(ViewExp, ir.View(code, step), leaf.shape, code, (leaf,), (), kChainer)
+    else:
+        node = new_node(ViewExp, ir.View(code, step, producer.key), leaf.shape, code,
+                        (leaf,) + producer.leaves, producer.scalars, kChainer)
+    node.src, node.view, node.lvalue, node.producer = src, leaf, False, producer
     return node
 
 
@@ -374,9 +362,9 @@ def _reshape_by_reader(src, shape):
                                             for a in src.args))
     if isinstance(src, _core.TypecastExp):
         return tcast(_NP_BY_CODE[src.code], reshape(src.src, shape))
-    src = _tensor(src, "reshape")   # a tensor, or a temporary a view or gather fills
-    return gather("reshape", [src], shape, _CODE_BY_FLAG[src.type_flag], ocols=shape[-1],
-                  scols=src.shape[-1])
+    src = _tensor(src, "reshape")   # a tensor, or an expression the lowering stages
+    code = src.code if isinstance(src, _core.Exp) else _CODE_BY_FLAG[src.type_flag]
+    return gather("reshape", [src], shape, code, ocols=shape[-1], scols=src.shape[-1])
 
 
 def _nocopy_strides(old, ost, new):

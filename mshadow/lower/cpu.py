@@ -1,4 +1,4 @@
-"""CPU lowering: an IR node (mshadow/ir.py) -> a flat register program. Pure Python.
+"""CPU lowering: an IR node (mshadow/ir.py) -> a Program of stages. Pure Python.
 
 Input is an expression's IR node (ops, dtypes, leaf kinds; no pointers, no values), the
 destination dtype and the saver; output is a Program that the CPU executor binds to pointers
@@ -9,9 +9,20 @@ How each node is read:
     Leaf         in place at (y, x), or at (x, y) when transposed       (role 'map')
     View         in place through a row map (extension/views.py)        (role 'view')
     Gather       a reader kernel of gather*.h fills a register per block (role 'gather')
+                 from its sources: a tensor ('gsrc') or a 2-D view ('gview') in place, or
+                 a stage
     ImplicitDot  a kernel reads whole rows of lhs and columns of rhs     ('gemm_lhs/rhs')
     Map, Cast    a generated kernel per operator; runs of them fuse into one chain
 Operands: ('reg', i, code), ('leaf', k, code), ('scalar', s, code), ('dst', 0, code).
+
+Stages (Halide's compute_at): a gather source or a view's source that is an expression is
+a producer with a Program of its own, evaluated into scratch that belongs to the run. The
+schedule is chosen here, by one rule (docs/architecture.md, "Stages"):
+    rows     the reader has a bounds form for that source (readers.Reader.src_rows): each
+             band of output rows first evaluates the source box it reads
+    columns  the same over bands of output columns (readers.Reader.bands_over_cols)
+    whole    otherwise (an index, a source read anywhere, a view's source): evaluated once,
+             whole, before anything is stored
 """
 from dataclasses import dataclass, field
 from typing import List, Tuple
@@ -21,6 +32,7 @@ from ..codegen_cpu import CHAIN_BINARY, CHAIN_UNARY, CHAIN_MAX
 from ..dtypes import BY_CODE, compute_code
 from ..ir import ACCUMULATORS, REDUCERS, SAVERS as SAVER_OPS
 from ..ops_table import OPS_BY_NAME, kernel_kind
+from ..readers import READERS_BY_NAME
 
 # user-defined operators traced to composite form: name -> (arity, composite expression tree)
 USER_OPS = {}
@@ -48,6 +60,19 @@ class Instr:
 
 
 @dataclass
+class Stage:
+    """A producer evaluated into scratch before (a band of) its consumer runs."""
+    schedule: str          # 'rows', 'columns' or 'whole' (see the module docstring)
+    consumer: int          # the program leaf it feeds: a gather's, or a view's
+    pos: int               # the gather's source position it fills (0 for a view)
+    program: "Program"     # the producer, compiled for saveto into its own dtype
+    leaf_base: int         # its leaves and scalars: a slice of the expression's
+    nleaves: int
+    scalar_base: int
+    nscalars: int
+
+
+@dataclass
 class Program:
     instrs: List[Instr] = field(default_factory=list)
     nreg: int = 0
@@ -67,6 +92,15 @@ class Program:
     # the destination may have any column step (strided_dst): every instruction that
     # writes it honours its step
     dst_strided: bool = False
+    # binding: program leaf k is the expression's leaves[leaf_bind[k]], scalar slot s its
+    # scalars[scalar_bind[s]] (-1: a constant); a staged source binds a slice of its own
+    leaf_bind: List[int] = field(default_factory=list)
+    scalar_bind: List[int] = field(default_factory=list)
+    nbind: int = 0                  # the expression's leaves and scalars this program binds
+    nscalar_bind: int = 0
+    stages: List[Stage] = field(default_factory=list)
+    # per gather leaf k: its sources, ('leaf', program leaf) or ('stage', stage index)
+    gather_srcs: dict = field(default_factory=dict)
 
     def disassemble(self):
         return disassemble(self)
@@ -82,8 +116,9 @@ def _opd(o):
     return "dst"
 
 
-def disassemble(program):
-    """numexpr-style listing of a program, one instruction a line."""
+def disassemble(program, indent=""):
+    """numexpr-style listing of a program, one instruction a line; each stage's program
+    first, indented under a line that names its schedule and what it feeds."""
     def leaf(i):
         role, t = program.leaf_roles[i], program.leaf_transposed[i]
         how = "" if role == "map" else f"@{role}"
@@ -94,7 +129,13 @@ def disassemble(program):
             + ", ".join(leaf(i) for i in range(len(program.leaf_codes)))
             + f"; scalars {', '.join(f's{i}:{c[0]}' for i, c in enumerate(program.scalar_codes))}"
             + f"; {program.nreg} registers"]
-    return "\n".join(head + [str(i) for i in program.instrs])
+    lines = [indent + head[0]]
+    for j, st in enumerate(program.stages):
+        what = f"source {st.pos} of L{st.consumer}" if program.leaf_roles[st.consumer] == "gather" \
+            else f"the view L{st.consumer}"
+        lines.append(f"{indent}stage {j}: {st.schedule}, into {what}")
+        lines.append(disassemble(st.program, indent + "    "))
+    return "\n".join(lines + [indent + str(i) for i in program.instrs])
 
 
 def parse_composite(text):
@@ -117,12 +158,26 @@ def parse_composite(text):
 _COMPOSITES = {op.name: parse_composite(op.composite) for op in OPS_BY_NAME.values() if op.composite}
 
 
+def read_in_place(reader, src):
+    """How a gather reads its source ``src`` (an IR node) in place: 'gsrc' (a tensor), 'gview'
+    (a 2-D view; extension/gather.py binds any other view as a staged source), or None: the
+    source is an expression, which gets a stage."""
+    t = type(src)
+    if t is ir.Leaf and not src.transposed:
+        return "gsrc"
+    if t is ir.View and src.src is None and reader.views:
+        return "gview"
+    return None
+
+
 class _Compiler(ir.Visitor):
     def __init__(self, dst_code, saver):
         self.p = Program(dst_code=dst_code, saver=saver)
         self.free = []
         self.pinned = {}   # reg -> count: operands a composite body may still read
         self.consts = {}
+        self.nbind = 0     # the expression's leaves and scalars bound so far (tree order)
+        self.nscalar = 0
 
     # registers: freed as soon as their single reader has been emitted
     def reg(self, code):
@@ -156,11 +211,14 @@ class _Compiler(ir.Visitor):
         """A constant of a composite definition: a scalar slot with a fixed value."""
         s = len(self.p.scalar_codes)
         self.p.scalar_codes.append((code, code))
+        self.p.scalar_bind.append(-1)
         self.consts[s] = value
         return ("scalar", s, code)
 
     def leaf(self, code, transposed, role, param=0):
         k = len(self.p.leaf_codes)
+        self.p.leaf_bind.append(self.nbind)
+        self.nbind += 1
         self.p.leaf_codes.append(code)
         self.p.leaf_transposed.append(transposed)
         self.p.leaf_roles.append(role)
@@ -182,11 +240,35 @@ class _Compiler(ir.Visitor):
         return self.computed(self.leaf(node.code, node.transposed, "map"))
 
     def visit_Gather(self, node, ctx):
+        reader = READERS_BY_NAME[node.reader]
         opd = self.leaf(node.code, False, "gather")
+        srcs = []
+        for pos, src in enumerate(node.srcs):
+            how = read_in_place(reader, src)
+            if how is not None:
+                srcs.append(("leaf", self.leaf(src.code, False, how)[1]))
+            else:
+                rows = reader.rows_of(pos)
+                schedule = "whole" if rows is None else (
+                    "columns" if reader.bands_over_cols else "rows")
+                srcs.append(("stage", self.stage(src, schedule, opd[1], pos)))
+        self.p.gather_srcs[opd[1]] = srcs
         return self.computed(self.instr(("k", node.kernel), [opd], node.code))
 
     def visit_View(self, node, ctx):
-        return self.computed(self.leaf(node.code, False, "view", node.step))
+        opd = self.leaf(node.code, False, "view", node.step)
+        if node.src is not None:   # a view of an expression's values: they are staged
+            self.stage(node.src, "whole", opd[1], 0)
+        return self.computed(opd)
+
+    def stage(self, src, schedule, consumer, pos):
+        """Compile the producer ``src`` as a stage of the program; returns its index."""
+        prog = compile_plan(src, src.code, "saveto")
+        self.p.stages.append(Stage(schedule, consumer, pos, prog, self.nbind, prog.nbind,
+                                   self.nscalar, prog.nscalar_bind))
+        self.nbind += prog.nbind
+        self.nscalar += prog.nscalar_bind
+        return len(self.p.stages) - 1
 
     def visit_ImplicitDot(self, node, ctx):   # the kernel reads rows of lhs, columns of rhs
         lhs = self.leaf(node.lhs.code, node.lhs.transposed, "gemm_lhs")
@@ -196,6 +278,8 @@ class _Compiler(ir.Visitor):
     def visit_Scalar(self, node, ctx):
         s = len(self.p.scalar_codes)
         self.p.scalar_codes.append((ctx[0], ctx[1]))
+        self.p.scalar_bind.append(self.nscalar)
+        self.nscalar += 1
         return ("scalar", s, ctx[1])
 
     def visit_Cast(self, node, ctx):
@@ -411,6 +495,7 @@ def compile_plan(node, dst_code, saver):
     res = c.visit(node, (dst_code, cc))
     prog = sum_chain(fuse_chains(c.finish(res)))
     prog.const_values = c.consts
+    prog.nbind, prog.nscalar_bind = c.nbind, c.nscalar
     prog.key = node
     return prog
 

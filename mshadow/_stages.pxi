@@ -1,0 +1,584 @@
+# The executor of a Program of stages (included by _core.pyx; the lowering is
+# mshadow/lower/cpu.py, the rule that chooses a schedule is in docs/architecture.md).
+#
+# Design: one run binds the plan to its data once (_bind: every leaf checked and its
+# address taken, the gathers' arguments and the scalars stored, each stage's producer bound
+# below its consumer), then evaluates. Everything a run needs lives in objects of that run:
+# the stages' scratch comes from a per-thread arena and goes back to it when the run ends,
+# so two threads never share state, and no lock is taken. Whole stages are evaluated before
+# anything is stored (an index read by a gather is checked then); banded stages are
+# evaluated band by band, each band's source box first, from the reader's bounds form
+# (readers.Reader.src_rows). Every allocation a run reads or writes is pinned from the
+# first store to the last, so a free or resize meanwhile never cuts it short.
+
+from libc.string cimport memcpy
+from .readers import READERS_BY_NAME
+
+DEF BAND_ELEMS = 262144  # elements of a band, and of each stage's box (1 MiB of float):
+                         # fewer, larger bands: each run is a parallel region of its own
+DEF SCHED_WHOLE = 0
+DEF SCHED_ROWS = 1
+DEF SCHED_COLS = 2
+_SCHEDULES = {"whole": SCHED_WHOLE, "rows": SCHED_ROWS, "columns": SCHED_COLS}
+DEF ARENA_BYTES = 64 << 20   # scratch a thread keeps for its next runs
+
+
+ctypedef struct _Out:
+    ms_leaf leaf            # leaf 0 of the program: where results go
+    Py_ssize_t rows, cols   # the geometry evaluated (output rows x columns)
+    bint contiguous         # every leaf and the output dense: rows run as one long row
+    Py_ssize_t gB, gM, gR   # a grouped run (leaf.per_block == 2): see ms_program
+
+
+# ---- scratch: a per-thread arena ----------------------------------------------------------
+_arena = threading.local()
+
+
+cdef Allocation _take_scratch(Py_ssize_t nbytes):
+    """Memory for a stage's box: a free allocation of this thread's arena that holds
+    ``nbytes``, else a new one (fresh memory costs a page fault per 4 KiB)."""
+    cdef list free_list = getattr(_arena, "free", None)
+    cdef Allocation m
+    if free_list is not None:
+        for i in range(len(free_list)):
+            m = <Allocation> free_list[i]
+            if m.nbytes >= nbytes:
+                del free_list[i]
+                _arena.bytes -= m.nbytes
+                return m
+    return _allocate(max(nbytes, 64))
+
+
+cdef void _give_scratch(Allocation m) except *:
+    """Return a run's scratch to this thread's arena (dropped past ARENA_BYTES)."""
+    if m is None:
+        return
+    if getattr(_arena, "free", None) is None:
+        _arena.free = []
+        _arena.bytes = 0
+    if _arena.bytes + m.nbytes <= ARENA_BYTES:
+        _arena.free.append(m)
+        _arena.bytes += m.nbytes
+
+
+# ---- binding ---------------------------------------------------------------------------
+cdef class _StageRun:
+    """One stage of one run: its producer bound, its scratch, the box it holds."""
+    cdef _Bound child
+    cdef int schedule
+    cdef int consumer            # the consumer's leaf in the parent (1-based, as in lv)
+    cdef int pos                 # the gather source position it fills
+    cdef bint feeds_gather
+    cdef object bounds           # bounds(a0, a1) -> (r0, r1) or (r0, r1, c0, c1), or None
+    cdef GatherArgs args         # the consumer gather's arguments, or None
+    cdef ViewLeaf view           # the consumer view, or None
+    cdef Py_ssize_t rows, cols, nd, itemsize
+    cdef int type_flag
+    cdef Allocation scratch
+    cdef Py_ssize_t r0, r1, c0, c1
+
+    cdef tuple box(self, Py_ssize_t a0, Py_ssize_t a1):
+        """(r0, r1, c0, c1): the producer's rows and columns that consumer rows (columns,
+        for a column band) [a0, a1) read, clipped to the producer."""
+        if self.schedule == SCHED_WHOLE:
+            return 0, self.rows, 0, self.cols
+        got = self.bounds(a0, a1)
+        r0, r1 = got[0], got[1]
+        c0, c1 = (got[2], got[3]) if len(got) == 4 else (0, self.cols)
+        r0 = max(0, min(r0, self.rows))
+        r1 = max(r0, min(r1, self.rows))
+        c0 = max(0, min(c0, self.cols))
+        c1 = max(c0, min(c1, self.cols))
+        return r0, r1, c0, c1
+
+    cdef Py_ssize_t box_elems(self, Py_ssize_t a0, Py_ssize_t a1) except -1:
+        r0, r1, c0, c1 = self.box(a0, a1)
+        return (r1 - r0) * (c1 - c0)
+
+    cdef int fill(self, _Bound parent, Py_ssize_t a0, Py_ssize_t a1) except -1:
+        """Evaluate the box consumer rows (columns) [a0, a1) read into the scratch, and point
+        the consumer at it."""
+        cdef Py_ssize_t r0, r1, c0, c1, width, isz = self.itemsize
+        r0, r1, c0, c1 = self.box(a0, a1)
+        width = max(c1 - c0, 1)
+        cdef Py_ssize_t nbytes = max(r1 - r0, 1) * width * isz
+        if self.scratch is None or self.scratch.nbytes < nbytes:
+            _give_scratch(self.scratch)
+            self.scratch = None
+            self.scratch = _take_scratch(nbytes)
+        self.r0, self.r1, self.c0, self.c1 = r0, r1, c0, c1
+        cdef char *origin = self.scratch.ptr - r0 * width * isz - c0 * isz
+        cdef _Out o
+        if r1 > r0 and c1 > c0:
+            _out_at(&o, origin, width * isz, isz, self.rows, self.cols)
+            o.contiguous = self.child.dense and c0 == 0 and c1 == self.cols
+            _run_staged(self.child, &o, r0, r1, c0, c1, None)
+        if self.feeds_gather:
+            g = &parent.gv[self.consumer]
+            # a 1-D source (an index or a value vector) is read one element per "row"
+            g.rowstep[self.pos] = (width if self.nd > 1 else 1) * isz
+            g.src[self.pos] = origin
+            g.colstep[self.pos] = isz
+            g.code[self.pos] = self.type_flag
+        else:      # the view's offset and strides address a dense tensor of the values
+            _bind_view_at(&parent.lv[self.consumer], self.view, self.scratch.ptr + self.view.offset)
+        return 0
+
+
+cdef class _Bound:
+    """A plan bound to one run's data: every leaf checked and its address taken once, the
+    gathers' arguments and the scalars stored, each stage's producer bound below it. It
+    belongs to one run: nothing in it is shared."""
+    cdef Plan plan
+    cdef ms_leaf *lv
+    cdef ms_gather *gv
+    cdef char *sv
+    cdef Py_ssize_t rows, cols
+    cdef bint dense            # every leaf a dense tensor read in place, untransposed
+    cdef bint alias            # reads the destination at other positions than it writes
+    cdef list stages           # _StageRun per stage
+    cdef list bands            # the stages evaluated band by band
+
+    def __dealloc__(self):
+        free(self.lv)
+        free(self.gv)
+        free(self.sv)
+
+    cdef void release(self) except *:
+        """Give every stage's scratch back to the arena (the run has ended)."""
+        cdef _StageRun st
+        if self.stages is None:
+            return
+        for st in self.stages:
+            st.child.release()
+            _give_scratch(st.scratch)
+            st.scratch = None
+
+
+cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor dst,
+                  list mems, bint top=True):
+    """Bind ``plan`` to the leaves and scalars of an expression of ``shape``: check every
+    leaf (alive, of the right geometry, unchanged since built), take every address, store the
+    scalars, bind every stage's producer. ``mems`` receives every allocation read. With
+    ``dst``, whether a leaf reads dst's bytes at other positions than it writes
+    (``alias``): at ``top`` a map leaf may read the very elements written; a leaf under a
+    stage is read at remapped positions, so any overlap counts."""
+    if len(leaves) != plan.nbind or len(scalars) != plan.nscalar_bind:
+        raise ValueError(f"plan binds {plan.nbind} leaves and {plan.nscalar_bind} scalars, "
+                         f"got {len(leaves)} and {len(scalars)}")
+    cdef _Bound b = _Bound.__new__(_Bound)
+    b.plan = plan
+    cdef Py_ssize_t nl = plan.nleaf, k
+    b.lv = <ms_leaf *> malloc((nl + 1) * sizeof(ms_leaf))
+    b.gv = <ms_gather *> malloc((nl + 1) * sizeof(ms_gather))
+    b.sv = <char *> malloc(16 * max(plan.nscalar, 1))
+    if b.lv == NULL or b.gv == NULL or b.sv == NULL:
+        raise MemoryError()
+    shape = as_shape(shape)
+    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
+    b.rows, b.cols = rows, cols
+    b.dense = True
+    b.alias = False
+    cdef Tensor lf
+    cdef ViewLeaf vl
+    cdef GatherArgs ga
+    cdef Py_ssize_t rr, rc, inner = -1
+    cdef int role
+    cdef set staged_views = {s.consumer + 1 for s in plan.program.stages
+                             if plan.program.leaf_roles[s.consumer] == "view"}
+    for k in range(1, nl + 1):
+        L = &b.lv[k]
+        L.nmap = 0
+        L.per_block = 0
+        L.gather = NULL
+        L.ptr = NULL
+        L.rowstep = L.colstep = L.inner = 0
+        role = plan.leaf_role[k]
+        obj = leaves[plan.leaf_bind[k]]
+        if role == ROLE_GSRC or role == ROLE_GVIEW:
+            continue                        # read by their gather (below)
+        if role == ROLE_GATHER:
+            ga = obj                        # a typed assignment: anything else raises
+            if ga.shape != shape:
+                raise ShapeError(f"Assignment: {ga.name} of shape {ga.shape} does not "
+                                 f"match target {shape}")
+            srcs = tuple(leaves[plan.leaf_bind[idx + 1]] if kind == "leaf" else None
+                         for kind, idx in plan.program.gather_srcs[k - 1])
+            ga.check_sources(srcs)
+            ga.bind(&b.gv[k], srcs)
+            L.gather = &b.gv[k]
+            if ga.index is not None and srcs[ga.index[0]] is not None:
+                ga.check_index((<Tensor> srcs[ga.index[0]]).numpy())
+            for src in srcs:
+                if src is None:
+                    continue
+                t = (<ViewLeaf> src).src if isinstance(src, ViewLeaf) else src
+                mems.append((<Tensor> t).mem)
+                if dst is not None and _overlaps(<Tensor> t, dst):
+                    b.alias = True
+            b.dense = False
+            continue
+        if role == ROLE_VIEW:
+            vl = obj
+            if vl.shape != shape:
+                raise ShapeError(f"Assignment: view of shape {vl.shape} does not match target "
+                                 f"{shape}")
+            if view_step_kind(vl.strides[-1], vl.src.itemsize) != plan.leaf_param[k]:
+                raise ShapeError("a view's last-axis step does not match its compiled plan")
+            b.dense = False
+            if k in staged_views:           # its values come from a stage (bound there)
+                continue
+            _bind_view(L, vl)
+            mems.append(vl.src.mem)
+            if dst is not None and _overlaps(vl.src, dst):
+                b.alias = True
+            continue
+        lf = <Tensor> obj
+        L.ptr = lf.data()
+        rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k] else (lf.rows, lf.cols)
+        if role == ROLE_GEMM_LHS:     # implicit_dot lhs: (dst rows, K)
+            if rr != rows:
+                raise ShapeError(f"implicit_dot: lhs of shape {lf.shape} gives {rr} rows, "
+                                 f"target {shape} has {rows}")
+            inner = rc
+            b.dense = False
+        elif role == ROLE_GEMM_RHS:   # implicit_dot rhs: (K, dst cols)
+            if rc != cols or rr != inner:
+                raise ShapeError(f"implicit_dot The matrix shape do  not match: rhs {lf.shape} "
+                                 f"for K={inner} and target {shape}")
+            b.dense = False
+        elif rr != rows or rc != cols:
+            raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
+                             f"eshape: {lf.shape} dshape:{shape}")
+        elif plan.leaf_t[k] or not (lf.rows <= 1 or lf.stride == lf.cols):
+            b.dense = False
+        if plan.leaf_t[k]:
+            L.rowstep, L.colstep, L.inner = lf.itemsize, lf.stride * lf.itemsize, lf.rows
+        else:
+            L.rowstep, L.colstep, L.inner = lf.stride * lf.itemsize, lf.itemsize, lf.cols
+        mems.append(lf.mem)
+        if dst is not None and _overlaps(lf, dst) and (
+                not top or role != ROLE_MAP or plan.leaf_t[k] or not _same_elements(lf, dst)):
+            b.alias = True
+    for k in range(plan.nscalar):
+        a = plan.scalar_arg[k]
+        _store_scalar(b.sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
+                      plan.const_value[k] if a < 0 else scalars[a])
+    b.stages = []
+    b.bands = []
+    cdef _StageRun st
+    for j, info in enumerate(plan.program.stages):
+        st = _StageRun.__new__(_StageRun)
+        st.schedule = _SCHEDULES[info.schedule]
+        st.consumer = info.consumer + 1
+        st.pos = info.pos
+        st.feeds_gather = plan.leaf_role[st.consumer] == ROLE_GATHER
+        if st.feeds_gather:
+            st.args = leaves[plan.leaf_bind[st.consumer]]
+            pshape = st.args.src_shapes[st.pos]
+            if st.schedule != SCHED_WHOLE:
+                reader = READERS_BY_NAME[st.args.name]
+                st.bounds = functools.partial(reader.rows_of(st.pos),
+                                              dict(zip(reader.params, st.args.params)))
+        else:
+            st.view = leaves[plan.leaf_bind[st.consumer]]
+            pshape = st.view.src.shape      # the dense tensor the view's strides address
+        st.nd = len(pshape)
+        st.rows, st.cols = _prod(pshape[:-1]), pshape[-1]
+        sub = plan.stage_plans[j]
+        st.child = _bind(sub, leaves[info.leaf_base:info.leaf_base + info.nleaves],
+                         scalars[info.scalar_base:info.scalar_base + info.nscalars], pshape,
+                         dst, mems, False)
+        st.itemsize = _CODE_SIZE[sub.program.dst_code]
+        st.type_flag = _CODE_NUM[sub.program.dst_code]
+        b.alias = b.alias or st.child.alias
+        b.dense = False
+        b.stages.append(st)
+        if st.schedule != SCHED_WHOLE:
+            b.bands.append(st)
+    return b
+
+
+cdef int _fill_whole(_Bound b, bint every) except -1:
+    """Evaluate the whole stages of ``b`` and of every producer below it (with ``every``,
+    banded stages too: a run that does not band), and check the indices they hold. Runs
+    before anything is stored."""
+    cdef _StageRun st
+    for st in b.stages:
+        _fill_whole(st.child, every)
+        if every and st.schedule != SCHED_WHOLE:
+            st.schedule = SCHED_WHOLE
+        if st.schedule == SCHED_WHOLE:
+            st.fill(b, 0, 0)
+            if st.args is not None and st.args.index is not None and st.args.index[0] == st.pos:
+                st.args.check_index(_scratch_array(st))
+    if every:
+        b.bands = []
+    return 0
+
+
+cdef object _scratch_array(_StageRun st):
+    """A whole stage's values as a numpy array (a copy: the scratch goes back to the arena)."""
+    cdef Py_ssize_t n = st.rows * st.cols
+    arr = np.empty(n, dtype=dtype_from_flag(st.type_flag))
+    if n:
+        memcpy(<char *> cnp.PyArray_DATA(arr), st.scratch.ptr, n * st.itemsize)
+    return arr
+
+
+cdef void _out_at(_Out *o, char *origin, Py_ssize_t rowstep, Py_ssize_t colstep,
+                  Py_ssize_t rows, Py_ssize_t cols) noexcept:
+    """Results stored element by element: element (y, x) at origin + y*rowstep + x*colstep."""
+    o.leaf.ptr = origin
+    o.leaf.rowstep = rowstep
+    o.leaf.colstep = colstep
+    o.leaf.inner = cols
+    o.leaf.nmap = 0
+    o.leaf.per_block = 0
+    o.leaf.gather = NULL
+    o.rows, o.cols = rows, cols
+    o.contiguous = False
+    o.gB, o.gM, o.gR = 0, 1, 1
+
+
+cdef void _out_tensor(_Out *o, Tensor t, bint dense_leaves) noexcept:
+    _out_at(o, t.mem.ptr + t.offset, t.stride * t.itemsize, t.itemsize, t.rows, t.cols)
+    o.contiguous = dense_leaves and _dense(t)
+
+
+cdef inline bint _dense(Tensor t):
+    return t.rows <= 1 or t.stride == t.cols
+
+
+cdef int _bind_view_at(ms_leaf *L, ViewLeaf v, char *ptr) except -1:
+    """Row y of the view starts at ptr plus the sum over leading axes of (index of y) *
+    stride."""
+    cdef Py_ssize_t nd = len(v.shape), a, div = 1
+    L.ptr = ptr
+    L.colstep = v.strides[nd - 1]
+    L.rowstep = 0
+    L.inner = v.shape[nd - 1]
+    L.per_block = 0
+    L.gather = NULL
+    if nd == 1:
+        L.nmap = 1
+        L.mdiv[0] = 1
+        L.mmod[0] = 1
+        L.mstride[0] = 0
+        return 0
+    L.nmap = nd - 1
+    for a in range(nd - 2, -1, -1):
+        L.mdiv[a] = div
+        L.mmod[a] = v.shape[a]
+        L.mstride[a] = v.strides[a]
+        div *= v.shape[a]
+    return 0
+
+
+cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
+    return _bind_view_at(L, v, v.data())
+
+
+cdef void _pin(list mems) noexcept:
+    for m in mems:
+        if m is not None:
+            (<Allocation> m).pin()
+
+
+cdef void _unpin(list mems) noexcept:
+    for m in mems:
+        if m is not None:
+            (<Allocation> m).unpin()
+
+
+# ---- evaluation ----------------------------------------------------------------------------
+cdef int _run_staged(_Bound b, _Out *o, Py_ssize_t y_start, Py_ssize_t y_end,
+                     Py_ssize_t x_start, Py_ssize_t x_end, list mems) except -1:
+    """Rows [y_start, y_end) and columns [x_start, x_end) of ``b`` into ``o``: directly when
+    no stage of ``b`` bands, else a band at a time, each band's boxes evaluated first. A
+    stage banded by output columns (im2col) makes the bands column ranges of these rows;
+    the row-banded stages then take these rows whole. ``mems``: see _exec."""
+    if not b.bands:
+        return _exec(b, o, y_start, y_end, x_start, x_end, mems)
+    cdef _StageRun st
+    cdef list by_cols = [st for st in b.bands if st.schedule == SCHED_COLS]
+    cdef Py_ssize_t band, y0, y1, elems, x0, x1, width
+    if by_cols:
+        for st in b.bands:
+            if st.schedule == SCHED_ROWS:
+                st.fill(b, y_start, y_end)
+        width = max(1, BAND_ELEMS // max(y_end - y_start, 1))
+        x0 = x_start
+        while x0 < x_end:
+            x1 = _widen(by_cols, x0, _capped(by_cols, x0, min(x_end, x0 + width)), x_end)
+            for st in by_cols:
+                st.fill(b, x0, x1)
+            _exec(b, o, y_start, y_end, x0, x1, mems)
+            x0 = x1
+        return 0
+    band = max(1, BAND_ELEMS // max(x_end - x_start, 1))
+    for st in b.bands:   # fewer rows a band when a reader reads more source than it writes
+        y1 = min(y_end, y_start + band)
+        elems = st.box_elems(y_start, y1)
+        if elems > BAND_ELEMS and y1 > y_start:
+            band = max(1, min(band, BAND_ELEMS * (y1 - y_start) // elems))
+    y0 = y_start
+    while y0 < y_end:
+        y1 = _widen(b.bands, y0, _capped(b.bands, y0, min(y_end, y0 + band)),
+                    min(y_end, y0 + 2 * band))
+        for st in b.bands:
+            st.fill(b, y0, y1)
+        _exec(b, o, y0, y1, x_start, x_end, mems)
+        y0 = y1
+    return 0
+
+
+cdef Py_ssize_t _capped(list bands, Py_ssize_t y0, Py_ssize_t y1) except -1:
+    """The last row, at most ``y1``, of a band from ``y0`` whose boxes hold at most
+    BAND_ELEMS elements each (or what one row reads): a band that would cross into a
+    source range that reads much more (col2im's next image: every channel) stops before."""
+    cdef _StageRun st
+    limits = [max(BAND_ELEMS, st.box_elems(y0, y0 + 1)) for st in bands]
+    return _last_row(bands, y0, y0 + 1, y1, limits, True)
+
+
+cdef Py_ssize_t _widen(list bands, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t most) except -1:
+    """The last row, up to ``most``, of a band from ``y0`` that reads no source row or
+    column more than [y0, y1) does: a band then ends where the source's rows do (a whole
+    channel of col2im) and the next band recomputes none of them."""
+    cdef _StageRun st
+    return _last_row(bands, y0, y1, most, [st.box(y0, y1) for st in bands], False)
+
+
+cdef bint _reads_within(list bands, Py_ssize_t y0, Py_ssize_t y, list refs,
+                        bint by_size) except -1:
+    """Whether a band [y0, y) reads, for every stage k, a box of at most refs[k] elements
+    (``by_size``) or the very box refs[k]."""
+    cdef Py_ssize_t k
+    for k in range(len(bands)):
+        if by_size:
+            if (<_StageRun> bands[k]).box_elems(y0, y) > refs[k]:
+                return False
+        elif (<_StageRun> bands[k]).box(y0, y) != refs[k]:
+            return False
+    return True
+
+
+cdef Py_ssize_t _last_row(list bands, Py_ssize_t y0, Py_ssize_t lo, Py_ssize_t hi,
+                          list refs, bint by_size) except -1:
+    """The largest y in [lo, hi] with _reads_within(y), which holds at lo and, once false,
+    stays false. The common cases cost one or two boxes a stage: all of [lo, hi] holds,
+    or lo + 1 already does not."""
+    cdef Py_ssize_t mid
+    if _reads_within(bands, y0, hi, refs, by_size):
+        return hi
+    if lo + 1 >= hi or not _reads_within(bands, y0, lo + 1, refs, by_size):
+        return lo
+    lo += 1
+    hi -= 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _reads_within(bands, y0, mid, refs, by_size):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+cdef int _exec(_Bound b, _Out *o, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t x0,
+               Py_ssize_t x1, list mems) except -1:
+    """Run ``b``'s instructions over rows [y0, y1) and columns [x0, x1) of ``o``'s geometry
+    (rows and columns keep their numbers). Releases the GIL when the run is large enough to
+    take threads; its allocations are then pinned: ``mems`` here, or (None) by the caller
+    for the whole run."""
+    cdef Plan plan = b.plan
+    cdef ms_program prog
+    cdef Py_ssize_t rows = y1 - y0, cols = x1 - x0, n = rows * cols
+    cdef int rc
+    cdef bint per_block = o.leaf.per_block != 0
+    if n <= 0 and o.gB == 0:
+        return 0
+    b.lv[0] = o.leaf
+    prog.ninst = plan.ninst
+    prog.inst = plan.inst
+    prog.leaf = b.lv
+    prog.scalars = b.sv
+    prog.nreg = plan.nreg
+    prog.reg_bytes = (RBLOCK if per_block and o.gB == 0 else BLOCK) * 8
+    prog.gB, prog.gM, prog.gR = o.gB, o.gM, o.gR
+    if o.contiguous and x0 == 0 and x1 == o.cols:
+        # dense rows: one long row, its columns numbered from the band's first element
+        prog.y0, prog.rows = 0, 1
+        prog.x0, prog.cols = y0 * o.cols, y1 * o.cols
+    else:
+        prog.y0, prog.rows = y0, rows
+        prog.x0, prog.cols = x0, x1
+    # a band is a share of a larger assignment: threads pay off on smaller runs
+    banded = rows != o.rows or cols != o.cols
+    prog.nthreads = max(1, min(_num_threads, n // (4096 if banded else MIN_PER_THREAD)))
+    # Registers must fit in L1, so programs that use them go block by block; a fully
+    # fused program has none and takes whole rows, one share of them per thread.
+    if o.gB > 0:
+        prog.block = BLOCK if plan.nreg else max(BLOCK, prog.cols)
+    elif per_block:   # a reduction's blocks never depend on the thread count
+        prog.block = RBLOCK
+    elif plan.nreg:
+        prog.block = BLOCK
+    else:
+        prog.block = max(BLOCK, (cols + prog.nthreads - 1) // prog.nthreads)
+    if prog.nthreads == 1 and n < MIN_PER_THREAD:   # too short to release the GIL
+        rc = ms_run_program(&prog)
+    elif mems is None:
+        with nogil:
+            rc = ms_run_program(&prog)
+    else:
+        _pin(mems)
+        try:
+            with nogil:
+                rc = ms_run_program(&prog)
+        finally:
+            _unpin(mems)
+    if rc & MS_RUN_NOMEM:
+        raise MemoryError("could not allocate the per-thread registers of a plan")
+    if rc & MS_RUN_GATHER_OOB:   # kernels never read out of range; indices were checked first
+        raise IndexError("an index read from a tensor was out of range during evaluation")
+    if rc & MS_RUN_IDIV0:
+        warnings.warn("integer division by zero (the result is 0 there)", RuntimeWarning,
+                      stacklevel=3)
+    return 0
+
+
+cdef class _Run:
+    """``with _Run(plan, leaves, scalars, shape, dst) as r``: ``r.bound`` is the plan bound
+    for this run, every allocation it reads (and ``dst``'s) pinned until the block ends,
+    and the stages' scratch returned to the arena then."""
+    cdef readonly _Bound bound
+    cdef list mems
+
+    def __cinit__(self, Plan plan, tuple leaves, tuple scalars, shape, Tensor dst=None,
+                  bint alias_check=False):
+        self.mems = [] if dst is None else [dst.mem]
+        self.bound = _bind(plan, leaves, scalars, shape, dst if alias_check else None,
+                           self.mems)
+
+    def __enter__(self):
+        _pin(self.mems)
+        return self
+
+    def __exit__(self, *exc):
+        _unpin(self.mems)
+        self.bound.release()
+        return False
+
+
+def scratch_held():
+    """The sizes in bytes of the scratch this thread's arena keeps for its next runs (each
+    one a stage's largest box of a run that ended): for tests and diagnostics."""
+    return sorted((<Allocation> m).nbytes for m in getattr(_arena, "free", None) or ())
+
+
+def release_scratch():
+    """Free the scratch this thread's arena keeps."""
+    if getattr(_arena, "free", None) is not None:
+        _arena.free = []
+        _arena.bytes = 0
