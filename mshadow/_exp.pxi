@@ -26,7 +26,7 @@ cdef extern from "Python.h":
 cdef object _tuple_new = tuple.__new__
 
 
-cdef object _new_map_node(str name, str code, tuple keys):
+cdef object _new_map_node(object name, str code, tuple keys):
     """ir.Map(name, code, *keys), allocated at once through the type's tp_alloc (public
     C API): tuple.__new__ on a subclass builds a temporary tuple and copies it, which made
     building an expression node half again as slow. From CPython 3.14 a tuple caches its
@@ -218,7 +218,7 @@ cdef object _dot_fn():
 
 cdef class MapExp(Exp):
     """An element-wise operator ``op`` applied to ``args`` (mshadow's ``MapExp``)."""
-    cdef public str op
+    cdef public object op        # a built-in's name, or a defined operator (op.UserOp)
     cdef public tuple args
 
 
@@ -283,7 +283,7 @@ cdef object _operand(object a, str where):
                     f"(expected a Tensor, an expression, a numpy array or a real scalar)")
 
 
-cdef object _operand_parts(str name, object a):
+cdef object _operand_parts(object name, object a):
     """(code, shape) of a non-scalar operand; refuses kComplex ones."""
     if isinstance(a, Tensor):
         if (<Tensor> a).device is not _CPU_DEV:
@@ -304,7 +304,7 @@ cdef tuple _arrays_as_tensors(tuple args):
     return tuple(out)
 
 
-cpdef object make_map(str name, tuple args):
+cpdef object make_map(object name, tuple args):
     """The node for operator ``name`` on ``args`` (TypeCheck and ShapeCheck happen here)."""
     cdef Py_ssize_t n = len(args), i
     cdef str code = None
@@ -332,7 +332,7 @@ cpdef object make_map(str name, tuple args):
         elif not _is_scalar_arg(a):
             if isinstance(a, np.ndarray):
                 return make_map(name, _arrays_as_tensors(args))
-            _operand(a, name)   # raises the TypeError
+            _operand(a, str(name))   # raises the TypeError
     if code is None:
         return _fold_fn(name, args)
     # pass 2: key, leaves and scalars in argument order (the plan's binding order)
@@ -359,7 +359,7 @@ cpdef object make_map(str name, tuple args):
             if type(a) is float and code in _FLOAT_CODES:
                 scalars = scalars + (a,)
             else:
-                scalars = scalars + (_scalar_value(a, code, name),)
+                scalars = scalars + (_scalar_value(a, code, str(name)),)
     cdef MapExp node
     if n == 2:
         node = BinaryMapExp.__new__(BinaryMapExp)

@@ -80,8 +80,8 @@ cdef class _StageRun:
     cdef tuple box(self, Py_ssize_t a0, Py_ssize_t a1):
         """(r0, r1, c0, c1): the producer's rows and columns that consumer rows (columns,
         for a column band) [a0, a1) read, clipped to the producer."""
-        if self.schedule == SCHED_WHOLE:
-            return 0, self.rows, 0, self.cols
+        if self.schedule == SCHED_WHOLE or self.rows == 0 or self.cols == 0:
+            return 0, self.rows, 0, self.cols      # (a bounds form may divide by a size)
         got = self.bounds(a0, a1)
         r0, r1 = got[0], got[1]
         c0, c1 = (got[2], got[3]) if len(got) == 4 else (0, self.cols)
@@ -398,6 +398,8 @@ cdef int _run_staged(_Bound b, _Out *o, Py_ssize_t y_start, Py_ssize_t y_end,
     no stage of ``b`` bands, else a band at a time, each band's boxes evaluated first. A
     stage banded by output columns (im2col) makes the bands column ranges of these rows;
     the row-banded stages then take these rows whole. ``mems``: see _exec."""
+    if y_end <= y_start or x_end <= x_start:
+        return 0
     if not b.bands:
         return _exec(b, o, y_start, y_end, x_start, x_end, mems)
     cdef _StageRun st

@@ -133,7 +133,8 @@ def F(op, *args):
         arity = OPS_BY_NAME[name].arity
     if len(args) != arity:
         raise TypeError(f"F: operator {name} takes {arity} argument(s), got {len(args)}")
-    return make_map(name, args)
+    # a defined operator goes into the IR node itself (mshadow/op.py UserOp)
+    return make_map(op if getattr(op, "user", False) else name, args)
 
 
 def where(cond, a, b):
@@ -175,6 +176,8 @@ def transpose(exp):
     ``Tensor<1>.T()``, used for the outer product ``dot(u.T, v)``).
     """
     exp = _as_operand(exp, "transpose")
+    if isinstance(exp, TransposeExp):   # (e.T).T is e
+        return exp.src
     k, s, c, lv, sc, et = _parts(exp)
     if len(s) == 1 and isinstance(exp, Tensor):
         s = Shape(1, s[0])

@@ -8,7 +8,7 @@ hands it the gathers' values).
 import numpy as np
 
 from . import ir
-from .lower.cpu import USER_OPS, _COMPOSITES
+from .lower.cpu import _COMPOSITES
 from .dtypes import NP_BY_CODE as _NP_BY_CODE, CODE_BY_DTYPE, compute_code
 from .ir import SAVERS as SAVER_OPS
 from .ops_table import OPS_BY_NAME
@@ -74,11 +74,12 @@ class _Eval(ir.Visitor):
 
 
 def apply(name, args, cc):
+    """Operator ``name`` (a built-in's name, or a defined operator: mshadow/op.py UserOp,
+    which the IR node holds) on arrays of compute type ``cc``."""
     dt = _NP_BY_CODE[cc]
-    from .op import PY_OPS, warn_untraced
-    if name in PY_OPS:
-        op = PY_OPS[name]
-        warn_untraced(op)
+    if not isinstance(name, str) and name.tree is None:   # an untraceable defined operator
+        op = name
+        op.warn_once()
         vals = [_Val(np.asarray(a, dtype=dt), cc) for a in args]
         if op.elementwise is None:
             try:   # numpy-vectorisable body (e.g. it calls numpy functions): one call a block
@@ -93,7 +94,7 @@ def apply(name, args, cc):
         else:
             res = op.fn(*vals)
         return _unwrap(res, dt)
-    tree = USER_OPS[name][1] if name in USER_OPS else _COMPOSITES.get(name)
+    tree = name.tree if not isinstance(name, str) else _COMPOSITES.get(name)
     if tree is not None:
         return _expand(tree, args, cc)
     with np.errstate(all="ignore"):

@@ -4,13 +4,17 @@ Every built-in operator comes from ops_table.OPS. ``@ms.op.define`` traces a Pyt
 function once with symbolic scalars into a composite the plan inlines like a built-in;
 a body that cannot be traced (Python control flow on its inputs) runs on numpy views of
 each block instead (mshadow/fallback.py), with a one-time warning.
+
+A defined operator is a UserOp, and the IR's Map nodes hold it (not a name): an expression,
+and a cached plan, keep the operator they use alive, and nothing else does. There is no
+registry to grow: a deleted operator, and its closure, go when the last expression or
+plan using it does (mshadow/engine.py's plan cache is bounded).
 """
 import inspect
 import itertools
 import warnings
 
 from . import expr as _expr
-from .lower import cpu as _plan
 from .ops_table import OPS
 
 __all__ = ["Op", "define", "TraceError"]
@@ -95,22 +99,39 @@ for _row in OPS:
     __all__.append(_row.name)
 
 
-class PyOp(Op):
-    """A defined operator whose body could not be traced: evaluated per block with numpy."""
+class UserOp(Op):
+    """A defined operator. ``tree`` is its traced body (a composite the plan inlines), or
+    None when the body could not be traced: it then runs per block with numpy (``fn``)."""
 
-    def __init__(self, name, arity, fn, reason):
+    user = True   # F puts the operator itself into the IR node (expr.F)
+
+    def __init__(self, name, arity, fn, tree, reason=""):
         super().__init__(name, arity, fn.__doc__ or "")
         self.fn = fn
+        self.tree = tree
         self.reason = reason
         self.warned = False
-        self.elementwise = None   # learnt on first use: does the body need scalar calls?
+        self.elementwise = None   # untraced: learnt on first use, does the body need scalar calls?
+
+    def __call__(self, *args):
+        if any(isinstance(a, Sym) for a in args):   # traced into another body: itself, not a name
+            return Sym((self,) + tuple(_sym_tree(a) for a in args))
+        return _expr.F(self, *args)
+
+    def __str__(self):
+        return self.name
+
+    def warn_once(self):
+        """Warn, once per operator, that it runs on numpy (mshadow/fallback.py)."""
+        if not self.warned:
+            self.warned = True
+            warnings.warn(f"operator {self.name[5:].rpartition('.')[0]} could not be traced "
+                          f"({self.reason}); it runs on numpy views of each block on the CPU, "
+                          f"single-threaded", RuntimeWarning, stacklevel=5)
 
 
-# PyOp registry by unique name, read by the fallback evaluator
-PY_OPS = {}
-
-# Serial numbers of defined operators. A name is never reused in a process: compiled plans
-# are cached by names, and id(fn) of a dead function comes back for the next one.
+# Serial numbers of defined operators: two operators of one Python name read apart in
+# listings and messages (an IR node holds the operator itself, so nothing looks names up).
 _serial = itertools.count(1)
 
 
@@ -124,7 +145,7 @@ def define(fn=None, *, name=None):
     if not 1 <= arity <= 3:
         raise TypeError(f"define: an operator takes 1 to 3 arguments, {fn.__name__} takes {arity}")
     base = name or fn.__name__
-    uname = f"user.{base}.{next(_serial)}"   # unique: two ops may share a Python name
+    uname = f"user.{base}.{next(_serial)}"
     try:
         out = fn(*[Sym(v) for v in "abc"[:arity]])
     except TraceError as e:
@@ -138,23 +159,8 @@ def define(fn=None, *, name=None):
         except TraceError as e:
             tree = e
     if isinstance(tree, TraceError):
-        e = tree
-        op = PyOp(uname, arity, fn, str(e))
-        PY_OPS[uname] = op
-        return op
-    _plan.USER_OPS[uname] = (arity, tree)
-    op = Op(uname, arity, fn.__doc__ or "")
-    op.fn = fn
-    op.tree = tree
-    return op
-
-
-def warn_untraced(op):
-    if not op.warned:
-        op.warned = True
-        warnings.warn(f"operator {op.name[5:].rpartition('.')[0]} could not be traced ({op.reason}); it runs "
-                      f"on numpy views of each block on the CPU, single-threaded", RuntimeWarning,
-                      stacklevel=4)
+        return UserOp(uname, arity, fn, None, str(tree))
+    return UserOp(uname, arity, fn, tree)
 
 
 class _Savers:

@@ -34,9 +34,6 @@ from ..ir import ACCUMULATORS, REDUCERS, SAVERS as SAVER_OPS
 from ..ops_table import OPS_BY_NAME, kernel_kind
 from ..readers import READERS_BY_NAME
 
-# user-defined operators traced to composite form: name -> (arity, composite expression tree)
-USER_OPS = {}
-
 
 class UntracedOp(Exception):
     """The node holds an operator with no compiled form (an untraceable defined op)."""
@@ -299,10 +296,13 @@ class _Compiler(ir.Visitor):
         return res
 
     def apply(self, name, args, cc):
-        """Emit operator ``name`` on operands of compute type ``cc``."""
-        if name in USER_OPS:
-            self.p.user_ops[name] = USER_OPS[name]
-            return self.expand(USER_OPS[name][1], args, cc)
+        """Emit operator ``name`` on operands of compute type ``cc``: a built-in's name, or
+        a defined operator (mshadow/op.py UserOp), which the IR node holds with its trace."""
+        if not isinstance(name, str):
+            if name.tree is None:
+                raise UntracedOp(str(name))
+            self.p.user_ops[name.name] = (name.arity, name.tree)
+            return self.expand(name.tree, args, cc)
         op = OPS_BY_NAME.get(name)
         if op is None:
             raise UntracedOp(name)
