@@ -808,8 +808,11 @@ cdef class TensorContainer(Tensor):
 
     A Tensor that owns its memory: ``resize`` reuses it when it is large enough.
 
-    Assigning an expression to the whole container (``c[:] = exp``) first resizes it
-    to the expression's shape, as mshadow's ``TensorContainer::operator=`` does.
+    Assigning another container to the whole of it (``c[:] = other``) resizes it to
+    ``other``'s shape and copies the data, as mshadow's
+    ``operator=(const TensorContainer&)`` does. An expression, tensor or array of another
+    shape is a ShapeError, as in mshadow ("Assignment: Shape of Tensors are not consistent
+    with target"): resize the container first.
     """
     def __init__(self, shape=None, init=0, pad=True, dtype=np.float32, device=cpu, stream=None):
         Tensor.__init__(self, (0,) if shape is None else shape, dtype=dtype, device=device,
@@ -901,17 +904,11 @@ cdef class TensorContainer(Tensor):
 
     def __setitem__(self, key, value):
         whole = key is Ellipsis or (isinstance(key, slice) and key == slice(None))
-        if whole and not _is_scalar(value) and not (isinstance(value, np.ndarray)
-                                                     and value.ndim == 0):
-            if isinstance(value, (Tensor, np.ndarray)):
-                shape = Shape(value.shape)
-            else:
-                shape = _expr().shape_of(value)
-            if shape != self.shape:
-                if len(shape) != len(self.shape) and self.shape.size() != 0:
-                    raise ShapeError(f"TensorContainer of {len(self.shape)} dims cannot take an "
-                                     f"expression of shape {shape}")
-                self.resize(shape)
+        if whole and isinstance(value, TensorContainer) and value.shape != self.shape:
+            if len(value.shape) != len(self.shape) and self.shape.size() != 0:
+                raise ShapeError(f"TensorContainer of {len(self.shape)} dims cannot take a "
+                                 f"container of shape {value.shape}")
+            self.resize(value.shape)
         Tensor.__setitem__(self, key, value)
 
     def save_binary(self, fo):

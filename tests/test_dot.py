@@ -488,12 +488,16 @@ def test_integer_loop_threads_agree(dtype):
     np.testing.assert_array_equal(results[1], a_np @ b_np)
 
 
-def test_container_destination_resizes():
+def test_container_destination_of_another_shape_is_refused():
+    # mshadow checks the shapes: only a container assigned a container resizes
     a = ms.from_numpy(np.ones((3, 4), dtype=np.float32))
     b = ms.from_numpy(np.ones((4, 2), dtype=np.float32))
-    c = ms.TensorContainer((1, 1))
+    c = ms.TensorContainer((1, 1), init=7.0)
+    with pytest.raises(ms.ShapeError):
+        c[:] = ms.dot(a, b)
+    assert c.shape == (1, 1) and c.numpy()[0, 0] == 7.0
+    c.resize((3, 2))
     c[:] = ms.dot(a, b)
-    assert c.shape == (3, 2)
     np.testing.assert_array_equal(c.numpy(), np.full((3, 2), 4.0))
 
 

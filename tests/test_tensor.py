@@ -744,18 +744,25 @@ def test_container_copy_is_deep(dtype, sample):
         assert c[0, 0] != 99
 
 
-def test_container_assign_resizes_to_value_shape(sample):
+def test_container_assign_resizes_to_a_container_only(sample):
+    # mshadow's operator=(const TensorContainer&) resizes and copies; any other value of
+    # another shape is a ShapeError, as the C++ shape check aborts
     c = ms.TensorContainer((2, 2))
     a = sample((3, 7), ms.float32)
-    c[:] = a
+    src = ms.TensorContainer((3, 7))
+    src[:] = a
+    c[:] = src
     assert c.shape == (3, 7)
     np.testing.assert_array_equal(c.numpy(), a)
-    c[...] = ms.from_numpy(a[:1])
-    assert c.shape == (1, 7)
+    for other in (a[:1], ms.from_numpy(a[:1]), np.zeros(4, np.float32)):
+        with pytest.raises(ms.ShapeError):
+            c[...] = other
+    assert c.shape == (3, 7)
+    np.testing.assert_array_equal(c.numpy(), a)
     c[:] = 2.5
-    assert c.shape == (1, 7) and (c.numpy() == 2.5).all()
+    assert c.shape == (3, 7) and (c.numpy() == 2.5).all()
     with pytest.raises(ms.ShapeError, match=r"2 dims cannot take .* shape \(4,\)"):
-        c[:] = np.zeros(4, np.float32)
+        c[:] = ms.TensorContainer((4,))
 
 
 def test_container_set_pad():
