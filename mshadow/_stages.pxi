@@ -21,6 +21,9 @@ DEF SCHED_ROWS = 1
 DEF SCHED_COLS = 2
 _SCHEDULES = {"whole": SCHED_WHOLE, "rows": SCHED_ROWS, "columns": SCHED_COLS}
 DEF ARENA_BYTES = 64 << 20   # scratch a thread keeps for its next runs
+DEF FEEDS_GATHER = 0         # what a stage fills: a gather's source,
+DEF FEEDS_VIEW = 1           # a view read through its row map,
+DEF FEEDS_GEMM = 2           # an implicit_dot operand (a 2-D view read with its two steps)
 
 
 ctypedef struct _Out:
@@ -68,7 +71,7 @@ cdef class _StageRun:
     cdef int schedule
     cdef int consumer            # the consumer's leaf in the parent (1-based, as in lv)
     cdef int pos                 # the gather source position it fills
-    cdef bint feeds_gather
+    cdef int feeds               # FEEDS_GATHER, FEEDS_VIEW (a row map) or FEEDS_GEMM
     cdef object bounds           # bounds(a0, a1) -> (r0, r1) or (r0, r1, c0, c1), or None
     cdef GatherArgs args         # the consumer gather's arguments, or None
     cdef ViewLeaf view           # the consumer view, or None
@@ -113,15 +116,18 @@ cdef class _StageRun:
             _out_at(&o, origin, width * isz, isz, self.rows, self.cols)
             o.contiguous = self.child.dense and c0 == 0 and c1 == self.cols
             _run_staged(self.child, &o, r0, r1, c0, c1, None)
-        if self.feeds_gather:
+        if self.feeds == FEEDS_GATHER:
             g = &parent.gv[self.consumer]
             # a 1-D source (an index or a value vector) is read one element per "row"
             g.rowstep[self.pos] = (width if self.nd > 1 else 1) * isz
             g.src[self.pos] = origin
             g.colstep[self.pos] = isz
             g.code[self.pos] = self.type_flag
-        else:      # the view's offset and strides address a dense tensor of the values
+        elif self.feeds == FEEDS_VIEW:   # its offset and strides address the dense values
             _bind_view_at(&parent.lv[self.consumer], self.view, self.scratch.ptr + self.view.offset)
+        else:
+            _bind_gemm_view(&parent.lv[self.consumer], self.view,
+                            self.scratch.ptr + self.view.offset)
         return 0
 
 
@@ -185,7 +191,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
     cdef Py_ssize_t rr, rc, inner = -1
     cdef int role
     cdef set staged_views = {s.consumer + 1 for s in plan.program.stages
-                             if plan.program.leaf_roles[s.consumer] == "view"}
+                             if plan.program.leaf_roles[s.consumer] != "gather"}
     for k in range(1, nl + 1):
         L = &b.lv[k]
         L.nmap = 0
@@ -233,6 +239,26 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             if dst is not None and _overlaps(vl.src, dst):
                 b.alias = True
             continue
+        if isinstance(obj, ViewLeaf):      # an implicit_dot operand read through a 2-D view
+            vl = obj
+            rr, rc = vl.shape
+            if k in staged_views:
+                L.inner = rc
+            else:
+                _bind_gemm_view(L, vl, vl.data())
+                mems.append(vl.src.mem)
+                if dst is not None and _overlaps(vl.src, dst):
+                    b.alias = True
+            if role == ROLE_GEMM_LHS:
+                if rr != rows:
+                    raise ShapeError(f"implicit_dot: lhs of shape {vl.shape} gives {rr} rows, "
+                                     f"target {shape} has {rows}")
+                inner = rc
+            elif rc != cols or rr != inner:
+                raise ShapeError(f"implicit_dot The matrix shape do  not match: rhs "
+                                 f"{vl.shape} for K={inner} and target {shape}")
+            b.dense = False
+            continue
         lf = <Tensor> obj
         L.ptr = lf.data()
         rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k] else (lf.rows, lf.cols)
@@ -272,8 +298,10 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
         st.schedule = _SCHEDULES[info.schedule]
         st.consumer = info.consumer + 1
         st.pos = info.pos
-        st.feeds_gather = plan.leaf_role[st.consumer] == ROLE_GATHER
-        if st.feeds_gather:
+        role = plan.leaf_role[st.consumer]
+        st.feeds = FEEDS_GATHER if role == ROLE_GATHER else (
+            FEEDS_VIEW if role == ROLE_VIEW else FEEDS_GEMM)
+        if st.feeds == FEEDS_GATHER:
             st.args = leaves[plan.leaf_bind[st.consumer]]
             pshape = st.args.src_shapes[st.pos]
             if st.schedule != SCHED_WHOLE:
@@ -310,7 +338,8 @@ cdef int _fill_whole(_Bound b, bint every) except -1:
             st.schedule = SCHED_WHOLE
         if st.schedule == SCHED_WHOLE:
             st.fill(b, 0, 0)
-            if st.args is not None and st.args.index is not None and st.args.index[0] == st.pos:
+            if st.feeds == FEEDS_GATHER and st.args.index is not None and \
+                    st.args.index[0] == st.pos:
                 st.args.check_index(_scratch_array(st))
     if every:
         b.bands = []
@@ -377,6 +406,17 @@ cdef int _bind_view_at(ms_leaf *L, ViewLeaf v, char *ptr) except -1:
 
 cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
     return _bind_view_at(L, v, v.data())
+
+
+cdef int _bind_gemm_view(ms_leaf *L, ViewLeaf v, char *ptr) except -1:
+    """A 2-D view as an implicit_dot operand: row y at ptr + y * rowstep, columns by colstep."""
+    L.ptr = ptr
+    L.rowstep, L.colstep = v.strides
+    L.inner = v.shape[1]
+    L.nmap = 0
+    L.per_block = 0
+    L.gather = NULL
+    return 0
 
 
 cdef void _pin(list mems) noexcept:

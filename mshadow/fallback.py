@@ -48,6 +48,7 @@ class _Eval(ir.Visitor):
     def visit_ImplicitDot(self, node, cc):   # summed in k order as the compiled kernel does
         a, b = self.views[self.li][self.rows], self.views[self.li + 1]
         self.li += 2
+        self.si += ir.scalar_count(node)
         out = np.zeros((a.shape[0], b.shape[1]), dtype=a.dtype)
         with np.errstate(over="ignore"):
             for k in range(a.shape[1]):
@@ -222,9 +223,12 @@ def _reads(node, leaves, scalars):
             nl, ns = len(ir.leaves(n)), ir.scalar_count(n)
             out.append((n, leaves[li:li + nl], scalars[si:si + ns]))
             return li + nl, si + ns
-        if t is ir.ImplicitDot:
-            out.extend(((n.lhs, leaves[li:li + 1], ()), (n.rhs, leaves[li + 1:li + 2], ())))
-            return li + 2, si
+        if t is ir.ImplicitDot:        # each operand read whole, as a 2-D array
+            for opd in (n.lhs, n.rhs):
+                nl, ns = len(ir.leaves(opd)), ir.scalar_count(opd)
+                out.append((("operand", opd), leaves[li:li + nl], scalars[si:si + ns]))
+                li, si = li + nl, si + ns
+            return li, si
         for c in n.children:
             li, si = walk(c, li, si)
         return li, si
@@ -233,7 +237,15 @@ def _reads(node, leaves, scalars):
 
 
 def _leaf_view(leaf, lv, sc, dst, materialized):
-    """The leaf as a 2-D numpy array in the destination's (rows, cols) geometry."""
+    """The leaf as a 2-D numpy array in the destination's (rows, cols) geometry (an
+    implicit_dot operand, ("operand", node), in its own)."""
+    if type(leaf) is tuple:
+        node = leaf[1]
+        if type(node) is ir.Leaf:
+            return _view2d(lv[0], node.transposed)
+        if node.src is not None:
+            return materialized(node, lv, sc, lv[0].shape).numpy()
+        return lv[0].numpy()
     if type(leaf) is ir.Leaf:
         return _view2d(lv[0], leaf.transposed)
     rows, cols = dst.flat_to_2d().shape

@@ -20,7 +20,9 @@ the key of the compiled-plan cache of every backend.
                                  mshadow/readers.py (pad, take, pool, im2col, ...) over its
                                  sources: Leaf and View nodes it reads in place, or any
                                  expression, which the lowering gives a stage
-    ImplicitDot(code, lhs, rhs)  sum_k lhs(y, k) * rhs(k, x), lhs and rhs Leaf nodes
+    ImplicitDot(code, lhs, rhs)  sum_k lhs(y, k) * rhs(k, x); lhs and rhs are Leaf nodes (a
+                                 tensor or its .T) or 2-D View nodes (a view, or the values
+                                 of any expression: View with a source)
     Reduce(code, form, reducer, axis, mask, src)   a reduction (kComplex root)
     Product(kind, code, ltrans, rtrans, lnd, rnd)  dot / batch_dot (kComplex root)
 
@@ -136,6 +138,7 @@ class ImplicitDot(Node):
     code = property(lambda self: self[1])
     lhs = property(lambda self: self[2])
     rhs = property(lambda self: self[3])
+    children = property(lambda self: (self[2], self[3]))
 
 
 class Reduce(Node):
@@ -240,7 +243,8 @@ def leaves(node, acc=None):
         for c in node.children:
             leaves(c, acc)
     elif t is ImplicitDot:
-        acc.extend((node.lhs, node.rhs))
+        leaves(node.lhs, acc)
+        leaves(node.rhs, acc)
     else:
         for c in node.children:
             leaves(c, acc)

@@ -1377,13 +1377,23 @@ def test_reduction_of_a_view_of_a_gather():
     np.testing.assert_array_equal(w.numpy(), [5, 2])
 
 
-def test_implicit_dot_of_expressions_is_refused_clearly():
-    # implicit_dot reads its operands' memory along k: they must be tensors or t.T
-    # (docs/extensions.md); an expression operand is a TypeError, not a silent temporary
-    a = np.arange(6, dtype=np.float32).reshape(2, 3)
-    b = np.arange(12, dtype=np.float32).reshape(3, 4)
-    with pytest.raises(TypeError, match="tensor"):
-        ms.implicit_dot(_t(a) * 2, ms.flip(_t(b), 0))
+@pytest.mark.parametrize("saver", ["saveto", "plusto"])
+def test_implicit_dot_of_expressions_and_views(saver):
+    # as in mshadow, any 2-D operands: a view is read in place with its two steps, an
+    # expression's values are a whole stage (docs/extensions.md); summed in k order
+    a = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    b = np.arange(12, dtype=np.float32).reshape(3, 4) / 4
+    e = ms.implicit_dot(_t(a) * 2, ms.flip(_t(b), 0)) + ms.implicit_dot(
+        ms.F(ms.op.relu, _t(a)), ms.slice_axis(ms.broadcast(_t(b[0]), (5, 4), 1), 0, 1, 4))
+    want = (a * 2) @ b[::-1] + np.maximum(a, 0) @ np.tile(b[0], (3, 1))
+    y = ms.new_tensor((2, 4), init=1.0)
+    plan = ms.plan_for(y, e, saver)
+    assert [st.schedule for st in plan.program.stages] == ["whole", "whole"]
+    if saver == "saveto":
+        y[:] = e
+    else:
+        y += e
+    np.testing.assert_array_equal(y.numpy(), want + (saver == "plusto"))
 
 
 @ms.op.define

@@ -268,9 +268,19 @@ class _Compiler(ir.Visitor):
         return len(self.p.stages) - 1
 
     def visit_ImplicitDot(self, node, ctx):   # the kernel reads rows of lhs, columns of rhs
-        lhs = self.leaf(node.lhs.code, node.lhs.transposed, "gemm_lhs")
-        rhs = self.leaf(node.rhs.code, node.rhs.transposed, "gemm_rhs")
+        lhs = self.gemm_operand(node.lhs, "gemm_lhs")
+        rhs = self.gemm_operand(node.rhs, "gemm_rhs")
         return self.instr(("k", f"implicit_gemm_{node.code}"), [lhs, rhs], node.code)
+
+    def gemm_operand(self, node, role):
+        """A tensor (or its .T), or a 2-D view read with its two steps: of a tensor in
+        place, or of an expression's values, which a whole stage evaluates first."""
+        if type(node) is ir.Leaf:
+            return self.leaf(node.code, node.transposed, role)
+        opd = self.leaf(node.code, False, role)
+        if node.src is not None:
+            self.stage(node.src, "whole", opd[1], 0)
+        return opd
 
     def visit_Scalar(self, node, ctx):
         s = len(self.p.scalar_codes)
