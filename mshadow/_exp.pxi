@@ -297,6 +297,19 @@ cdef object _operand_parts(object name, object a):
     return (<Exp> a).code, (<Exp> a).shape
 
 
+cpdef object chained(object x):
+    """``x`` as an operand of another expression: a kComplex expression that has a chainer
+    form (reduce_with_axis, reduce_keepdim: ``as_chainer``) becomes it; anything else is
+    returned as it is (a kComplex one is then refused where it is used)."""
+    if isinstance(x, Exp) and (<Exp> x).exp_type == kComplex:
+        fn = getattr(x, "as_chainer", None)
+        if fn is not None:
+            c = fn()
+            if c is not None:
+                return c
+    return x
+
+
 cdef tuple _arrays_as_tensors(tuple args):
     out = []
     for x in args:
@@ -316,6 +329,10 @@ cpdef object make_map(object name, tuple args):
     # pass 1: operands' dtype and shape (the scalars take the dtype found here)
     for i in range(n):
         a = args[i]
+        if isinstance(a, Exp) and (<Exp> a).exp_type == kComplex:
+            nested = chained(a)       # a reduction nests as mshadow's chainer
+            if nested is not a:
+                return make_map(name, args[:i] + (nested,) + args[i + 1:])
         if isinstance(a, (Tensor, Exp)):
             c, s = _operand_parts(name, a)
             if code is None:

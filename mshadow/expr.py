@@ -148,7 +148,7 @@ def tcast(dtype, exp):
     if _is_scalar(exp):
         v = exp.value if isinstance(exp, ScalarExp) else exp
         return ScalarExp(np.asarray(v).astype(_NP_BY_CODE[code]).item(), np.dtype(_NP_BY_CODE[code]))
-    exp = _as_operand(exp, "tcast")
+    exp = _core.chained(_as_operand(exp, "tcast"))
     k, s, c, lv, sc, et = _parts(exp)
     if et == kComplex:
         raise TypeError("tcast: a kComplex expression cannot be nested; assign it first")
@@ -175,7 +175,7 @@ def transpose(exp):
     A 1-D tensor of length n is a (1, n) row, so its ``.T`` is the (n, 1) column (mshadow's
     ``Tensor<1>.T()``, used for the outer product ``dot(u.T, v)``).
     """
-    exp = _as_operand(exp, "transpose")
+    exp = _core.chained(_as_operand(exp, "transpose"))
     if isinstance(exp, TransposeExp):   # (e.T).T is e
         return exp.src
     k, s, c, lv, sc, et = _parts(exp)

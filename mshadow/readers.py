@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
 SUM, MAXIMUM, MINIMUM = 0, 1, 2   # a reducer parameter's values (ms.red.sum, ...)
+REDUCER_IDS = {"sum": SUM, "maximum": MAXIMUM, "minimum": MINIMUM}   # by ms.red name
 
 
 @dataclass(frozen=True)
@@ -288,6 +289,47 @@ READERS = (
            src_rows=_col2im_box),
 )
 
+
+# reduce_with_axis.h nested in an expression, as mshadow's chainer: each output element
+# reduces its source elements along the axis in order, in the value type (the sum in A),
+# from the reducer's init value; with ``mask`` the index of the first maximum (minimum),
+# a NaN counting as the extreme (numpy's argmax). A root reduction (``y[:] =
+# reduce_with_axis(...)``) is evaluated by the fused reduction engine instead.
+_AXIS_REDUCE = """
+      if (mask) {
+        V best = ZERO; npy_intp arg = 0;
+        for (b = 0; b < N; ++b) {
+          const V t = LD(0, ROW(b), COL(b));
+          if (b == 0 || (best == best && (t != t || (red == 1 ? t > best : t < best)))) {
+            best = t; arg = b;
+          }
+        }
+        v = (V)arg;
+      } else if (red == 0) {
+        A acc = 0;
+        for (b = 0; b < N; ++b) acc += (A)LD(0, ROW(b), COL(b));
+        v = (V)acc;
+      } else {
+        V res = red == 1 ? LOW : HIGH;
+        for (b = 0; b < N; ++b) { const V t = LD(0, ROW(b), COL(b)); REDUCE(red, res, t); }
+        v = res;
+      }"""
+READERS += (
+    Reader("reduce_axis", "reduce_with_axis over a leading axis: out(a, m, x) = reduce over b "
+           "of src(a, b, m, x), rows (a, b, m) of the source's 2-D flattening",
+           ("src",), ("red", "mask", "B", "M"),
+           row="const npy_intp a0 = y / M, m0 = y % M;\n  npy_intp b;",
+           elem="#define N B\n#define ROW(b) ((a0 * B + (b)) * M + m0)\n#define COL(b) x"
+                + _AXIS_REDUCE + "\n#undef N\n#undef ROW\n#undef COL",
+           src_rows=lambda p, y0, y1: (y0 // p["M"] * p["B"] * p["M"],
+                                       ((y1 - 1) // p["M"] + 1) * p["B"] * p["M"])),
+    Reader("reduce_last", "reduce_with_axis over the last axis: out element (y, x) reduces "
+           "source row y * W + x", ("src",), ("red", "mask", "C", "W"),
+           row="npy_intp b;",
+           elem="const npy_intp r0 = y * W + x;\n#define N C\n#define ROW(b) r0\n"
+                "#define COL(b) (b)" + _AXIS_REDUCE + "\n#undef N\n#undef ROW\n#undef COL",
+           src_rows=lambda p, y0, y1: (y0 * p["W"], y1 * p["W"])),
+)
 
 # take_grad.h: the gradient of take, a scatter-add read as a gather. Every output element
 # sums, in increasing i, the src rows whose index is its row (mshadow's TakeGradExp::Eval);

@@ -351,13 +351,38 @@ def test_bad_axes_and_reducers():
         ms.sum_rows(3.0)
 
 
-def test_cannot_be_nested_in_elementwise_expressions():
+def test_reduce_to_1d_cannot_be_nested_in_elementwise_expressions():
+    # sum_rows / sumall_except_dim are kComplex in mshadow (ReduceTo1DExp): assign them first
     src = ms.new_tensor((3, 4), 1)
     v = ms.new_tensor((4,), 1)
-    for bad in (lambda: ms.sum_rows(src) + v, lambda: v * ms.sum_rows(src),
-                lambda: ms.reduce_with_axis(src, 0, ms.red.sum) / 2):
+    for bad in (lambda: ms.sum_rows(src) + v, lambda: v * ms.sum_rows(src)):
         with pytest.raises(TypeError, match="cannot be nested"):
             bad()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("reducer", ["sum", "maximum", "minimum", "argmax", "argmin"])
+def test_reduce_with_axis_nests_as_a_chainer(dtype, axis, reducer):
+    # mshadow's reduce_with_axis / reduce_keepdim are chainers: they nest in element-wise
+    # expressions, extensions and views (a reader per output element, in mshadow's order)
+    rng = np.random.default_rng(axis)
+    x0 = rng.integers(-20, 20, (5, 6, 7)).astype(dtype)
+    x = ms.from_numpy(x0)
+    red = {"sum": ms.red.sum, "maximum": ms.red.maximum, "minimum": ms.red.minimum,
+           "argmax": ms.red.maximum, "argmin": ms.red.minimum}[reducer]
+    mask = reducer.startswith("arg")
+    ref = {"sum": np.sum, "maximum": np.max, "minimum": np.min, "argmax": np.argmax,
+           "argmin": np.argmin}[reducer](x0, axis=axis).astype(dtype)
+    e = ms.reduce_with_axis(x * 1, axis, red, mask) / 2 + 1
+    y = ms.new_tensor(ref.shape, dtype=dtype)
+    y[:] = e
+    want = (ref / 2 + 1) if np.dtype(dtype).kind == "f" else np.trunc(ref / 2) + 1   # C division
+    np.testing.assert_array_equal(y.numpy(), want.astype(dtype))
+    k = ms.reduce_keepdim(x, axis, red, mask)
+    b = ms.new_tensor(x0.shape, dtype=dtype)
+    b[:] = x - ms.broadcast_keepdim(k, axis, x0.shape[axis])
+    np.testing.assert_array_equal(b.numpy(), x0 - np.expand_dims(ref, axis))
 
 
 def test_bad_scales():

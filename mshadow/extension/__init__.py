@@ -4,7 +4,8 @@ Views (broadcast, mirror, flip, swapaxis, transpose, crop, slice, slice_ex, resh
 strided leaves, gathers (pad, take, take_grad, one_hot, range, concat, pool, im2col, the
 complex.h family, ...) fill blocks through a reader kernel and implicit_dot reads whole rows;
 the plan fuses them all with element-wise operators. Reductions (sum_rows, sumall_except_dim,
-reduce_with_axis, ...) are kComplex, evaluated by their own engine. See docs/architecture.md.
+reduce_with_axis, ...) assigned whole run in their own fused engine; reduce_with_axis and
+reduce_keepdim also nest anywhere, as mshadow's chainers. See docs/architecture.md.
 """
 from .complex import (complex_abs_square, complex_div_cc, complex_div_cr, complex_div_rc,
                       complex_exchange, complex_mul_cc, complex_mul_cr, complex_mul_rc,

@@ -34,6 +34,7 @@ def _operand(x, side):
     if not isinstance(x, (Tensor, _core.Exp)):
         raise TypeError(f"implicit_dot: the {side} operand must be a tensor or an expression, "
                         f"got {type(x).__name__}")
+    x = _core.chained(x)
     if isinstance(x, _core.Exp) and x.exp_type == kComplex:
         raise TypeError(f"implicit_dot: the {side} operand is a kComplex expression "
                         f"({ir.describe(x.key)}); assign it to a tensor first")

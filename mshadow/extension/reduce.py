@@ -24,6 +24,7 @@ from ..errors import DeviceError, DTypeError, ShapeError
 from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
                     describe, kComplex)
 from ..op import _Reducer, red
+from ..readers import REDUCER_IDS
 from ..shape import Shape
 from .views import ViewExp
 
@@ -76,6 +77,24 @@ class ReduceExp(ScaledExp):
     __slots__ = ("src", "form", "reducer", "axis", "mask", "where")
     _extra = ("src", "form", "reducer", "axis", "mask", "scale", "where")
     _what = "reduction"
+
+    def as_chainer(self):
+        """The reduction as mshadow's chainer, for use inside another expression (an
+        element-wise operand, an extension's source, a view's): a gather that reduces per
+        output element (readers.py reduce_axis / reduce_last), times the scale. None for
+        the except_dim forms, which are kComplex in mshadow too."""
+        if self.form == "except_dim":
+            return None
+        from .gather import gather
+        shape, a, nd = tuple(self.src.shape), self.axis, len(self.src.shape)
+        red_id, mask = REDUCER_IDS[self.reducer.name], int(self.mask)
+        if a == nd - 1:
+            e = gather("reduce_last", [self.src], self.shape, self.code, red=red_id, mask=mask,
+                       C=shape[-1], W=self.shape[-1])
+        else:
+            e = gather("reduce_axis", [self.src], self.shape, self.code, red=red_id, mask=mask,
+                       B=shape[a], M=Shape(shape).prod_shape(a + 1, nd - 1))
+        return e if self.scale == 1 else e * self.scale
 
     def __repr__(self):
         scale = "" if self.scale == 1 else f" * {self.scale!r}"
@@ -179,8 +198,10 @@ def _with_axis(src, axis, reducer, mask, keepdim, name):
 def reduce_with_axis(src, axis, reducer, mask=False):
     """``reduce_with_axis<Reducer, mask>(src, axis)``: reduce ``axis`` away.
 
-    ``mask=True`` gives the index (as the dtype) of the first maximum/minimum. Evaluated by
-    the reduction engine: assign it to a tensor before using it in another expression.
+    ``mask=True`` gives the index (as the dtype) of the first maximum/minimum. Assigned
+    whole (``y[:] = reduce_with_axis(...)``) it runs in the fused reduction engine; inside
+    another expression it is mshadow's chainer (``as_chainer``): each element reduces its
+    source elements in order.
     """
     return _with_axis(src, axis, reducer, mask, False, "reduce_with_axis")
 

@@ -9,7 +9,7 @@ from ..shape import as_shape
 from .gather import _code, _operand, gather, remap_leaves
 from .views import _source as _operand_of, _tensor
 
-_REDUCER_ID = {"sum": readers.SUM, "maximum": readers.MAXIMUM, "minimum": readers.MINIMUM}
+_REDUCER_ID = readers.REDUCER_IDS
 
 
 def _reducer(reducer, where):

@@ -49,6 +49,7 @@ def _source(src, where, ndim=None):
     """``src`` as an extension's operand: a tensor (numpy arrays are wrapped) or an expression."""
     if isinstance(src, np.ndarray):
         src = _core.from_numpy(src)
+    src = _core.chained(src)       # a reduction nests as mshadow's chainer
     if not isinstance(src, (Tensor, _core.Exp)):
         raise TypeError(f"{where}: the source must be a tensor or an expression, got "
                         f"{type(src).__name__}")
