@@ -513,3 +513,62 @@ def test_run_plan_view_needs_the_strided_form_for_a_reversed_last_axis():
         ms._core.run_plan_view(engine.get_plan(ir.LEAF["f64"], "f64", "saveto"),
                                ms.flip(t, 0).view, (ms.new_tensor((3, 4), dtype=np.float64),), ())
     np.testing.assert_array_equal(t.numpy(), x)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_chained_targets_write_through_against_numpy(seed):
+    # a target tree (concats of tensors and of lvalue views, views of concats) written with
+    # every saver: each tensor receives exactly its share of the value, as numpy's views do
+    rng = np.random.default_rng(seed)
+    d = int(rng.integers(0, 2))
+    sizes = [int(n) for n in rng.integers(1, 4, 3)]
+    arrays = []
+    for n in sizes:
+        shape = [3, 4]
+        shape[d] = n + 2
+        arrays.append(rng.integers(-9, 9, shape).astype(np.float64))
+    ts = [ms.from_numpy(a.copy()) for a in arrays]
+    nps = [a.copy() for a in arrays]
+
+    def sl(x, lo, hi):
+        return x[(slice(None),) * d + (slice(lo, hi),)]
+
+    # parts: a slice of the first, the second whole, a flip of the third
+    m_parts = [ms.slice_axis(ts[0], d, 1, 1 + sizes[0]), ts[1], ms.flip(ts[2], d)]
+    n_parts = [sl(nps[0], 1, 1 + sizes[0]), nps[1], np.flip(nps[2], d)]
+    inner = ms.concat(m_parts[0], m_parts[1], d)
+    n_inner = np.concatenate(n_parts[:2], d)
+    tree = ms.concat(inner, m_parts[2], d)
+    n_tree = (n_inner, n_parts[2])
+    total = n_inner.shape[d] + n_parts[2].shape[d]
+    lo = int(rng.integers(0, total - 1))
+    hi = int(rng.integers(lo + 1, total + 1))
+    target = ms.flip(ms.slice_axis(tree, d, lo, hi), d) if seed % 2 else \
+        ms.slice_axis(tree, d, lo, hi)
+    shape = list(n_inner.shape)
+    shape[d] = hi - lo
+    value = rng.integers(1, 5, shape).astype(np.float64)
+    saver = ("saveto", "plusto", "minusto", "multo")[seed % 4]
+    {"saveto": target.__setitem__, "plusto": lambda k, v: target.__iadd__(v),
+     "minusto": lambda k, v: target.__isub__(v),
+     "multo": lambda k, v: target.__imul__(v)}[saver](slice(None), ms.from_numpy(value) * 1)
+    # numpy: the same writes through views of the arrays
+    whole = [sl(n_parts[0], 0, None), n_parts[1], n_parts[2]]
+    offsets = np.cumsum([0] + [w.shape[d] for w in whole])
+    v = np.flip(value, d) if seed % 2 else value
+    for w, a, b in zip(whole, offsets[:-1], offsets[1:]):
+        s0, s1 = max(lo, a), min(hi, b)
+        if s0 >= s1:
+            continue
+        dst = sl(w, s0 - a, s1 - a)
+        src = sl(v, s0 - lo, s1 - lo)
+        if saver == "saveto":
+            dst[...] = src
+        elif saver == "plusto":
+            dst += src
+        elif saver == "minusto":
+            dst -= src
+        else:
+            dst *= src
+    for t, want in zip(ts, nps):
+        np.testing.assert_array_equal(t.numpy(), want)

@@ -17,7 +17,7 @@ from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, kChainer, new_node, t
 from ..shape import Shape
 from ..dtypes import as_dtype, type_flag
 from ..readers import READERS_BY_NAME
-from .targets import Target, check_writable, checked_value, evaluate
+from .targets import Target, check_writable, checked_value, evaluate, whole_box, write_box
 from .views import ViewExp, _source as _view_operand, _strided, _tensor, broadcast, \
     composes, slice_axis
 
@@ -244,9 +244,10 @@ def range(start, stop, step=1, repeat=1, dtype=None):
 
 
 class ConcatExp(GatherExp):
-    """``concat<dim>(a, b)``; of two tensors it is an assignment target, as in mshadow:
-    ``concat(a, b, dim)[:] = value`` stores the first ``a.shape[dim]`` of ``value`` along
-    ``dim`` into ``a`` and the rest into ``b`` (extension/targets.py)."""
+    """``concat<dim>(a, b)``; of two lvalues (tensors, lvalue views, concats of those) it is
+    an assignment target, as in mshadow: ``concat(a, b, dim)[:] = value`` stores the first
+    ``a.shape[dim]`` of ``value`` along ``dim`` into ``a`` and the rest into ``b``
+    (extension/targets.py: a box of the concat is split between its parts)."""
 
     __slots__ = ("parts", "dim")
 
@@ -254,21 +255,58 @@ class ConcatExp(GatherExp):
         return self.parts is not None
 
     def _save(self, value, saver):
-        a, b = self.parts
-        value, node, leaves, _ = checked_value(value, a, self.shape)
-        check_writable(a)
-        check_writable(b)
-        self.args.check_sources((a, b))   # a and b unchanged since the expression was built
+        self._save_box(value, saver, whole_box(self.shape))
+
+    def _save_box(self, value, saver, box):
+        """``value`` (of the box's shape) into ``box`` of this concat, with a tensor
+        destination's checks, every one before the first store."""
+        bases = self._bases()
+        value, node, leaves, _ = checked_value(value, bases[0], tuple(n for _, _, n in box))
+        for t in bases:
+            check_writable(t)
+        self._check_parts()
         # each part reads the value through slice_axis: a value that does not compose into
-        # views (a gather, dot, ...) or that reads a or b (written first) is evaluated first
-        if not _is_scalar(value) and (node is None or not composes(value)
-                                      or _core.reads_tensor(leaves, a)
-                                      or _core.reads_tensor(leaves, b)):
-            value = evaluate(value, self.shape, a.dtype)
-        na = a.shape[self.dim]
-        for t, lo, hi in ((a, 0, na), (b, na, self.shape[self.dim])):
-            engine.assign(t, value if _is_scalar(value) else slice_axis(value, self.dim, lo, hi),
-                          saver)
+        # views (a gather, dot, ...) or that reads a part (written before another) is
+        # evaluated first
+        if not _is_scalar(value) and (node is None or not composes(value) or any(
+                _core.reads_tensor(leaves, t) for t in bases)):
+            value = evaluate(value, tuple(n for _, _, n in box), bases[0].dtype)
+        self._write(value, saver, box)
+
+    def _write(self, value, saver, box):
+        """``value`` into ``box``, checked already: the part of the box in ``a`` and the
+        part in ``b`` along the concat's axis, each with its share of the value."""
+        d = self.dim
+        na = self.parts[0].shape[d]
+        start, step, n = box[d]
+        if step > 0:    # box elements [0, k) lie in a, the rest in b
+            k = max(0, min(n, na - start))
+            shares = ((0, (start, 1, k)), (1, (start + k - na, 1, n - k)))
+        else:           # box elements [0, k) lie in b (reversed), the rest in a
+            k = max(0, min(n, start - na + 1))
+            shares = ((1, (start - na, -1, k)), (0, (start - k, -1, n - k)))
+        lo = 0
+        for part, axis_box in shares:     # in the box's order along the axis
+            m = axis_box[2]
+            if m > 0:
+                sub = value if _is_scalar(value) else slice_axis(value, d, lo, lo + m)
+                sub_box = box[:d] + (axis_box,) + box[d + 1:]
+                p = self.parts[part]
+                if isinstance(p, Tensor):
+                    write_box(p, 0, _core.tensor_strides(p), sub, saver, sub_box)
+                else:
+                    p._write(sub, saver, sub_box)
+            lo += m
+
+    def _bases(self):
+        return [t for p in self.parts for t in ([p] if isinstance(p, Tensor) else p._bases())]
+
+    def _check_parts(self):
+        """Tensor parts unchanged since the expression was built (views check their own)."""
+        for p in self.parts:
+            if isinstance(p, ConcatExp):
+                p._check_parts()
+        self.args.check_sources(tuple(p if isinstance(p, Tensor) else None for p in self.parts))
 
 
 def concat(a, b, dim):
@@ -276,7 +314,8 @@ def concat(a, b, dim):
     Of two tensors, an assignment target (``concat(a, b, dim)[:] = value``)."""
     a = _view_operand(a, "concat")
     b = _view_operand(b, "concat")
-    parts = (a, b) if isinstance(a, Tensor) and isinstance(b, Tensor) else None
+    parts = (a, b) if all(isinstance(p, Tensor) or (isinstance(p, Target) and p._assignable())
+                          for p in (a, b)) else None
     nd = len(a.shape)
     if len(b.shape) != nd or not 0 <= dim < nd or a.dtype != b.dtype or any(
             a.shape[k] != b.shape[k] for k in builtins_range(nd) if k != dim):

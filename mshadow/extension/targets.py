@@ -1,5 +1,13 @@
 """Assignment into extensions that are lvalues in mshadow (TRValue): slice_axis, slice_ex,
-flip, mirror and crop of a tensor (or of such a view), and concat of two tensors.
+flip, mirror and crop of a tensor, and concat; chained to any depth, as in mshadow: a view
+of an lvalue (``slice_axis(concat(o1, o2), ...)``), a concat of lvalues (``concat(slice_axis(
+o1, ...), o2)``, ``concat(concat(o1, o2), o3)``).
+
+A target is a tree whose leaves are tensors. Writing through it is a box per leaf: a box
+is, per axis, (start, step, length) in the target's coordinates with step +1 or -1 (the
+lvalue views are boxes, flips reverse them); a concat splits a box between its parts along
+its axis, and a box of a tensor (or of a view of one) is a strided view of the tensor,
+written as below.
 
 ``v[:] = value`` and the savers (``v[:] += value``, ``-=``, ``*=``, ``/=``, and ``v += value``
 as for a tensor) write through to the tensor under the view, with the checks and errors of a
@@ -19,8 +27,8 @@ from ..expr import Exp, describe, kComplex
 
 Tensor = _core.Tensor
 
-TARGETS = ("slice_axis, slice_ex, flip, mirror and crop of a tensor (or of such a view), "
-           "and concat of two tensors")
+TARGETS = ("slice_axis, slice_ex, flip, mirror and crop of a tensor, and concat, chained "
+           "to any depth (a view of a concat, a concat of views or concats)")
 
 
 class Target:
@@ -124,3 +132,51 @@ def assign_view(dst, value, saver):
         _core.run_plan(engine.get_plan(node, tcode, "saveto", device), tmp, leaves, scalars)
         _core.run_plan_view(engine.get_plan(ir.LEAF[tcode], code, saver, device, strided),
                             dst, (tmp,), ())
+
+
+# ---- boxes -------------------------------------------------------------------------------
+def whole_box(shape):
+    """The box of every element of a target of ``shape``."""
+    return tuple((0, 1, n) for n in shape)
+
+
+def box_of_view(shape, offset, strides, itemsize, vshape):
+    """The box a view (byte ``offset`` and ``strides``) of a dense row-major tensor of
+    ``shape`` reads, or None when it is no box (a transpose, a broadcast, another rank)."""
+    nd = len(shape)
+    if len(vshape) != nd:
+        return None
+    if any(n == 0 for n in shape) or any(n == 0 for n in vshape):
+        return tuple((0, 1, n) for n in vshape)
+    dense = [itemsize] * nd
+    for k in range(nd - 2, -1, -1):
+        dense[k] = dense[k + 1] * shape[k + 1]
+    box, rem = [], offset
+    for k in range(nd):
+        start, rem = divmod(rem, dense[k])
+        step = 1 if vshape[k] == 1 else strides[k] // dense[k]
+        if vshape[k] > 1 and abs(strides[k]) != dense[k]:
+            return None
+        box.append((start, step, vshape[k]))
+    if rem:
+        return None
+    for (start, step, n), size in zip(box, shape):
+        if not (0 <= start < size and 0 <= start + (n - 1) * step < size):
+            return None
+    return tuple(box)
+
+
+def compose_boxes(outer, inner):
+    """The box, in the coordinates of ``outer``'s target, of box ``inner`` taken of the
+    values that ``outer`` selects."""
+    return tuple((s0 + st0 * s1, st0 * st1, n1) for (s0, st0, _), (s1, st1, n1)
+                 in zip(outer, inner))
+
+
+def write_box(base, offset, strides, value, saver, box):
+    """``value`` into the box ``box`` of the strided view (``offset``, ``strides``) of the
+    tensor ``base`` (the whole tensor: offset 0, its strides)."""
+    off = offset + sum(start * st for (start, _, _), st in zip(box, strides))
+    leaf = _core.strided_view(base, [n for _, _, n in box], off,
+                              [step * st for (_, step, _), st in zip(box, strides)])
+    assign_view(leaf, value, saver)

@@ -19,7 +19,7 @@ from ..errors import ShapeError
 from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, describe, kChainer, kComplex, \
     new_node, tcast
 from ..shape import Shape, as_shape
-from .targets import Target, assign_view
+from .targets import Target, assign_view, box_of_view, compose_boxes, write_box
 
 Tensor = _core.Tensor
 
@@ -27,21 +27,44 @@ Tensor = _core.Tensor
 class ViewExp(Target, _core.Exp):
     """An extension expression read as a strided view of ``src``; an assignment target
     (``v[:] = value``, extension/targets.py) when it is ``lvalue``: a slice, box slice,
-    flip or crop of a tensor or of such a view."""
+    flip or crop of a tensor, of such a view, or of a concat that is a target (the view
+    of its values is then a box of it)."""
 
     __slots__ = ("src", "view", "lvalue", "producer")
 
     def _assignable(self):
         return self.lvalue
 
+    def _box(self):
+        """The box of the producer (an assignable concat) this view selects."""
+        v = self.view
+        return box_of_view(tuple(self.src.shape), v.offset, v.strides, self.src.itemsize,
+                           tuple(v.shape))
+
     def _save(self, value, saver):
-        assign_view(self.view, value, saver)
+        if self.producer is not None:
+            self.producer._save_box(value, saver, self._box())
+        else:
+            assign_view(self.view, value, saver)
+
+    def _write(self, value, saver, box):
+        """``value`` into ``box`` (in this view's coordinates), checked already."""
+        if self.producer is not None:
+            self.producer._write(value, saver, compose_boxes(self._box(), box))
+        else:
+            write_box(self.src, self.view.offset, self.view.strides, value, saver, box)
+
+    def _bases(self):
+        return self.producer._bases() if self.producer is not None else [self.src]
 
 
 def _lvalue(node, src):
-    """Mark ``node`` (a view of ``src``) assignable when ``src`` is a tensor or such a view."""
+    """Mark ``node`` (a view of ``src``) assignable when ``src`` is a tensor or such a view,
+    or an assignable concat that the view selects a box of."""
     if isinstance(node, ViewExp):
-        node.lvalue = isinstance(src, Tensor) or (isinstance(src, ViewExp) and src.lvalue)
+        node.lvalue = isinstance(src, Tensor) or (isinstance(src, ViewExp) and src.lvalue) or (
+            isinstance(src, Target) and src._assignable() and node.producer is not None
+            and node._box() is not None)
     return node
 
 
