@@ -201,6 +201,62 @@ def have_openmp():
     return bool(ms_have_openmp())
 
 
+# ---- the plan cache: the only one, owned here ------------------------------------------
+# (IR node, dst code, saver, device[, "strided"]) -> Plan, or the engine's marker of a node
+# that holds an untraceable operator; least recently used first, bounded: a long-running
+# process that builds ever new structures keeps at most _plan_cache_size plans (a few KiB
+# each). The fast path of t[:] = exp (_assign) reads it; the engine fills it (get_plan).
+from collections import OrderedDict as _OrderedDict
+PLANS = _OrderedDict()
+cdef Py_ssize_t _plan_cache_size = 2048
+cdef Py_ssize_t _plan_hits = 0, _plan_misses = 0
+
+
+def cached_plan(key):
+    """The plan cached under ``key``, now the most recently used, or None (counted as a hit
+    or a miss; the fast path of ``t[:] = exp`` does not count its hits)."""
+    global _plan_hits, _plan_misses
+    plan = PLANS.get(key)
+    if plan is None:
+        _plan_misses += 1
+        return None
+    _plan_hits += 1
+    try:
+        PLANS.move_to_end(key)
+    except KeyError:   # another thread evicted it meanwhile: it stays this call's plan
+        PLANS[key] = plan
+    return plan
+
+
+def cache_plan(key, plan):
+    """Keep ``plan`` under ``key``, dropping the least recently used past the bound."""
+    PLANS[key] = plan
+    while len(PLANS) > _plan_cache_size:
+        PLANS.popitem(last=False)
+
+
+def plan_cache_counts():
+    """(hits, misses, maxsize, currsize)."""
+    return _plan_hits, _plan_misses, _plan_cache_size, len(PLANS)
+
+
+def clear_plan_cache():
+    """Drop every compiled plan (they are compiled again on next use)."""
+    global _plan_hits, _plan_misses
+    PLANS.clear()
+    _plan_hits = _plan_misses = 0
+
+
+def set_plan_cache_size(n):
+    """Keep at most ``n`` >= 1 compiled plans (default 2048)."""
+    global _plan_cache_size
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_plan_cache_size: expected an int >= 1, got {n!r}")
+    _plan_cache_size = n
+    while len(PLANS) > n:
+        PLANS.popitem(last=False)
+
+
 from .dtypes import DTYPES as _DTYPES
 cdef dict _CODE_SIZE = {d.code: d.size for d in _DTYPES}
 cdef dict _CODE_NUM = {d.code: d.flag for d in _DTYPES}

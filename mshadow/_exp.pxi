@@ -171,10 +171,10 @@ cdef class Exp:
         return make_map("abs", (self,))
 
     def __matmul__(self, o):
-        return _dot_fn()(self, o)
+        return _up_dot(self, o)
 
     def __rmatmul__(self, o):
-        return _dot_fn()(o, self)
+        return _up_dot(o, self)
 
     def __hash__(self):   # by identity, though == builds an expression (like numpy arrays)
         return id(self) >> 4
@@ -196,7 +196,7 @@ cdef class Exp:
     @property
     def T(self):
         """The transpose of a 2-D expression (``T()``)."""
-        return _expr().transpose(self)
+        return _up_transpose(self)
 
     def __repr__(self):
         return (f"{type(self).__name__}({_describe(self.key)}, shape={self.shape}, "
@@ -206,14 +206,6 @@ cdef class Exp:
 # Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE
 cdef tuple _CMP_NAMES = ("lt", "le", "eq", "ne", "gt", "ge")
 
-cdef object _dot_module_fn = None
-
-cdef object _dot_fn():
-    global _dot_module_fn
-    if _dot_module_fn is None:
-        from .dot import dot
-        _dot_module_fn = dot
-    return _dot_module_fn
 
 
 cdef class MapExp(Exp):

@@ -597,10 +597,10 @@ cdef class Tensor:
         return make_map("abs", (self,))
 
     def __matmul__(self, o):
-        return _dot_fn()(self, o)
+        return _up_dot(self, o)
 
     def __rmatmul__(self, o):
-        return _dot_fn()(o, self)
+        return _up_dot(o, self)
 
     def __pos__(self):
         return self
@@ -624,7 +624,7 @@ cdef class Tensor:
     @property
     def T(self):
         """The transpose of a 2-D tensor, as a lazy expression (``T()``)."""
-        return _expr().transpose(self)
+        return _up_transpose(self)
 
     # C++ spellings
     Size = size
@@ -636,14 +636,27 @@ cdef class Tensor:
     Slice = slice
 
 
-cdef object _expr_module = None
+# ---- the layers above the core ------------------------------------------------------------
+# The core imports nothing above it. The few operations of a tensor that the layers above
+# implement (an assignment the fast path does not run, .T, @, binary I/O) are entry points
+# those layers install when they are imported (mshadow/__init__.py imports them all).
+cdef object _up_assign = None      # engine.assign(dst, value, saver)
+cdef object _up_transpose = None   # expr.transpose(exp)
+cdef object _up_dot = None         # dot.dot(lhs, rhs)
+cdef object _up_io = None          # the io module: save_binary, load_into_container
 
-cdef object _expr():
-    global _expr_module
-    if _expr_module is None:
-        from . import expr
-        _expr_module = expr
-    return _expr_module
+
+def install_layer(*, assign=None, transpose=None, dot=None, io=None):
+    """Install the entry points of a layer above the core (called by that layer at import)."""
+    global _up_assign, _up_transpose, _up_dot, _up_io
+    if assign is not None:
+        _up_assign = assign
+    if transpose is not None:
+        _up_transpose = transpose
+    if dot is not None:
+        _up_dot = dot
+    if io is not None:
+        _up_io = io
 
 
 cdef bint _is_itself(Tensor t, Tensor v) except -1:
@@ -653,34 +666,28 @@ cdef bint _is_itself(Tensor t, Tensor v) except -1:
             and (v.stride == t.stride or t.rows <= 1))
 
 
-cdef object _engine_assign = None
-cdef object _plan_cache = None    # engine._plans, an OrderedDict kept in LRU order
-
-
 cdef _assign(Tensor dst, object value, str saver):
     """Route ``dst <saver> value`` to the expression engine.
 
-    This is the engine's fast path, compiled: a plan of mshadow.engine's cache for an
+    This is the engine's fast path, compiled: a cached plan (the core's PLANS) for an
     element-wise expression of the right dtype and shape runs from here. Everything else
-    (first use of a structure, dot, scalars, aliasing, errors) goes to mshadow.engine.assign,
-    which checks, compiles and caches. The core never compiles nor caches a plan itself.
+    (first use of a structure, dot, scalars, aliasing, errors) goes to the assignment the
+    engine installed (mshadow.engine.assign), which checks, lowers and caches.
     """
-    global _engine_assign, _plan_cache
     cdef Exp e
-    if _engine_assign is None:
-        from . import engine
-        _engine_assign = engine.assign
-        _plan_cache = engine._plans
     if type(value) is not Tensor and isinstance(value, Exp):
         e = <Exp> value
         if e.exp_type != 7 and e.shape == dst.shape:
             ck = (e.key, _CODE_BY_FLAG[dst.type_flag], saver, dst.device)
-            plan = _plan_cache.get(ck)
+            plan = PLANS.get(ck)
             if type(plan) is Plan and e.code == _CODE_BY_FLAG[dst.type_flag]:
-                _plan_cache.move_to_end(ck)
+                try:
+                    PLANS.move_to_end(ck)
+                except KeyError:        # another thread evicted it meanwhile: still valid
+                    pass
                 if run_plan(<Plan> plan, dst, e.leaves, e.scalars):
                     return
-    _engine_assign(dst, value, saver)
+    _up_assign(dst, value, saver)
 
 
 # ---- allocation ---------------------------------------------------------------------
@@ -913,13 +920,11 @@ cdef class TensorContainer(Tensor):
 
     def save_binary(self, fo):
         """Write in C++ mshadow's binary layout (``SaveBinary``); see mshadow.io."""
-        from .io import save_binary
-        save_binary(fo, self)
+        _up_io.save_binary(fo, self)
 
     def load_binary(self, fi):
         """Read a tensor of this container's rank and dtype, resizing to its shape (``LoadBinary``)."""
-        from .io import load_into_container
-        load_into_container(fi, self)
+        _up_io.load_into_container(fi, self)
 
     Resize = resize
     Release = release

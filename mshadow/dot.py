@@ -271,3 +271,6 @@ def batch_gemm(dst, lhs, rhs, alpha, beta, transpose_left=False, transpose_right
     alpha = _scale_value(alpha, code, "BatchGEMM alpha")
     beta = _scale_value(beta, code, "BatchGEMM beta")
     _blas().batch_gemm(d, a, ta, b, tb, alpha, beta, _core.get_num_threads())
+
+
+_core.install_layer(dot=dot)

@@ -9,7 +9,7 @@ this cache and runs a hit; everything else comes here.
     Tensor.__setitem__ -> _core._assign -> [hit] _core.run_plan -> C executor
                                         -> [miss] engine.assign -> cpu.lower -> _core.Plan
 """
-from collections import OrderedDict, namedtuple
+from collections import namedtuple
 
 import numpy as np
 
@@ -25,13 +25,10 @@ _run_plan = _core.run_plan
 _Plan = _core.Plan
 describe = ir.describe
 
-# (node, dst code, saver, device) -> Plan, least recently used first. Bounded: a
-# long-running process that builds ever new structures keeps at most PLAN_CACHE_SIZE plans
-# (a few KiB each). The only plan cache: aliased assignments, reductions and view targets
-# use it too (a strided destination's form under the key with "strided" appended).
-PLAN_CACHE_SIZE = 2048
-_plans = OrderedDict()
-_stats = {"hits": 0, "misses": 0}
+# The one plan cache is the core's (_core.PLANS, bounded, LRU): keys (node, dst code, saver,
+# device), with "strided" appended for a strided destination's form. Aliased assignments,
+# reductions and view targets use it too. ``_plans`` names it for diagnostics and tests.
+_plans = _core.PLANS
 _complex_engines = {}
 
 CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize")
@@ -41,23 +38,11 @@ def plan_cache_info():
     """Hits and misses of the slow path's plan lookups, the bound and the plans held.
 
     (The compiled fast path of ``t[:] = exp`` does not count its hits.)"""
-    return CacheInfo(_stats["hits"], _stats["misses"], PLAN_CACHE_SIZE, len(_plans))
+    return CacheInfo(*_core.plan_cache_counts())
 
 
-def clear_plan_cache():
-    """Drop every compiled plan (they are compiled again on next use)."""
-    _plans.clear()
-    _stats["hits"] = _stats["misses"] = 0
-
-
-def set_plan_cache_size(n):
-    """Keep at most ``n`` >= 1 compiled plans (default 2048)."""
-    global PLAN_CACHE_SIZE
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"set_plan_cache_size: expected an int >= 1, got {n!r}")
-    PLAN_CACHE_SIZE = n
-    while len(_plans) > n:
-        _plans.popitem(last=False)
+clear_plan_cache = _core.clear_plan_cache
+set_plan_cache_size = _core.set_plan_cache_size
 
 
 def register_complex(tag, fn):
@@ -74,9 +59,8 @@ def get_plan(node, dst_code, saver, device=_core.cpu, strided=False):
     With ``strided``, its form for a destination whose column step is not the element size
     (lower.cpu.strided_dst; a view target whose last axis is reversed: _core.run_plan_view)."""
     ck = (node, dst_code, saver, device, "strided") if strided else (node, dst_code, saver, device)
-    plan = _plans.get(ck)
+    plan = _core.cached_plan(ck)
     if plan is None:
-        _stats["misses"] += 1
         if device is not _core.cpu:
             raise DeviceError("GPU tensors need the CUDA backend, which is not available")
         try:
@@ -84,15 +68,7 @@ def get_plan(node, dst_code, saver, device=_core.cpu, strided=False):
             plan = _Plan(strided_dst(prog) if strided else prog)
         except UntracedOp:
             plan = _FALLBACK
-        _plans[ck] = plan
-        if len(_plans) > PLAN_CACHE_SIZE:
-            _plans.popitem(last=False)
-    else:
-        _stats["hits"] += 1
-        try:
-            _plans.move_to_end(ck)
-        except KeyError:   # another thread evicted it meanwhile: it stays this call's plan
-            _plans[ck] = plan
+        _core.cache_plan(ck, plan)
     return plan
 
 
@@ -198,6 +174,9 @@ def plan_for(dst, exp, saver="saveto"):
     if isinstance(exp, Tensor):
         node = ir.LEAF[_CODE_BY_FLAG[exp.type_flag]]
     elif isinstance(exp, Exp):
+        if exp.exp_type == kComplex:
+            raise TypeError(f"{describe(exp.key)} is kComplex: its own engine evaluates it "
+                            f"(BLAS for dot, the fused reduction for reductions), not a plan")
         node = exp.key
     else:
         node = ir.SCALAR
@@ -206,3 +185,6 @@ def plan_for(dst, exp, saver="saveto"):
         raise TypeError(f"{describe(node)} holds an operator that could not be traced: it has no "
                         f"compiled plan (it runs through mshadow/fallback.py)")
     return plan
+
+
+_core.install_layer(assign=assign)

@@ -186,8 +186,7 @@ def transpose(exp):
     if et == kComplex:
         raise TypeError("transpose: a kComplex expression cannot be transposed lazily")
     if ir.holds_remap(k):   # one more index map: views compose it (extension/views.py)
-        from .extension.views import transpose_axes
-        return transpose_axes(exp, (1, 0))
+        return _remap_transpose(exp)
     fk = ir.transposed(k)
     if type(fk) is ir.Leaf and not fk.transposed:
         return lv[0]   # (t.T).T is t
@@ -196,12 +195,15 @@ def transpose(exp):
     return node
 
 
-def shape_of(value):
-    """The shape an assigned value has (a scalar has none)."""
-    if _is_scalar(value):
-        return None
-    if isinstance(value, np.ndarray):
-        return Shape(value.shape)
-    if isinstance(value, (Tensor, Exp)) or hasattr(value, "shape"):
-        return Shape(value.shape)
-    raise TypeError(f"cannot assign {type(value).__name__} {value!r} to a tensor")
+def _remap_transpose(exp):
+    raise TypeError(f"transpose of {describe(exp.key)} needs mshadow.extension (import mshadow)")
+
+
+def install_remap_transpose(fn):
+    """The transpose of an expression holding a remap (an index map the views compose):
+    installed by mshadow/extension/views.py, the layer above this one."""
+    global _remap_transpose
+    _remap_transpose = fn
+
+
+_core.install_layer(transpose=transpose)

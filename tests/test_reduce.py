@@ -423,3 +423,9 @@ def test_repr_and_fields():
     e = -ms.reduce_keepdim(ms.new_tensor((2, 3), 0), 1, ms.red.minimum, mask=True)
     assert e.exp_type == ms.type.kComplex and e.shape == (2, 1) and e.code == "f32"
     assert "reduce_keepdim<red::minimum, true>" in repr(e) and "* -1.0" in repr(e)
+
+
+def test_plan_for_a_kcomplex_expression_says_what_evaluates_it():
+    x = ms.new_tensor((3, 4), 1)
+    with pytest.raises(TypeError, match="kComplex: its own engine"):
+        ms.plan_for(ms.new_tensor((4,)), ms.sum_rows(x))

@@ -10,7 +10,7 @@ float32 and float64 only. Shapes are checked with mshadow's messages.
 """
 from ..dtypes import float32, float64
 from ..errors import DTypeError, ShapeError
-from .gather import _code, gather
+from .build import _code, gather
 from .views import _compose, _source, _tensor
 
 _DTYPES = (float32, float64)

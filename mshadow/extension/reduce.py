@@ -26,6 +26,7 @@ from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _
 from ..op import _Reducer, red
 from ..readers import REDUCER_IDS
 from ..shape import Shape
+from .build import gather
 from .views import ViewExp
 
 Tensor = _core.Tensor
@@ -85,14 +86,14 @@ class ReduceExp(ScaledExp):
         the except_dim forms, which are kComplex in mshadow too."""
         if self.form == "except_dim":
             return None
-        from .gather import gather
-        shape, a, nd = tuple(self.src.shape), self.axis, len(self.src.shape)
+        src = _core.chained(self.src)      # a reduction of a reduction: chainers both
+        shape, a, nd = tuple(src.shape), self.axis, len(src.shape)
         red_id, mask = REDUCER_IDS[self.reducer.name], int(self.mask)
         if a == nd - 1:
-            e = gather("reduce_last", [self.src], self.shape, self.code, red=red_id, mask=mask,
+            e = gather("reduce_last", [src], self.shape, self.code, red=red_id, mask=mask,
                        C=shape[-1], W=self.shape[-1])
         else:
-            e = gather("reduce_axis", [self.src], self.shape, self.code, red=red_id, mask=mask,
+            e = gather("reduce_axis", [src], self.shape, self.code, red=red_id, mask=mask,
                        B=shape[a], M=Shape(shape).prod_shape(a + 1, nd - 1))
         return e if self.scale == 1 else e * self.scale
 

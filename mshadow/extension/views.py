@@ -19,6 +19,8 @@ from ..errors import ShapeError
 from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, describe, kChainer, kComplex, \
     new_node, tcast
 from ..shape import Shape, as_shape
+from ..expr import install_remap_transpose
+from .build import gather
 from .targets import Target, assign_view, box_of_view, compose_boxes, write_box
 
 Tensor = _core.Tensor
@@ -380,7 +382,6 @@ class _NeedsGather(Exception):
 
 
 def _reshape_by_reader(src, shape):
-    from .gather import gather
     if isinstance(src, _core.MapExp):
         return _core.make_map(src.op, tuple(a if _is_scalar(a) else reshape(a, shape)
                                             for a in src.args))
@@ -515,3 +516,6 @@ def transpose_indices(src, src_shape, axes):
     if out is None:                    # a 0-D source shape: every index maps to 0
         out = idx * 0
     return out if code == "i64" else tcast(_NP_BY_CODE[code], out)
+
+
+install_remap_transpose(lambda exp: transpose_axes(exp, (1, 0)))
