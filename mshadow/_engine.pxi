@@ -279,6 +279,11 @@ cdef class Plan:
     cdef int *leaf_bind         # leaf (1-based) -> index into the expression's leaves
     cdef Py_ssize_t nbind, nscalar_bind   # the expression's leaves and scalars it binds
     cdef readonly tuple stage_plans       # the Plan of each stage's producer (program.stages)
+    # per stage: (schedule, consumer leaf (1-based), source position, leaf slice, scalar
+    # slice, result itemsize, result TypeFlag); read by every run (_stages.pxi _bind)
+    cdef tuple stage_info
+    cdef frozenset staged_leaves          # consumer leaves (1-based) a stage fills, not a gather
+    cdef dict gather_binds                # gather leaf (1-based) -> per source: binding or -1
 
     def __cinit__(self, program):
         self.program = program
@@ -305,6 +310,16 @@ cdef class Plan:
         self.leaf_bind[0] = -1
         self.nbind, self.nscalar_bind = program.nbind, program.nscalar_bind
         self.stage_plans = tuple(Plan(st.program) for st in program.stages)
+        self.stage_info = tuple(
+            (_SCHEDULES[st.schedule], st.consumer + 1, st.pos,
+             st.leaf_base, st.leaf_base + st.nleaves, st.scalar_base,
+             st.scalar_base + st.nscalars, _CODE_SIZE[st.program.dst_code],
+             _CODE_NUM[st.program.dst_code]) for st in program.stages)
+        self.staged_leaves = frozenset(st.consumer + 1 for st in program.stages
+                                       if program.leaf_roles[st.consumer] != "gather")
+        self.gather_binds = {k + 1: tuple(program.leaf_bind[i] if kind == "leaf" else -1
+                                          for kind, i in srcs)
+                             for k, srcs in program.gather_srcs.items()}
         for k, t in enumerate(program.leaf_transposed):
             self.leaf_bind[k + 1] = program.leaf_bind[k]
             self.leaf_t[k + 1] = t

@@ -13,6 +13,19 @@ cdef class GatherArgs:
     cdef readonly tuple src_shapes    # each source's shape (a Shape)
     cdef readonly tuple index         # (source position, exclusive bound) of an index source
     cdef tuple snapshot               # per source: (shape, stride) of a tensor read in place
+    cdef dict _bounds                 # source position -> its bounds form, bound to params
+
+    cdef object bounds(self, int pos):
+        """bounds(a0, a1) of source ``pos``: the reader row's bounds form with this gather's
+        parameters (readers.Reader.src_rows), made on first use."""
+        if self._bounds is None:
+            self._bounds = {}
+        fn = self._bounds.get(pos)
+        if fn is None:
+            reader = READERS_BY_NAME[self.name]
+            fn = functools.partial(reader.rows_of(pos), dict(zip(reader.params, self.params)))
+            self._bounds[pos] = fn
+        return fn
 
     @property
     def name(self):

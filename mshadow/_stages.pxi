@@ -190,8 +190,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
     cdef GatherArgs ga
     cdef Py_ssize_t rr, rc, inner = -1
     cdef int role
-    cdef set staged_views = {s.consumer + 1 for s in plan.program.stages
-                             if plan.program.leaf_roles[s.consumer] != "gather"}
+    cdef frozenset staged_views = plan.staged_leaves
     for k in range(1, nl + 1):
         L = &b.lv[k]
         L.nmap = 0
@@ -208,8 +207,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             if ga.shape != shape:
                 raise ShapeError(f"Assignment: {ga.name} of shape {ga.shape} does not "
                                  f"match target {shape}")
-            srcs = tuple(leaves[plan.leaf_bind[idx + 1]] if kind == "leaf" else None
-                         for kind, idx in plan.program.gather_srcs[k - 1])
+            srcs = tuple(leaves[i] if i >= 0 else None for i in plan.gather_binds[k])
             ga.check_sources(srcs)
             ga.bind(&b.gv[k], srcs)
             L.gather = &b.gv[k]
@@ -293,11 +291,10 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
     b.stages = []
     b.bands = []
     cdef _StageRun st
-    for j, info in enumerate(plan.program.stages):
+    cdef Py_ssize_t l0, l1, s0, s1
+    for j, info in enumerate(plan.stage_info):
         st = _StageRun.__new__(_StageRun)
-        st.schedule = _SCHEDULES[info.schedule]
-        st.consumer = info.consumer + 1
-        st.pos = info.pos
+        st.schedule, st.consumer, st.pos, l0, l1, s0, s1, st.itemsize, st.type_flag = info
         role = plan.leaf_role[st.consumer]
         st.feeds = FEEDS_GATHER if role == ROLE_GATHER else (
             FEEDS_VIEW if role == ROLE_VIEW else FEEDS_GEMM)
@@ -305,20 +302,14 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             st.args = leaves[plan.leaf_bind[st.consumer]]
             pshape = st.args.src_shapes[st.pos]
             if st.schedule != SCHED_WHOLE:
-                reader = READERS_BY_NAME[st.args.name]
-                st.bounds = functools.partial(reader.rows_of(st.pos),
-                                              dict(zip(reader.params, st.args.params)))
+                st.bounds = st.args.bounds(st.pos)
         else:
             st.view = leaves[plan.leaf_bind[st.consumer]]
             pshape = st.view.src.shape      # the dense tensor the view's strides address
         st.nd = len(pshape)
         st.rows, st.cols = _prod(pshape[:-1]), pshape[-1]
         sub = plan.stage_plans[j]
-        st.child = _bind(sub, leaves[info.leaf_base:info.leaf_base + info.nleaves],
-                         scalars[info.scalar_base:info.scalar_base + info.nscalars], pshape,
-                         dst, mems, False)
-        st.itemsize = _CODE_SIZE[sub.program.dst_code]
-        st.type_flag = _CODE_NUM[sub.program.dst_code]
+        st.child = _bind(sub, leaves[l0:l1], scalars[s0:s1], pshape, dst, mems, False)
         b.alias = b.alias or st.child.alias
         b.dense = False
         b.stages.append(st)
@@ -443,8 +434,21 @@ cdef int _run_staged(_Bound b, _Out *o, Py_ssize_t y_start, Py_ssize_t y_end,
     if not b.bands:
         return _exec(b, o, y_start, y_end, x_start, x_end, mems)
     cdef _StageRun st
-    cdef list by_cols = [st for st in b.bands if st.schedule == SCHED_COLS]
     cdef Py_ssize_t band, y0, y1, elems, x0, x1, width
+    if (y_end - y_start) * (x_end - x_start) <= BAND_ELEMS:
+        # a small output: one band, unless a box it reads would exceed a band's size
+        for st in b.bands:
+            if (st.box_elems(y_start, y_end) if st.schedule == SCHED_ROWS
+                    else st.box_elems(x_start, x_end)) > BAND_ELEMS:
+                break
+        else:
+            for st in b.bands:
+                if st.schedule == SCHED_ROWS:
+                    st.fill(b, y_start, y_end)
+                else:
+                    st.fill(b, x_start, x_end)
+            return _exec(b, o, y_start, y_end, x_start, x_end, mems)
+    cdef list by_cols = [st for st in b.bands if st.schedule == SCHED_COLS]
     if by_cols:
         for st in b.bands:
             if st.schedule == SCHED_ROWS:

@@ -60,6 +60,11 @@ class Reader:
 
     def pack(self, **params):
         """The parameters in the kernel's order; every name given, none unknown."""
+        if len(params) == len(self.params):
+            try:
+                return tuple([int(params[p]) for p in self.params])
+            except KeyError:
+                pass
         missing = [p for p in self.params if p not in params]
         extra = [p for p in params if p not in self.params]
         if missing or extra:
