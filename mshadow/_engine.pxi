@@ -208,6 +208,7 @@ def have_openmp():
 # each). The fast path of t[:] = exp (_assign) reads it; the engine fills it (get_plan).
 from collections import OrderedDict as _OrderedDict
 PLANS = _OrderedDict()
+_plan_store = PLANS
 cdef Py_ssize_t _plan_cache_size = 2048
 cdef Py_ssize_t _plan_hits = 0, _plan_misses = 0
 

@@ -131,6 +131,10 @@ cdef class _StageRun:
         return 0
 
 
+DEF INLINE_LEAVES = 8      # a plan of up to 7 leaves and 8 scalars binds with no malloc
+
+
+@cython.freelist(16)
 cdef class _Bound:
     """A plan bound to one run's data: every leaf checked and its address taken once, the
     gathers' arguments and the scalars stored, each stage's producer bound below it. It
@@ -142,13 +146,15 @@ cdef class _Bound:
     cdef Py_ssize_t rows, cols
     cdef bint dense            # every leaf a dense tensor read in place, untransposed
     cdef bint alias            # reads the destination at other positions than it writes
-    cdef list stages           # _StageRun per stage
-    cdef list bands            # the stages evaluated band by band
+    cdef list stages           # _StageRun per stage (None: the plan has none)
+    cdef list bands            # the stages evaluated band by band (None: no stage)
+    cdef char *heap            # lv, gv and sv when they do not fit inline
+    cdef ms_leaf lv_inline[INLINE_LEAVES]
+    cdef ms_gather gv_inline[INLINE_LEAVES]
+    cdef char sv_inline[16 * INLINE_LEAVES]
 
     def __dealloc__(self):
-        free(self.lv)
-        free(self.gv)
-        free(self.sv)
+        free(self.heap)
 
     cdef void release(self) except *:
         """Give every stage's scratch back to the arena (the run has ended)."""
@@ -175,12 +181,21 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
     cdef _Bound b = _Bound.__new__(_Bound)
     b.plan = plan
     cdef Py_ssize_t nl = plan.nleaf, k
-    b.lv = <ms_leaf *> malloc((nl + 1) * sizeof(ms_leaf))
-    b.gv = <ms_gather *> malloc((nl + 1) * sizeof(ms_gather))
-    b.sv = <char *> malloc(16 * max(plan.nscalar, 1))
-    if b.lv == NULL or b.gv == NULL or b.sv == NULL:
-        raise MemoryError()
-    shape = as_shape(shape)
+    cdef size_t lbytes = (nl + 1) * sizeof(ms_leaf), gbytes = (nl + 1) * sizeof(ms_gather)
+    cdef char *mem
+    b.heap = NULL
+    if nl + 1 <= INLINE_LEAVES and plan.nscalar <= INLINE_LEAVES:
+        b.lv, b.gv, b.sv = b.lv_inline, b.gv_inline, b.sv_inline
+    else:
+        mem = <char *> malloc(lbytes + gbytes + 16 * max(plan.nscalar, 1))
+        if mem == NULL:
+            raise MemoryError()
+        b.heap = mem
+        b.lv = <ms_leaf *> mem
+        b.gv = <ms_gather *> (mem + lbytes)
+        b.sv = mem + lbytes + gbytes
+    if type(shape) is not Shape:
+        shape = as_shape(shape)
     cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
     b.rows, b.cols = rows, cols
     b.dense = True
@@ -288,9 +303,11 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
         a = plan.scalar_arg[k]
         _store_scalar(b.sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
                       plan.const_value[k] if a < 0 else scalars[a])
+    cdef _StageRun st
+    if not plan.stage_info:           # one pass: nothing more to bind
+        return b
     b.stages = []
     b.bands = []
-    cdef _StageRun st
     cdef Py_ssize_t l0, l1, s0, s1
     for j, info in enumerate(plan.stage_info):
         st = _StageRun.__new__(_StageRun)
@@ -323,6 +340,8 @@ cdef int _fill_whole(_Bound b, bint every) except -1:
     banded stages too: a run that does not band), and check the indices they hold. Runs
     before anything is stored."""
     cdef _StageRun st
+    if b.stages is None:
+        return 0
     for st in b.stages:
         _fill_whole(st.child, every)
         if every and st.schedule != SCHED_WHOLE:
@@ -333,7 +352,7 @@ cdef int _fill_whole(_Bound b, bint every) except -1:
                     st.args.index[0] == st.pos:
                 st.args.check_index(_scratch_array(st))
     if every:
-        b.bands = []
+        b.bands = None
     return 0
 
 

@@ -644,6 +644,7 @@ cdef object _up_assign = None      # engine.assign(dst, value, saver)
 cdef object _up_transpose = None   # expr.transpose(exp)
 cdef object _up_dot = None         # dot.dot(lhs, rhs)
 cdef object _up_io = None          # the io module: save_binary, load_into_container
+cdef object _plan_store = None     # PLANS (_engine.pxi), read at C speed by the fast path
 
 
 def install_layer(*, assign=None, transpose=None, dot=None, io=None):
@@ -679,10 +680,10 @@ cdef _assign(Tensor dst, object value, str saver):
         e = <Exp> value
         if e.exp_type != 7 and e.shape == dst.shape:
             ck = (e.key, _CODE_BY_FLAG[dst.type_flag], saver, dst.device)
-            plan = PLANS.get(ck)
+            plan = _plan_store.get(ck)
             if type(plan) is Plan and e.code == _CODE_BY_FLAG[dst.type_flag]:
                 try:
-                    PLANS.move_to_end(ck)
+                    _plan_store.move_to_end(ck)
                 except KeyError:        # another thread evicted it meanwhile: still valid
                     pass
                 if run_plan(<Plan> plan, dst, e.leaves, e.scalars):
