@@ -39,6 +39,9 @@ import threading
 import time
 
 import numpy as np
+
+from references import (EPS, F32, F64, I32, MANT, _max, _out_extent, np_col2im, np_im2col,
+                        np_pad, np_upsample, Node)
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 from hypothesis import HealthCheck, Phase, given, note, settings, strategies as st
@@ -46,9 +49,6 @@ from hypothesis import HealthCheck, Phase, given, note, settings, strategies as 
 import mshadow as ms
 from mshadow.expr import kComplex
 
-F32, F64, I32 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32)
-MANT = {F32: 24, F64: 53}
-EPS = {F32: 2.0 ** -23, F64: 2.0 ** -52}      # one ulp at 1
 BAND = 262144                                 # _stages.pxi BAND_ELEMS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,14 +69,6 @@ def np_pool(a, ky, kx, sy, sx, red):
     return w.sum(axis=(-2, -1)) if red == "sum" else w.max(axis=(-2, -1))
 
 
-def np_pad(a, py, px):
-    return np.pad(a, [(0, 0)] * (a.ndim - 2) + [(py, py), (px, px)])
-
-
-def np_upsample(a, s):
-    return np.repeat(np.repeat(a, s, axis=-2), s, axis=-1)
-
-
 def np_chpool(a, nsize, red):
     """chpool(src, nsize, red) with stride 1 and pad nsize // 2 (odd nsize): oC == C and
     output channel c reduces channels [c - pad, c - pad + nsize) clipped to [0, C)."""
@@ -87,41 +79,6 @@ def np_chpool(a, nsize, red):
         win = a[..., lo:hi, :, :]
         out[..., c, :, :] = win.sum(axis=-3) if red == "sum" else win.max(axis=-3)
     return out
-
-
-def _extent(size, k, s, d):
-    return (size - (d * (k - 1) + 1)) // s + 1
-
-
-def np_im2col(img, ky, kx, sy, sx, dy, dx):
-    """unpack_patch2col: row (c*ky + i)*kx + j, column (n*oh + oy)*ow + ox holds
-    img[n, c, oy*sy + i*dy, ox*sx + j*dx]."""
-    C, H, W = img.shape[-3:]
-    im = img.reshape((-1, C, H, W))
-    oh, ow = _extent(H, ky, sy, dy), _extent(W, kx, sx, dx)
-    out = np.zeros((C * ky * kx, im.shape[0] * oh * ow), img.dtype)
-    for c in range(C):
-        for i in range(ky):
-            for j in range(kx):
-                taps = im[:, c, i * dy:i * dy + sy * (oh - 1) + 1:sy,
-                          j * dx:j * dx + sx * (ow - 1) + 1:sx]
-                out[(c * ky + i) * kx + j] = taps.reshape(-1)
-    return out
-
-
-def np_col2im(mat, imshape, ky, kx, sy, sx, dy, dx):
-    """pack_col2patch: each pixel sums every entry of ``mat`` im2col reads from it."""
-    C, H, W = imshape[-3:]
-    oh, ow = _extent(H, ky, sy, dy), _extent(W, kx, sx, dx)
-    n = int(np.prod(imshape[:-3], dtype=np.int64))
-    out = np.zeros((n, C, H, W), mat.dtype)
-    for c in range(C):
-        for i in range(ky):
-            for j in range(kx):
-                out[:, c, i * dy:i * dy + sy * (oh - 1) + 1:sy,
-                    j * dx:j * dx + sx * (ow - 1) + 1:sx] += \
-                    mat[(c * ky + i) * kx + j].reshape(n, oh, ow)
-    return out.reshape(imshape)
 
 
 def np_cmul(a, b):
@@ -185,10 +142,6 @@ def _combine(old, saver, val):
 
 # ---- 1. random nested trees ----------------------------------------------------------------
 
-def _max(v):
-    return float(np.max(np.abs(v))) if np.size(v) else 0.0
-
-
 def _exact_like(v, dt, scale=1.0):
     """Values that ``dt`` holds exactly and every partial result of a sum of terms up to
     ``scale`` times them does too: multiples of 1/16 below 2**(MANT - 4)."""
@@ -206,20 +159,9 @@ def rnd(v, dt, exact):
     return EPS[dt] * _max(v)
 
 
-class N:
-    """An operand: mshadow ``e``, oracle ``v`` (float64 or int64), error bound ``err``."""
-    __slots__ = ("e", "v", "err", "dt", "desc")
-
-    def __init__(self, e, v, err, dt, desc):
-        self.e, self.v, self.err, self.dt, self.desc = e, v, float(err), dt, desc
-
-    @property
-    def m(self):
-        return _max(self.v)
-
-    @property
-    def shape(self):
-        return tuple(np.shape(self.v))
+def N(e, v, err, dt, desc):
+    """An operand (references.Node): mshadow ``e``, oracle ``v``, error bound ``err``."""
+    return Node(e, v, err, desc, dt)
 
 
 def _oracle(vals, dt):
@@ -519,7 +461,7 @@ def k_col2im(g, o, dt, depth):
     dy = g.i(1, 2) if 2 * (ky - 1) + 1 <= H else 1
     dx = g.i(1, 2) if 2 * (kx - 1) + 1 <= W else 1
     sy, sx = g.i(1, 2), g.i(1, 2)
-    oh, ow = _extent(H, ky, sy, dy), _extent(W, kx, sx, dx)
+    oh, ow = _out_extent(H, ky, sy, dy), _out_extent(W, kx, sx, dx)
     src = (C * ky * kx, n * oh * ow)
     if not g.sized(src):
         return None
