@@ -37,6 +37,23 @@ def as_device(device):
     raise DeviceError(f"unknown device {device!r} (expected mshadow.cpu or mshadow.gpu)")
 
 
+def check_devices(where, dst=None, srcs=()):
+    """The device check, made here only: the destination's device ``dst`` (None when there
+    is none) and every operand's in ``srcs`` must be one device (a DeviceError names them),
+    and one this build evaluates on: the CPU (the CUDA backend is not built yet)."""
+    devices = set(srcs) | ({dst} if dst is not None else set())
+    if len(devices) > 1:
+        names = ", ".join(sorted(d.name for d in set(srcs)))
+        got = (f"the destination on {dst.name}, operands on {names}" if dst is not None
+               else f"operands on {names}")
+        raise DeviceError(f"{where}: tensors of different devices ({got}); use ms.copy "
+                          f"between devices")
+    device = devices.pop() if devices else cpu
+    if device is not cpu:
+        raise DeviceError(f"{where}: {device.name} tensors need the CUDA backend, which is "
+                          f"not available in this build")
+
+
 class Stream:
     """``Stream<cpu>``: work on the CPU is synchronous, so wait() returns at once."""
 

@@ -6,9 +6,9 @@ Owns mshadow's kComplex DotEngine: products stay lazy until assigned, then go to
 
 from . import _core, ir
 import importlib
-from .device import cpu
+from .device import check_devices
 from .engine import register_complex
-from .errors import DeviceError, DTypeError, ShapeError
+from .errors import DTypeError, ShapeError
 from .expr import (ScaledExp, TransposeExp, scale_value, _CODE_BY_FLAG, _as_operand,
                    describe, kComplex)
 from .shape import Shape
@@ -87,8 +87,7 @@ def _common(a, b, where):
     if a.type_flag != b.type_flag:
         raise DTypeError(f"{where}: operands have different dtypes {a.dtype} and {b.dtype}; "
                          f"use ms.tcast to convert one of them")
-    if a.device is not b.device:
-        raise DeviceError(f"{where}: operands on different devices ({a.device}, {b.device})")
+    check_devices(where, None, (a.device, b.device))
     return _CODE_BY_FLAG[a.type_flag]
 
 
@@ -195,12 +194,7 @@ def _check_dst(dst, exp, where):
     if dst.type_flag != exp.lhs.type_flag:
         raise DTypeError(f"{where}: product of dtype {exp.lhs.dtype} into a tensor of dtype "
                          f"{dst.dtype}; use ms.tcast")
-    if dst.device is not exp.lhs.device or dst.device is not cpu:
-        if dst.device is not exp.lhs.device:
-            raise DeviceError(f"{where}: destination on {dst.device}, operands on "
-                              f"{exp.lhs.device}")
-        raise DeviceError(f"{where}: GPU tensors need the CUDA backend (cuBLAS), which is not "
-                          f"available")
+    check_devices(where, dst.device, (exp.lhs.device,))
 
 
 def _eval(dst, exp, saver):

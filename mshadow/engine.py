@@ -17,7 +17,8 @@ from . import _core, fallback, ir
 from .lower.cpu import compile_plan, read_in_place, strided_dst, UntracedOp
 from .readers import READERS_BY_NAME
 from .dtypes import CODE_BY_FLAG as _CODE_BY_FLAG, NP_BY_CODE as _NP_BY_CODE, compute_code
-from .errors import DeviceError, DTypeError, ShapeError
+from .device import check_devices
+from .errors import DTypeError, ShapeError
 from .expr import Exp, ScalarExp, _is_scalar, _scalar_value, kComplex
 
 Tensor = _core.Tensor
@@ -61,8 +62,7 @@ def get_plan(node, dst_code, saver, device=_core.cpu, strided=False):
     ck = (node, dst_code, saver, device, "strided") if strided else (node, dst_code, saver, device)
     plan = _core.cached_plan(ck)
     if plan is None:
-        if device is not _core.cpu:
-            raise DeviceError("GPU tensors need the CUDA backend, which is not available")
+        check_devices("Assignment", device)
         try:
             prog = compile_plan(node, dst_code, saver)
             plan = _Plan(strided_dst(prog) if strided else prog)
@@ -78,9 +78,7 @@ def _parts(dst, value):
     if isinstance(value, Exp):
         return value.key, value.leaves, value.scalars, value.code, value.shape
     if isinstance(value, Tensor):
-        if value.device is not dst.device:
-            raise DeviceError(f"Assignment: a {value.device.name} tensor to a {dst.device.name} "
-                              f"tensor; use ms.copy between devices")
+        check_devices("Assignment", dst.device, (value.device,))
         return (ir.LEAF[_CODE_BY_FLAG[value.type_flag]], (value,), (),
                 _CODE_BY_FLAG[value.type_flag], value.shape)
     if _is_scalar(value):

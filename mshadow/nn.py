@@ -13,8 +13,8 @@ import numbers
 import numpy as np
 
 from . import _core
-from .device import cpu
-from .errors import DeviceError, DTypeError, ShapeError
+from .device import check_devices
+from .errors import DTypeError, ShapeError
 from .extension.reduce import (check_dst, check_keep_lowest, check_reducer, check_saver,
                                reduce_into, scale_value, source, source_devices)
 from .op import red
@@ -33,9 +33,7 @@ def _tensor(x, where, what, ndims=None):
     if not isinstance(x, Tensor):
         raise TypeError(f"{where}: {what} must be a Tensor (or a numpy array), got "
                         f"{type(x).__name__}")
-    if x.device is not cpu:
-        raise DeviceError(f"{where}: {what} is a {x.device.name} tensor; this function runs on "
-                          f"the CPU")
+    check_devices(f"{where}: {what}", x.device)
     if ndims is not None and x.ndim not in ndims:
         want = " or ".join(f"{n}-D" for n in ndims)
         raise ShapeError(f"{where}: {what} must be {want}, got shape {tuple(x.shape)}")

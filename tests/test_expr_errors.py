@@ -155,6 +155,6 @@ def test_gpu_tensor_in_a_cpu_expression_is_a_device_error():
     c = ms.new_tensor((3,), init=1)
     with pytest.raises(ms.DeviceError, match="gpu tensor in a CPU expression"):
         c + g
-    with pytest.raises(ms.DeviceError, match="a gpu tensor to a cpu tensor"):
+    with pytest.raises(ms.DeviceError, match=r"Assignment: tensors of different devices \(the destination on cpu, operands on gpu\)"):
         c[:] = g
     assert (c.numpy() == 1).all()

@@ -768,11 +768,11 @@ def _zero_cases():
         return ms.pad(X * 2, 1), np.zeros((2, 3, 5, 2))
 
     def concat_part0():
-        (A, a), (B, b) = _z((2, 3, 0), 1), _z((2, 3, 4), 2)
+        (A, _), (B, b) = _z((2, 3, 0), 1), _z((2, 3, 4), 2)
         return ms.concat(A * 2, B + 1, 2), b + 1
 
     def take_idx0():
-        (I, i), (S, s) = _z((0,), 3), _z((3, 4), 4)
+        (I, _), (S, _) = _z((0,), 3), _z((3, 4), 4)
         return ms.take(I * 1.0, S * 2), np.zeros((0, 4))
 
     def take_cols0():

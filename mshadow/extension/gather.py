@@ -11,9 +11,9 @@ import math
 import operator
 import struct
 
-from .. import _core, engine, ir
+from .. import _core
 from ..errors import DTypeError, ShapeError
-from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, kChainer, new_node, tcast
+from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, tcast
 from ..shape import Shape
 from ..dtypes import as_dtype, type_flag
 from .build import GatherExp, _code, gather

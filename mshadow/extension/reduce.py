@@ -17,10 +17,10 @@ import numbers
 import numpy as np
 
 from .. import _core, ir
-from ..device import cpu
+from ..device import check_devices, cpu
 from ..engine import assign, get_plan, register_complex
 from ..dtypes import compute_code
-from ..errors import DeviceError, DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError
 from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
                     describe, kComplex)
 from ..op import _Reducer, red
@@ -401,9 +401,7 @@ def check_dst(dst, exp_code, devices, where):
     """The checks that precede any store: a live, writable CPU tensor of the right dtype."""
     if not isinstance(dst, Tensor):
         raise TypeError(f"{where}: destination must be a Tensor, got {type(dst).__name__}")
-    if dst.device is not cpu or any(d is not cpu for d in devices):
-        raise DeviceError(f"{where}: reductions run on the CPU; destination on {dst.device}, "
-                          f"source on {', '.join(sorted({str(d) for d in devices})) or 'cpu'}")
+    check_devices(where, dst.device, devices)
     dst.dptr    # raises FreedTensorError before anything is computed
     if dst.readonly:
         raise ValueError(f"{where}: assignment destination is read-only")
@@ -471,8 +469,7 @@ def sum(exp):  # noqa: A001  ms.sum, as numpy's; `from mshadow import *` leaves 
         key, shape, code = ir.LEAF[_CODE_BY_FLAG[exp.type_flag]], exp.shape, \
             _CODE_BY_FLAG[exp.type_flag]
         leaves, scalars = (exp,), ()
-        if exp.device is not cpu:
-            raise DeviceError("sum: GPU tensors need the CUDA backend, which is not available")
+        check_devices("sum", exp.device)
     else:
         if exp.exp_type == kComplex:
             raise TypeError(f"sum: a {describe(exp.key)} expression (kComplex) cannot be "
