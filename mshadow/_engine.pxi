@@ -463,23 +463,34 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     dst.data()
+    # dst's address and geometry now, and its memory pinned before any Python code runs:
+    # another thread may free or resize it while the leaves are bound
     cdef _Out o
-    cdef list mems = [dst.mem]
+    _out_tensor(&o, dst, True)
+    cdef bint dense_dst = o.contiguous
+    cdef Py_ssize_t rows = o.rows, cols = o.cols
+    shape = dst.shape
+    cdef list mems = []
     cdef _Bound b
     if not plan.stage_plans:      # one pass, nothing staged: the per-statement fast path
-        b = _bind(plan, leaves, scalars, dst.shape, dst, mems)
-        if b.alias:
-            return False
-        _out_tensor(&o, dst, b.dense)
-        _exec(b, &o, 0, dst.rows, 0, dst.cols, mems)
+        _pin_now(dst.mem, mems)
+        try:
+            b = _bind(plan, leaves, scalars, shape, dst, mems)
+            if b.alias:
+                return False
+            o.contiguous = b.dense and dense_dst
+            _exec(b, &o, 0, rows, 0, cols)
+        finally:
+            _unpin(mems)
+        _warn_run(b)
         return True
-    with _Run(plan, leaves, scalars, dst.shape, dst, True) as r:
+    with _Run(plan, leaves, scalars, shape, dst, True) as r:
         b = r.bound
         if b.alias:
             return False
         _fill_whole(b, False)
-        _out_tensor(&o, dst, b.dense)
-        _run_staged(b, &o, 0, dst.rows, 0, dst.cols, None)
+        o.contiguous = b.dense and dense_dst
+        _run_staged(b, &o, 0, rows, 0, cols)
     return True
 
 
@@ -496,7 +507,7 @@ def run_through_temporary(Plan to_tmp, Plan from_tmp, Tensor dst, tuple leaves,
     with _Run(to_tmp, leaves, scalars, dst.shape, dst) as r:
         _fill_whole(<_Bound> r.bound, False)
         _out_tensor(&o, tmp, (<_Bound> r.bound).dense)
-        _run_staged(<_Bound> r.bound, &o, 0, tmp.rows, 0, tmp.cols, None)
+        _run_staged(<_Bound> r.bound, &o, 0, tmp.rows, 0, tmp.cols)
         run_plan(from_tmp, dst, (tmp,), ())
 
 
@@ -520,7 +531,7 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
                 parts.itemsize, rows, cols)
         o.leaf.per_block = 1
         o.contiguous = contiguous
-        _exec(<_Bound> r.bound, &o, 0, rows, 0, cols, None)
+        _exec(<_Bound> r.bound, &o, 0, rows, 0, cols)
     return parts[:nparts]
 
 
@@ -543,7 +554,7 @@ def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch,
         _out_at(&o, scratch.data() - r0 * scratch.stride * scratch.itemsize,
                 scratch.stride * scratch.itemsize, scratch.itemsize, rows, cols)
         o.contiguous = (<_Bound> r.bound).dense and _dense(scratch)
-        _run_staged(<_Bound> r.bound, &o, r0, r1, 0, cols, None)
+        _run_staged(<_Bound> r.bound, &o, r0, r1, 0, cols)
 
 
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
@@ -571,7 +582,7 @@ def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axi
                     A * B * M, cols)
             o.leaf.per_block = 2
             o.gB, o.gM, o.gR = B, M, R
-            _exec(<_Bound> r.bound, &o, 0, A * B * M, 0, cols, None)
+            _exec(<_Bound> r.bound, &o, 0, A * B * M, 0, cols)
     return acc
 
 
@@ -688,13 +699,14 @@ def run_plan_view(Plan plan, ViewLeaf dst, tuple leaves, tuple scalars):
                          "plan's strided form (engine.get_plan(..., strided=True))")
     cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
     cdef _Out o
+    cdef _Out view_out         # the view's address now, pinned with its tensor at once
+    _out_at(&view_out, NULL, 0, 0, _prod(shape[:-1]), shape[-1])
+    _bind_view(&view_out.leaf, dst)
     with _Run(plan, leaves, scalars, shape, base) as r:
         if _reads_view_elsewhere(plan, dst, leaves):
             return False
         _fill_whole(<_Bound> r.bound, True)
-        _out_at(&o, NULL, 0, 0, rows, cols)
-        _bind_view(&o.leaf, dst)
-        _exec(<_Bound> r.bound, &o, 0, rows, 0, cols, None)
+        _exec(<_Bound> r.bound, &view_out, 0, rows, 0, cols)
     return True
 
 

@@ -115,7 +115,7 @@ cdef class _StageRun:
         if r1 > r0 and c1 > c0:
             _out_at(&o, origin, width * isz, isz, self.rows, self.cols)
             o.contiguous = self.child.dense and c0 == 0 and c1 == self.cols
-            _run_staged(self.child, &o, r0, r1, c0, c1, None)
+            _run_staged(self.child, &o, r0, r1, c0, c1)
         if self.feeds == FEEDS_GATHER:
             g = &parent.gv[self.consumer]
             # a 1-D source (an index or a value vector) is read one element per "row"
@@ -135,6 +135,11 @@ DEF INLINE_LEAVES = 8      # a plan of up to 7 leaves and 8 scalars binds with n
 
 
 @cython.freelist(16)
+cdef class _RunFlags:
+    cdef int value
+
+
+@cython.freelist(16)
 cdef class _Bound:
     """A plan bound to one run's data: every leaf checked and its address taken once, the
     gathers' arguments and the scalars stored, each stage's producer bound below it. It
@@ -146,6 +151,8 @@ cdef class _Bound:
     cdef Py_ssize_t rows, cols
     cdef bint dense            # every leaf a dense tensor read in place, untransposed
     cdef bint alias            # reads the destination at other positions than it writes
+    cdef _RunFlags flags       # the MS_RUN_* flags the run's kernels reported (shared by
+                               # every binding of the run: no reference back up, no cycle)
     cdef list stages           # _StageRun per stage (None: the plan has none)
     cdef list bands            # the stages evaluated band by band (None: no stage)
     cdef char *heap            # lv, gv and sv when they do not fit inline
@@ -168,10 +175,12 @@ cdef class _Bound:
 
 
 cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor dst,
-                  list mems, bint top=True):
+                  list mems, bint top=True, _RunFlags flags=None):
     """Bind ``plan`` to the leaves and scalars of an expression of ``shape``: check every
     leaf (alive, of the right geometry, unchanged since built), take every address, store the
-    scalars, bind every stage's producer. ``mems`` receives every allocation read. With
+    scalars, bind every stage's producer. Every allocation read is pinned the moment its
+    address is taken (no Python code runs in between, so no other thread can free it
+    first) and put in ``mems``, for the caller to unpin when the run ends. With
     ``dst``, whether a leaf reads dst's bytes at other positions than it writes
     (``alias``): at ``top`` a map leaf may read the very elements written; a leaf under a
     stage is read at remapped positions, so any overlap counts."""
@@ -180,6 +189,10 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
                          f"got {len(leaves)} and {len(scalars)}")
     cdef _Bound b = _Bound.__new__(_Bound)
     b.plan = plan
+    if flags is None:
+        flags = _RunFlags.__new__(_RunFlags)
+        flags.value = 0
+    b.flags = flags
     cdef Py_ssize_t nl = plan.nleaf, k
     cdef size_t lbytes = (nl + 1) * sizeof(ms_leaf), gbytes = (nl + 1) * sizeof(ms_gather)
     cdef char *mem
@@ -225,6 +238,10 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             srcs = tuple(leaves[i] if i >= 0 else None for i in plan.gather_binds[k])
             ga.check_sources(srcs)
             ga.bind(&b.gv[k], srcs)
+            for src in srcs:
+                if src is not None:
+                    t = (<ViewLeaf> src).src if isinstance(src, ViewLeaf) else src
+                    _pin_now((<Tensor> t).mem, mems)
             L.gather = &b.gv[k]
             if ga.index is not None and srcs[ga.index[0]] is not None:
                 ga.check_index((<Tensor> srcs[ga.index[0]]).numpy())
@@ -232,7 +249,6 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
                 if src is None:
                     continue
                 t = (<ViewLeaf> src).src if isinstance(src, ViewLeaf) else src
-                mems.append((<Tensor> t).mem)
                 if dst is not None and _overlaps(<Tensor> t, dst):
                     b.alias = True
             b.dense = False
@@ -248,7 +264,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             if k in staged_views:           # its values come from a stage (bound there)
                 continue
             _bind_view(L, vl)
-            mems.append(vl.src.mem)
+            _pin_now(vl.src.mem, mems)
             if dst is not None and _overlaps(vl.src, dst):
                 b.alias = True
             continue
@@ -259,7 +275,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
                 L.inner = rc
             else:
                 _bind_gemm_view(L, vl, vl.data())
-                mems.append(vl.src.mem)
+                _pin_now(vl.src.mem, mems)
                 if dst is not None and _overlaps(vl.src, dst):
                     b.alias = True
             if role == ROLE_GEMM_LHS:
@@ -274,6 +290,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             continue
         lf = <Tensor> obj
         L.ptr = lf.data()
+        _pin_now(lf.mem, mems)
         rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k] else (lf.rows, lf.cols)
         if role == ROLE_GEMM_LHS:     # implicit_dot lhs: (dst rows, K)
             if rr != rows:
@@ -295,7 +312,6 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             L.rowstep, L.colstep, L.inner = lf.itemsize, lf.stride * lf.itemsize, lf.rows
         else:
             L.rowstep, L.colstep, L.inner = lf.stride * lf.itemsize, lf.itemsize, lf.cols
-        mems.append(lf.mem)
         if dst is not None and _overlaps(lf, dst) and (
                 not top or role != ROLE_MAP or plan.leaf_t[k] or not _same_elements(lf, dst)):
             b.alias = True
@@ -326,7 +342,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
         st.nd = len(pshape)
         st.rows, st.cols = _prod(pshape[:-1]), pshape[-1]
         sub = plan.stage_plans[j]
-        st.child = _bind(sub, leaves[l0:l1], scalars[s0:s1], pshape, dst, mems, False)
+        st.child = _bind(sub, leaves[l0:l1], scalars[s0:s1], pshape, dst, mems, False, b.flags)
         b.alias = b.alias or st.child.alias
         b.dense = False
         b.stages.append(st)
@@ -429,10 +445,12 @@ cdef int _bind_gemm_view(ms_leaf *L, ViewLeaf v, char *ptr) except -1:
     return 0
 
 
-cdef void _pin(list mems) noexcept:
-    for m in mems:
-        if m is not None:
-            (<Allocation> m).pin()
+cdef inline void _pin_now(Allocation m, list mems) except *:
+    """Pin ``m`` right after its address was taken, before any Python code can run and
+    another thread free or resize it (and remember it, to unpin when the run ends)."""
+    if m is not None:
+        m.pin()
+        mems.append(m)
 
 
 cdef void _unpin(list mems) noexcept:
@@ -443,15 +461,15 @@ cdef void _unpin(list mems) noexcept:
 
 # ---- evaluation ----------------------------------------------------------------------------
 cdef int _run_staged(_Bound b, _Out *o, Py_ssize_t y_start, Py_ssize_t y_end,
-                     Py_ssize_t x_start, Py_ssize_t x_end, list mems) except -1:
+                     Py_ssize_t x_start, Py_ssize_t x_end) except -1:
     """Rows [y_start, y_end) and columns [x_start, x_end) of ``b`` into ``o``: directly when
     no stage of ``b`` bands, else a band at a time, each band's boxes evaluated first. A
     stage banded by output columns (im2col) makes the bands column ranges of these rows;
-    the row-banded stages then take these rows whole. ``mems``: see _exec."""
+    the row-banded stages then take these rows whole."""
     if y_end <= y_start or x_end <= x_start:
         return 0
     if not b.bands:
-        return _exec(b, o, y_start, y_end, x_start, x_end, mems)
+        return _exec(b, o, y_start, y_end, x_start, x_end)
     cdef _StageRun st
     cdef Py_ssize_t band, y0, y1, elems, x0, x1, width
     if (y_end - y_start) * (x_end - x_start) <= BAND_ELEMS:
@@ -466,7 +484,7 @@ cdef int _run_staged(_Bound b, _Out *o, Py_ssize_t y_start, Py_ssize_t y_end,
                     st.fill(b, y_start, y_end)
                 else:
                     st.fill(b, x_start, x_end)
-            return _exec(b, o, y_start, y_end, x_start, x_end, mems)
+            return _exec(b, o, y_start, y_end, x_start, x_end)
     cdef list by_cols = [st for st in b.bands if st.schedule == SCHED_COLS]
     if by_cols:
         for st in b.bands:
@@ -478,7 +496,7 @@ cdef int _run_staged(_Bound b, _Out *o, Py_ssize_t y_start, Py_ssize_t y_end,
             x1 = _widen(by_cols, x0, _capped(by_cols, x0, min(x_end, x0 + width)), x_end)
             for st in by_cols:
                 st.fill(b, x0, x1)
-            _exec(b, o, y_start, y_end, x0, x1, mems)
+            _exec(b, o, y_start, y_end, x0, x1)
             x0 = x1
         return 0
     band = max(1, BAND_ELEMS // max(x_end - x_start, 1))
@@ -493,7 +511,7 @@ cdef int _run_staged(_Bound b, _Out *o, Py_ssize_t y_start, Py_ssize_t y_end,
                     min(y_end, y0 + 2 * band))
         for st in b.bands:
             st.fill(b, y0, y1)
-        _exec(b, o, y0, y1, x_start, x_end, mems)
+        _exec(b, o, y0, y1, x_start, x_end)
         y0 = y1
     return 0
 
@@ -551,11 +569,12 @@ cdef Py_ssize_t _last_row(list bands, Py_ssize_t y0, Py_ssize_t lo, Py_ssize_t h
 
 
 cdef int _exec(_Bound b, _Out *o, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t x0,
-               Py_ssize_t x1, list mems) except -1:
+               Py_ssize_t x1) except -1:
     """Run ``b``'s instructions over rows [y0, y1) and columns [x0, x1) of ``o``'s geometry
     (rows and columns keep their numbers). Releases the GIL when the run is large enough to
-    take threads; its allocations are then pinned: ``mems`` here, or (None) by the caller
-    for the whole run."""
+    take threads: every allocation it reads was pinned when its address was taken
+    (_bind). An integer division by zero is recorded in the run's flags (_RunFlags), and
+    reported once the run has stored everything (_warn_run)."""
     cdef Plan plan = b.plan
     cdef ms_program prog
     cdef Py_ssize_t rows = y1 - y0, cols = x1 - x0, n = rows * cols
@@ -593,21 +612,20 @@ cdef int _exec(_Bound b, _Out *o, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t x0,
         prog.block = max(BLOCK, (cols + prog.nthreads - 1) // prog.nthreads)
     if prog.nthreads == 1 and n < MIN_PER_THREAD:   # too short to release the GIL
         rc = ms_run_program(&prog)
-    elif mems is None:
+    else:
         with nogil:
             rc = ms_run_program(&prog)
-    else:
-        _pin(mems)
-        try:
-            with nogil:
-                rc = ms_run_program(&prog)
-        finally:
-            _unpin(mems)
     if rc & MS_RUN_NOMEM:
         raise MemoryError("could not allocate the per-thread registers of a plan")
     if rc & MS_RUN_GATHER_OOB:   # kernels never read out of range; indices were checked first
         raise IndexError("an index read from a tensor was out of range during evaluation")
-    if rc & MS_RUN_IDIV0:
+    b.flags.value |= rc
+    return 0
+
+
+cdef int _warn_run(_Bound b) except -1:
+    """What a finished run reports without failing: an integer division by zero."""
+    if b.flags.value & MS_RUN_IDIV0:
         warnings.warn("integer division by zero (the result is 0 there)", RuntimeWarning,
                       stacklevel=3)
     return 0
@@ -615,24 +633,35 @@ cdef int _exec(_Bound b, _Out *o, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t x0,
 
 cdef class _Run:
     """``with _Run(plan, leaves, scalars, shape, dst) as r``: ``r.bound`` is the plan bound
-    for this run, every allocation it reads (and ``dst``'s) pinned until the block ends,
-    and the stages' scratch returned to the arena then."""
+    for this run, every allocation it reads (and ``dst``'s) pinned from the moment its
+    address was taken until the block ends, the stages' scratch returned to the arena
+    then, and what the run reports (an integer division by zero) warned once, at the end."""
     cdef readonly _Bound bound
     cdef list mems
 
     def __cinit__(self, Plan plan, tuple leaves, tuple scalars, shape, Tensor dst=None,
                   bint alias_check=False):
-        self.mems = [] if dst is None else [dst.mem]
-        self.bound = _bind(plan, leaves, scalars, shape, dst if alias_check else None,
-                           self.mems)
+        self.mems = []
+        try:
+            if dst is not None:
+                dst.data()
+                _pin_now(dst.mem, self.mems)
+            self.bound = _bind(plan, leaves, scalars, shape, dst if alias_check else None,
+                               self.mems)
+        except BaseException:
+            _unpin(self.mems)
+            self.mems = []
+            raise
 
     def __enter__(self):
-        _pin(self.mems)
         return self
 
     def __exit__(self, *exc):
         _unpin(self.mems)
+        self.mems = []
         self.bound.release()
+        if exc[0] is None:
+            _warn_run(self.bound)
         return False
 
 

@@ -106,10 +106,14 @@ def test_special_values_follow_numpy(name, dtype):
     num = exact & ~np.isnan(want)
     assert np.array_equal(got[num], want[num]), (x[num], got[num], want[num])
     assert np.array_equal(np.signbit(got[num]), np.signbit(want[num])), (x[num], got[num])
-    # finite results within one ulp of numpy (numpy's own float32 exp(88.72) is 1 ulp off the
-    # correctly rounded value, which mshadow gives)
+    # finite results within one ulp of the correctly rounded value: long double's where it
+    # has the bits (numpy's own loops are not always: float32 exp(88.72) is 1 ulp off, and
+    # numpy 1.25's AVX-512 float64 exp(-1) 2 ulp), else numpy's
     fin = ~exact
     assert np.all(np.isfinite(got[fin])), (x[fin], got[fin])
+    if HAVE_LD:
+        with np.errstate(all="ignore"):
+            want = FUNCS[name](x.astype(LD)).astype(dtype)
     d = np.abs(_ordered(got[fin]) - _ordered(want[fin]))
     assert d.max(initial=0) <= 1, (x[fin][d > 1], got[fin][d > 1], want[fin][d > 1])
 
