@@ -203,14 +203,37 @@ def have_openmp():
 
 # ---- the plan cache: the only one, owned here ------------------------------------------
 # (IR node, dst code, saver, device[, "strided"]) -> Plan, or the engine's marker of a node
-# that holds an untraceable operator; least recently used first, bounded: a long-running
-# process that builds ever new structures keeps at most _plan_cache_size plans (a few KiB
-# each). The fast path of t[:] = exp (_assign) reads it; the engine fills it (get_plan).
-from collections import OrderedDict as _OrderedDict
-PLANS = _OrderedDict()
+# that holds an untraceable operator; bounded: a long-running process that builds ever new
+# structures keeps at most _plan_cache_size plans (a few KiB each). The fast path of
+# t[:] = exp (_assign) reads it; the engine fills it (get_plan). A hit costs one dict
+# lookup: it stamps the Plan with a use count (an ordered dict's move_to_end hashed the
+# nested key a second time on every statement); an insertion past the bound drops the
+# least recently used eighth.
+PLANS = {}
 _plan_store = PLANS
 cdef Py_ssize_t _plan_cache_size = 2048
 cdef Py_ssize_t _plan_hits = 0, _plan_misses = 0
+cdef unsigned long long _plan_tick = 0
+
+
+cdef inline void _stamp(object plan) noexcept:
+    global _plan_tick
+    if type(plan) is Plan:
+        _plan_tick += 1
+        (<Plan> plan).last_use = _plan_tick
+
+
+cdef unsigned long long _last_use(object plan) noexcept:
+    return (<Plan> plan).last_use if type(plan) is Plan else 0
+
+
+def _evict(Py_ssize_t keep):
+    """Drop the least recently used entries until at most ``keep`` remain."""
+    if len(PLANS) <= keep:
+        return
+    order = sorted(list(PLANS.items()), key=lambda kv: _last_use(kv[1]))
+    for key, _ in order[:len(order) - keep]:
+        PLANS.pop(key, None)     # another thread may have dropped it meanwhile
 
 
 def cached_plan(key):
@@ -222,18 +245,16 @@ def cached_plan(key):
         _plan_misses += 1
         return None
     _plan_hits += 1
-    try:
-        PLANS.move_to_end(key)
-    except KeyError:   # another thread evicted it meanwhile: it stays this call's plan
-        PLANS[key] = plan
+    _stamp(plan)
     return plan
 
 
 def cache_plan(key, plan):
-    """Keep ``plan`` under ``key``, dropping the least recently used past the bound."""
+    """Keep ``plan`` under ``key``; past the bound, drop the least recently used eighth."""
+    _stamp(plan)
     PLANS[key] = plan
-    while len(PLANS) > _plan_cache_size:
-        PLANS.popitem(last=False)
+    if len(PLANS) > _plan_cache_size:
+        _evict(_plan_cache_size - _plan_cache_size // 8)
 
 
 def plan_cache_counts():
@@ -254,8 +275,7 @@ def set_plan_cache_size(n):
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"set_plan_cache_size: expected an int >= 1, got {n!r}")
     _plan_cache_size = n
-    while len(PLANS) > n:
-        PLANS.popitem(last=False)
+    _evict(n)
 
 
 from .dtypes import DTYPES as _DTYPES
@@ -280,6 +300,7 @@ cdef class Plan:
     cdef int *leaf_bind         # leaf (1-based) -> index into the expression's leaves
     cdef Py_ssize_t nbind, nscalar_bind   # the expression's leaves and scalars it binds
     cdef readonly tuple stage_plans       # the Plan of each stage's producer (program.stages)
+    cdef unsigned long long last_use      # the plan cache's use stamp
     # per stage: (schedule, consumer leaf (1-based), source position, leaf slice, scalar
     # slice, result itemsize, result TypeFlag); read by every run (_stages.pxi _bind)
     cdef tuple stage_info

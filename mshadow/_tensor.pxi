@@ -644,7 +644,7 @@ cdef object _up_assign = None      # engine.assign(dst, value, saver)
 cdef object _up_transpose = None   # expr.transpose(exp)
 cdef object _up_dot = None         # dot.dot(lhs, rhs)
 cdef object _up_io = None          # the io module: save_binary, load_into_container
-cdef object _plan_store = None     # PLANS (_engine.pxi), read at C speed by the fast path
+cdef dict _plan_store = None       # PLANS (_engine.pxi), read at C speed by the fast path
 
 
 def install_layer(*, assign=None, transpose=None, dot=None, io=None):
@@ -682,10 +682,7 @@ cdef _assign(Tensor dst, object value, str saver):
             ck = (e.key, _CODE_BY_FLAG[dst.type_flag], saver, dst.device)
             plan = _plan_store.get(ck)
             if type(plan) is Plan and e.code == _CODE_BY_FLAG[dst.type_flag]:
-                try:
-                    _plan_store.move_to_end(ck)
-                except KeyError:        # another thread evicted it meanwhile: still valid
-                    pass
+                _stamp(plan)
                 if run_plan(<Plan> plan, dst, e.leaves, e.scalars):
                     return
     _up_assign(dst, value, saver)

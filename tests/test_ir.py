@@ -185,3 +185,27 @@ def test_no_import_circle_between_the_modules():
     for v in sorted(edges):
         if v not in state:
             visit(v, [])
+
+
+def test_the_plan_cache_evicts_the_least_recently_used():
+    # a hit stamps the plan (one dict lookup); an insertion past the bound drops the least
+    # recently used eighth: a structure in use is never compiled again
+    ms.clear_plan_cache()
+    ms.set_plan_cache_size(8)
+    try:
+        x, y = ms.new_tensor((4,), 1.0), ms.new_tensor((4,))
+        hot = x * 3.0 + 1.0
+        y[:] = hot
+        key = (hot.key, "f32", "saveto", ms.cpu)
+        plan = ms.engine._plans[key]
+        for n in range(1, 40):
+            e = x
+            for _ in range(n):           # a new structure each time
+                e = ms.F(ms.op.tanh, e)
+            y[:] = e
+            y[:] = hot                   # the hot one is used between every two
+            assert len(ms.engine._plans) <= 8
+        assert ms.engine._plans[key] is plan
+        np.testing.assert_allclose(y.numpy(), 4.0)
+    finally:
+        ms.set_plan_cache_size(2048)
