@@ -107,12 +107,18 @@ def _child_env():
     return dict(os.environ, PYTHONPATH=os.pathsep.join([where] + rest))
 
 
+# children start beside the mshadow under test (an install, or the built checkout): from an
+# unpacked sdist, the unbuilt sources in the current directory would shadow the install
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(ms.__file__)))
+
+
 def run_child(code, timeout=120):
     """Run ``code`` in a fresh Python; fail (with its output) unless it exits with 0. A
     segfault or abort shows as a negative return code (-11 SIGSEGV, -6 SIGABRT)."""
     code = _CHILD_PRELUDE + textwrap.dedent(code)
     proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code],
-                          capture_output=True, text=True, timeout=timeout, env=_child_env())
+                          capture_output=True, text=True, timeout=timeout, env=_child_env(),
+                          cwd=PKG_ROOT)
     assert proc.returncode == 0, (
         f"child exited with {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}"
         f"\n--- stderr\n{proc.stderr[-3000:]}")
@@ -687,7 +693,7 @@ except ms.FreedTensorError:
 print("ok")
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, cwd=PKG_ROOT)
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-2000:])
 
 

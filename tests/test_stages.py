@@ -50,7 +50,9 @@ import mshadow as ms
 from mshadow.expr import kComplex
 
 BAND = 262144                                 # _stages.pxi BAND_ELEMS
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# children start beside the mshadow under test (an install, or the built checkout): from an
+# unpacked sdist, the unbuilt sources in the current directory would shadow the install
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(ms.__file__)))
 
 # Shrinking a failing tree costs minutes on 2 cores (every candidate compiles a new plan):
 # it runs only with MSHADOW_TEST_SHRINK=1. Unshrunk, a failure still prints its tree.
@@ -1434,7 +1436,7 @@ print(sorted(stats.items()))
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_free_resize_release_racing_a_banded_assignment(seed):
-    r = subprocess.run([sys.executable, "-c", RACE_CODE, "60", str(seed)], cwd=REPO,
+    r = subprocess.run([sys.executable, "-c", RACE_CODE, "60", str(seed)], cwd=PKG_ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
 
