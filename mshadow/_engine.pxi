@@ -524,12 +524,8 @@ def run_through_temporary(Plan to_tmp, Plan from_tmp, Tensor dst, tuple leaves,
     dst.data()
     tmp = TensorContainer(dst.shape, init=None, pad=False,
                           dtype=_NP_BY_CODE[to_tmp.program.dst_code])
-    cdef _Out o
-    with _Run(to_tmp, leaves, scalars, dst.shape, dst) as r:
-        _fill_whole(<_Bound> r.bound, False)
-        _out_tensor(&o, tmp, (<_Bound> r.bound).dense)
-        _run_staged(<_Bound> r.bound, &o, 0, tmp.rows, 0, tmp.cols)
-        run_plan(from_tmp, dst, (tmp,), ())
+    run_plan(to_tmp, tmp, leaves, scalars)       # tmp is fresh: nothing reads it
+    run_plan(from_tmp, dst, (tmp,), ())
 
 
 def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False):
@@ -556,13 +552,11 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
     return parts[:nparts]
 
 
-def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch,
-                  bint check=True):
+def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch):
     """Rows [r0, r1) of the 2-D flattening of ``expr`` (compiled as ``plan`` for saveto)
     into the first r1 - r0 rows of ``scratch`` (2-D, the expression's columns, fresh
     memory): a chunk of a source that is reduced a chunk at a time (an arg-reduction).
-    Banded stages evaluate only what these rows read. (``check`` is kept for callers: every
-    chunk is checked, which is cheap.)"""
+    Banded stages evaluate only what these rows read; every chunk is checked."""
     shape = as_shape(expr.shape)
     cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
     if not (0 <= r0 <= r1 <= rows) or scratch.cols != cols or scratch.rows < r1 - r0:

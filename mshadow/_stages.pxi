@@ -9,7 +9,8 @@
 # anything is stored (an index read by a gather is checked then); banded stages are
 # evaluated band by band, each band's source box first, from the reader's bounds form
 # (readers.Reader.src_rows). Every allocation a run reads or writes is pinned from the
-# first store to the last, so a free or resize meanwhile never cuts it short.
+# moment its address is taken to the run's end, so a free or resize meanwhile never cuts
+# it short.
 
 from libc.string cimport memcpy
 from .readers import READERS_BY_NAME
@@ -78,7 +79,6 @@ cdef class _StageRun:
     cdef Py_ssize_t rows, cols, nd, itemsize
     cdef int type_flag
     cdef Allocation scratch
-    cdef Py_ssize_t r0, r1, c0, c1
 
     cdef tuple box(self, Py_ssize_t a0, Py_ssize_t a1):
         """(r0, r1, c0, c1): the producer's rows and columns that consumer rows (columns,
@@ -107,9 +107,7 @@ cdef class _StageRun:
         cdef Py_ssize_t nbytes = max(r1 - r0, 1) * width * isz
         if self.scratch is None or self.scratch.nbytes < nbytes:
             _give_scratch(self.scratch)
-            self.scratch = None
             self.scratch = _take_scratch(nbytes)
-        self.r0, self.r1, self.c0, self.c1 = r0, r1, c0, c1
         cdef char *origin = self.scratch.ptr - r0 * width * isz - c0 * isz
         cdef _Out o
         if r1 > r0 and c1 > c0:
@@ -148,7 +146,6 @@ cdef class _Bound:
     cdef ms_leaf *lv
     cdef ms_gather *gv
     cdef char *sv
-    cdef Py_ssize_t rows, cols
     cdef bint dense            # every leaf a dense tensor read in place, untransposed
     cdef bint alias            # reads the destination at other positions than it writes
     cdef _RunFlags flags       # the MS_RUN_* flags the run's kernels reported (shared by
@@ -210,7 +207,6 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
     if type(shape) is not Shape:
         shape = as_shape(shape)
     cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
-    b.rows, b.cols = rows, cols
     b.dense = True
     b.alias = False
     cdef Tensor lf
@@ -242,15 +238,11 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
                 if src is not None:
                     t = (<ViewLeaf> src).src if isinstance(src, ViewLeaf) else src
                     _pin_now((<Tensor> t).mem, mems)
+                    if dst is not None and _overlaps(<Tensor> t, dst):
+                        b.alias = True
             L.gather = &b.gv[k]
             if ga.index is not None and srcs[ga.index[0]] is not None:
                 ga.check_index((<Tensor> srcs[ga.index[0]]).numpy())
-            for src in srcs:
-                if src is None:
-                    continue
-                t = (<ViewLeaf> src).src if isinstance(src, ViewLeaf) else src
-                if dst is not None and _overlaps(<Tensor> t, dst):
-                    b.alias = True
             b.dense = False
             continue
         if role == ROLE_VIEW:
@@ -268,52 +260,43 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             if dst is not None and _overlaps(vl.src, dst):
                 b.alias = True
             continue
-        if isinstance(obj, ViewLeaf):      # an implicit_dot operand read through a 2-D view
-            vl = obj
-            rr, rc = vl.shape
-            if k in staged_views:
-                L.inner = rc
+        if role == ROLE_GEMM_LHS or role == ROLE_GEMM_RHS:
+            # an implicit_dot operand: a tensor (or its .T), or a 2-D view (of a tensor, or
+            # of a stage's values, bound there); lhs (dst rows, K), rhs (K, dst cols)
+            if isinstance(obj, ViewLeaf):
+                vl = obj
+                rr, rc = vl.shape
+                if k in staged_views:
+                    L.inner = rc
+                else:
+                    _bind_gemm_view(L, vl, vl.data())
+                    _pin_now(vl.src.mem, mems)
+                    b.alias = b.alias or (dst is not None and _overlaps(vl.src, dst))
             else:
-                _bind_gemm_view(L, vl, vl.data())
-                _pin_now(vl.src.mem, mems)
-                if dst is not None and _overlaps(vl.src, dst):
-                    b.alias = True
+                lf = <Tensor> obj
+                _bind_tensor(L, lf, plan.leaf_t[k], mems)
+                rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k] else (lf.rows, lf.cols)
+                b.alias = b.alias or (dst is not None and _overlaps(lf, dst))
             if role == ROLE_GEMM_LHS:
                 if rr != rows:
-                    raise ShapeError(f"implicit_dot: lhs of shape {vl.shape} gives {rr} rows, "
+                    raise ShapeError(f"implicit_dot: lhs of shape {obj.shape} gives {rr} rows, "
                                      f"target {shape} has {rows}")
                 inner = rc
             elif rc != cols or rr != inner:
                 raise ShapeError(f"implicit_dot The matrix shape do  not match: rhs "
-                                 f"{vl.shape} for K={inner} and target {shape}")
+                                 f"{obj.shape} for K={inner} and target {shape}")
             b.dense = False
             continue
         lf = <Tensor> obj
-        L.ptr = lf.data()
-        _pin_now(lf.mem, mems)
+        _bind_tensor(L, lf, plan.leaf_t[k], mems)
         rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k] else (lf.rows, lf.cols)
-        if role == ROLE_GEMM_LHS:     # implicit_dot lhs: (dst rows, K)
-            if rr != rows:
-                raise ShapeError(f"implicit_dot: lhs of shape {lf.shape} gives {rr} rows, "
-                                 f"target {shape} has {rows}")
-            inner = rc
-            b.dense = False
-        elif role == ROLE_GEMM_RHS:   # implicit_dot rhs: (K, dst cols)
-            if rc != cols or rr != inner:
-                raise ShapeError(f"implicit_dot The matrix shape do  not match: rhs {lf.shape} "
-                                 f"for K={inner} and target {shape}")
-            b.dense = False
-        elif rr != rows or rc != cols:
+        if rr != rows or rc != cols:
             raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
                              f"eshape: {lf.shape} dshape:{shape}")
         elif plan.leaf_t[k] or not (lf.rows <= 1 or lf.stride == lf.cols):
             b.dense = False
-        if plan.leaf_t[k]:
-            L.rowstep, L.colstep, L.inner = lf.itemsize, lf.stride * lf.itemsize, lf.rows
-        else:
-            L.rowstep, L.colstep, L.inner = lf.stride * lf.itemsize, lf.itemsize, lf.cols
         if dst is not None and _overlaps(lf, dst) and (
-                not top or role != ROLE_MAP or plan.leaf_t[k] or not _same_elements(lf, dst)):
+                not top or plan.leaf_t[k] or not _same_elements(lf, dst)):
             b.alias = True
     for k in range(plan.nscalar):
         a = plan.scalar_arg[k]
@@ -432,6 +415,17 @@ cdef int _bind_view_at(ms_leaf *L, ViewLeaf v, char *ptr) except -1:
 
 cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
     return _bind_view_at(L, v, v.data())
+
+
+cdef int _bind_tensor(ms_leaf *L, Tensor t, bint transposed, list mems) except -1:
+    """A tensor read in place at (y, x), or at (x, y) when transposed; pinned at once."""
+    L.ptr = t.data()
+    _pin_now(t.mem, mems)
+    if transposed:
+        L.rowstep, L.colstep, L.inner = t.itemsize, t.stride * t.itemsize, t.rows
+    else:
+        L.rowstep, L.colstep, L.inner = t.stride * t.itemsize, t.itemsize, t.cols
+    return 0
 
 
 cdef int _bind_gemm_view(ms_leaf *L, ViewLeaf v, char *ptr) except -1:

@@ -341,7 +341,7 @@ def chunked_arg_reduce(src, reducer_name, axis, keep):
     parts = []
     for u0 in range(0, units, per_chunk):
         u1 = min(units, u0 + per_chunk)
-        _core.evaluate_rows(src, plan, u0 * unit_rows, u1 * unit_rows, scratch, u0 == 0)
+        _core.evaluate_rows(src, plan, u0 * unit_rows, u1 * unit_rows, scratch)
         chunk = view[:(u1 - u0) * unit_rows].reshape((u1 - u0,) + shape[axis:])
         parts.append(arg(chunk, axis=1))     # first occurrence; a NaN counts as the extreme
     res = np.concatenate(parts).reshape(_result_shape(shape, "keepdim" if keep else "with_axis",
