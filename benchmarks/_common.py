@@ -2,6 +2,7 @@
 import gc
 import os
 import platform
+import subprocess
 import time
 
 import numpy as np
@@ -128,4 +129,16 @@ def loadavg():
     try:
         return "%.2f %.2f %.2f" % os.getloadavg()
     except OSError:
+        return "?"
+
+
+def git_rev(path):
+    """The short commit of the checkout at ``path`` (``+dirty`` with local changes), or "?"."""
+    try:
+        rev = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", path, "status", "--porcelain", "-uno"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (rev + ("+dirty" if dirty else "")) if rev else "?"
+    except (OSError, subprocess.SubprocessError):
         return "?"

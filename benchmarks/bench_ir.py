@@ -41,7 +41,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import (aligned_empty, busy_elsewhere, cpu_model, fmt_ratio, fmt_time,  # noqa: E402
+from _common import (aligned_empty, busy_elsewhere, cpu_model, fmt_ratio, fmt_time, git_rev,  # noqa: E402
                      loadavg, nproc, print_table)
 
 try:
@@ -604,17 +604,6 @@ def nest_section(args, nt, failures):
 
 
 # ---------------------------------------------------------------------------- main
-def git_rev(path):
-    try:
-        rev = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", path, "status", "--porcelain", "-uno"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev + ("+dirty" if dirty else "")) if rev else "?"
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
 def shape_arg(s):
     return tuple(int(v) for v in s.lower().replace("x", ",").split(","))
 

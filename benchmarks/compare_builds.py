@@ -55,6 +55,8 @@ import timeit
 
 import numpy as np
 
+from _common import aligned_empty, git_rev  # the script's own directory, in the child too
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 ETA, LAM = 0.1, 0.5          # bench_elementwise.py's E1 constants
@@ -64,14 +66,6 @@ F32, F64 = np.float32, np.float64
 # ============================================================================ child side
 # Everything below up to the parent section runs inside a child Python, importing the
 # mshadow of the build under test (PYTHONPATH). It must only use the public API.
-
-def _aligned(n, dtype, align=64):
-    """A 1-D array of ``n`` elements whose data pointer is ``align``-byte aligned."""
-    dtype = np.dtype(dtype)
-    raw = np.empty(n * dtype.itemsize + align, dtype=np.uint8)
-    off = (-raw.ctypes.data) % align
-    return raw[off:off + n * dtype.itemsize].view(dtype)
-
 
 def _load_cloop(path):
     lib = ctypes.CDLL(path)
@@ -101,7 +95,7 @@ def case_small(ms, args):
     """E1 at n = 16 float32 against numpy's three in-place ufuncs."""
     n, dt = 16, F32
     rng = np.random.default_rng(0)
-    w, g, t = _aligned(n, dt), _aligned(n, dt), _aligned(n, dt)
+    w, g, t = aligned_empty(n, dt), aligned_empty(n, dt), aligned_empty(n, dt)
     w0 = rng.uniform(0.5, 1.5, n).astype(dt)
     g[:] = rng.uniform(0.5, 1.5, n)
     W, G = ms.from_numpy(w), ms.from_numpy(g)
@@ -136,7 +130,7 @@ def _elem(ms, args, expr, dt, n):
     # one-thread OpenMP region above it (a fully serial call, if() false, ran 1.5x slower here)
     thr = 32767
     if expr == "E1":
-        w, g = _aligned(n, dt), _aligned(n, dt)
+        w, g = aligned_empty(n, dt), aligned_empty(n, dt)
         w0 = rng.uniform(0.5, 1.5, n).astype(dt)
         g[:] = rng.uniform(0.5, 1.5, n)
         W, G = ms.from_numpy(w), ms.from_numpy(g)
@@ -156,7 +150,7 @@ def _elem(ms, args, expr, dt, n):
         out = w
         ref = -ETA * (g.astype(F64) + LAM * w0.astype(F64))
     elif expr == "E2":
-        a, b, c, d = (_aligned(n, dt) for _ in range(4))
+        a, b, c, d = (aligned_empty(n, dt) for _ in range(4))
         a0 = rng.uniform(0.5, 1.5, n).astype(dt)
         for v in (b, c, d):
             v[:] = rng.uniform(0.5, 1.5, n)
@@ -178,7 +172,7 @@ def _elem(ms, args, expr, dt, n):
         out = a
         ref = a0.astype(F64) + (b.astype(F64) * c.astype(F64) + d.astype(F64))
     else:
-        x, y = _aligned(n, dt), _aligned(n, dt)
+        x, y = aligned_empty(n, dt), aligned_empty(n, dt)
         x[:] = rng.uniform(-1, 1, n)
         X, Y = ms.from_numpy(x), ms.from_numpy(y)
         F, op = ms.F, ms.op
@@ -491,17 +485,6 @@ def run_child(build, case, args, cloop, cwd):
         tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": f"child exited {p.returncode}: {tail[:120]}"}
     return json.loads(lines[-1])
-
-
-def git_rev(path):
-    try:
-        rev = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", path, "status", "--porcelain", "-uno"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev + ("+dirty" if dirty else "")) if rev else "?"
-    except (OSError, subprocess.SubprocessError):
-        return "?"
 
 
 def parse_build(s):
