@@ -505,14 +505,18 @@ def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
             _unpin(mems)
         _warn_run(b)
         return True
-    with _Run(plan, leaves, scalars, shape, dst, True) as r:
-        b = r.bound
-        if b.alias:
-            return False
-        _fill_whole(b, False)
-        o.contiguous = b.dense and dense_dst
-        _run_staged(b, &o, 0, rows, 0, cols)
-    return True
+    cdef _Run r = _open_run(plan, leaves, scalars, shape, dst, True)
+    b = r.bound
+    try:
+        if not b.alias:
+            _fill_whole(b, False)
+            o.contiguous = b.dense and dense_dst
+            _run_staged(b, &o, 0, rows, 0, cols)
+    except BaseException:
+        _close_run(r, False)
+        raise
+    _close_run(r, True)
+    return not b.alias
 
 
 def run_through_temporary(Plan to_tmp, Plan from_tmp, Tensor dst, tuple leaves,
@@ -537,9 +541,10 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
     shape = as_shape(shape)
     cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
     cdef _Out o
-    with _Run(plan, leaves, scalars, shape) as r:
-        _fill_whole(<_Bound> r.bound, True)
-        contiguous = (<_Bound> r.bound).dense and not by_rows
+    cdef _Run r = _open_run(plan, leaves, scalars, shape)
+    try:
+        _fill_whole(r.bound, True)
+        contiguous = r.bound.dense and not by_rows
         nparts = (rows if not contiguous else 1) * (
             ((cols if not contiguous else rows * cols) + RBLOCK - 1) // RBLOCK)
         parts = np.zeros(max(nparts, 1), dtype=_NP_BY_CODE[plan.program.dst_code])
@@ -548,7 +553,11 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
                 parts.itemsize, rows, cols)
         o.leaf.per_block = 1
         o.contiguous = contiguous
-        _exec(<_Bound> r.bound, &o, 0, rows, 0, cols)
+        _exec(r.bound, &o, 0, rows, 0, cols)
+    except BaseException:
+        _close_run(r, False)
+        raise
+    _close_run(r, True)
     return parts[:nparts]
 
 
@@ -562,14 +571,18 @@ def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch)
     if not (0 <= r0 <= r1 <= rows) or scratch.cols != cols or scratch.rows < r1 - r0:
         raise ValueError(f"evaluate_rows: rows [{r0}, {r1}) of {shape} into {scratch.shape}")
     cdef _Out o
-    with _Run(plan, expr.leaves, expr.scalars, shape, scratch) as r:
-        if r1 == r0:
-            return
-        _fill_whole(<_Bound> r.bound, False)
-        _out_at(&o, scratch.data() - r0 * scratch.stride * scratch.itemsize,
-                scratch.stride * scratch.itemsize, scratch.itemsize, rows, cols)
-        o.contiguous = (<_Bound> r.bound).dense and _dense(scratch)
-        _run_staged(<_Bound> r.bound, &o, r0, r1, 0, cols)
+    cdef _Run r = _open_run(plan, expr.leaves, expr.scalars, shape, scratch)
+    try:
+        if r1 > r0:
+            _fill_whole(r.bound, False)
+            _out_at(&o, scratch.data() - r0 * scratch.stride * scratch.itemsize,
+                    scratch.stride * scratch.itemsize, scratch.itemsize, rows, cols)
+            o.contiguous = r.bound.dense and _dense(scratch)
+            _run_staged(r.bound, &o, r0, r1, 0, cols)
+    except BaseException:
+        _close_run(r, False)
+        raise
+    _close_run(r, True)
 
 
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
@@ -590,14 +603,19 @@ def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axi
     cdef Py_ssize_t nch = (B + R - 1) // R if B else 0
     acc = np.full((A, M, nch, cols), init, dtype=_NP_BY_CODE[plan.program.dst_code])
     cdef _Out o
-    with _Run(plan, leaves, scalars, shape) as r:
+    cdef _Run r = _open_run(plan, leaves, scalars, shape)
+    try:
         if acc.size:
-            _fill_whole(<_Bound> r.bound, True)
+            _fill_whole(r.bound, True)
             _out_at(&o, <char *> cnp.PyArray_DATA(acc), cols * acc.itemsize, acc.itemsize,
                     A * B * M, cols)
             o.leaf.per_block = 2
             o.gB, o.gM, o.gR = B, M, R
-            _exec(<_Bound> r.bound, &o, 0, A * B * M, 0, cols)
+            _exec(r.bound, &o, 0, A * B * M, 0, cols)
+    except BaseException:
+        _close_run(r, False)
+        raise
+    _close_run(r, True)
     return acc
 
 
@@ -717,12 +735,18 @@ def run_plan_view(Plan plan, ViewLeaf dst, tuple leaves, tuple scalars):
     cdef _Out view_out         # the view's address now, pinned with its tensor at once
     _out_at(&view_out, NULL, 0, 0, _prod(shape[:-1]), shape[-1])
     _bind_view(&view_out.leaf, dst)
-    with _Run(plan, leaves, scalars, shape, base) as r:
-        if _reads_view_elsewhere(plan, dst, leaves):
-            return False
-        _fill_whole(<_Bound> r.bound, True)
-        _exec(<_Bound> r.bound, &view_out, 0, rows, 0, cols)
-    return True
+    cdef _Run r = _open_run(plan, leaves, scalars, shape, base)
+    cdef bint elsewhere
+    try:
+        elsewhere = _reads_view_elsewhere(plan, dst, leaves)
+        if not elsewhere:
+            _fill_whole(r.bound, True)
+            _exec(r.bound, &view_out, 0, rows, 0, cols)
+    except BaseException:
+        _close_run(r, False)
+        raise
+    _close_run(r, True)
+    return not elsewhere
 
 
 def reads_tensor(tuple leaves, Tensor t):

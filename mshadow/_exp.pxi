@@ -10,7 +10,8 @@
 import numbers
 from .dtypes import CODE_BY_FLAG as _DT_CODE_BY_FLAG, NP_BY_CODE as _DT_NP_BY_CODE, \
     FLOAT_CODES as _DT_FLOAT_CODES
-from .ir import Map as _IRMap, LEAF as _IR_LEAF, SCALAR as _IR_SCALAR, describe as _describe
+from .ir import Map as _IRMap, Gather as _IRGather, View as _IRView, LEAF as _IR_LEAF, \
+    SCALAR as _IR_SCALAR, describe as _describe
 from .ops_table import OPS_BY_NAME as _OPS_BY_NAME
 
 from cpython.object cimport PyTypeObject
@@ -27,23 +28,31 @@ cdef object _tuple_new = tuple.__new__
 
 
 cdef object _new_map_node(object name, str code, tuple keys):
-    """ir.Map(name, code, *keys), allocated at once through the type's tp_alloc (public
-    C API): tuple.__new__ on a subclass builds a temporary tuple and copies it, which made
-    building an expression node half again as slow. From CPython 3.14 a tuple caches its
-    hash in a field only tuple's own constructors initialise (zeroed memory would read as
-    a cached hash of 0), so there it goes through tuple.__new__."""
-    cdef Py_ssize_t n = len(keys), i
+    """ir.Map(name, code, *keys)."""
+    return _new_ir_node(_IRMap, ("M", name, code), keys)
+
+
+cdef object _new_ir_node(object cls, tuple head, tuple keys):
+    """The IR node ``cls`` holding ``head + keys`` (head starts with its tag), allocated at
+    once through the type's tp_alloc (public C API): tuple.__new__ on a subclass builds a
+    temporary tuple and copies it, which made building an expression node half again as
+    slow. From CPython 3.14 a tuple caches its hash in a field only tuple's own
+    constructors initialise (zeroed memory would read as a cached hash of 0), so there it
+    goes through tuple.__new__."""
+    cdef Py_ssize_t n = len(keys), h = len(head), i
     if PY_VERSION_HEX >= 0x030E0000:
-        return _tuple_new(_IRMap, ("M", name, code) + keys)
-    node = (<_TypeAlloc *> <PyTypeObject *> _IRMap).tp_alloc(<PyTypeObject *> _IRMap, n + 3)
-    for i, item in enumerate(("M", name, code)):
+        return _tuple_new(cls, head + keys)
+    node = (<_TypeAlloc *> <PyTypeObject *> cls).tp_alloc(<PyTypeObject *> cls, n + h)
+    for i in range(h):
+        item = head[i]
         Py_INCREF(item)
         PyTuple_SET_ITEM(node, i, item)
     for i in range(n):
         item = keys[i]
         Py_INCREF(item)
-        PyTuple_SET_ITEM(node, i + 3, item)
+        PyTuple_SET_ITEM(node, i + h, item)
     return node
+
 
 cdef tuple _CODE_BY_FLAG = _DT_CODE_BY_FLAG
 cdef tuple _LEAF_KEY = tuple(_IR_LEAF[c] for c in _CODE_BY_FLAG)

@@ -96,29 +96,145 @@ cdef class GatherArgs:
         return f"GatherArgs({self.kernel}, params={self.params}, shape={self.shape})"
 
 
+cdef object _fast_shape(object shape):
+    """``shape`` as a Shape: at C speed for a Shape or a tuple of non-negative ints."""
+    if type(shape) is Shape:
+        return shape
+    if type(shape) is tuple:
+        for d in <tuple> shape:
+            if type(d) is not int or <object> d < 0:
+                return as_shape(shape)
+        return _tuple_new(Shape, shape)
+    return as_shape(shape)
+
+
+cdef class _Row:
+    """What building a node reads of a row of mshadow/readers.py, looked up once."""
+    cdef str name
+    cdef object reader            # the readers.Reader
+    cdef tuple sources, params
+    cdef bint views
+    cdef dict kernels             # storage code -> the kernel's name
+
+
+cdef dict _ROWS = {}
+
+
+cdef _Row _row(str name):
+    cdef _Row row = _ROWS.get(name)
+    if row is None:
+        reader = READERS_BY_NAME[name]
+        row = _Row.__new__(_Row)
+        row.name, row.reader = name, reader
+        row.sources, row.params, row.views = reader.sources, reader.params, reader.views
+        row.kernels = {code: reader.kernel(code) for code in _CODE_BY_FLAG
+                       if reader.kernel(code) in _GATHER_KERNELS}
+        _ROWS[name] = row
+    return row
+
+
+cdef tuple _pack(_Row row, dict params):
+    """The row's parameters in its kernel's order (readers.Reader.pack, which also says
+    what is missing or unknown)."""
+    if len(params) == len(row.params):
+        try:
+            return tuple([int(params[p]) for p in row.params])
+        except KeyError:
+            pass
+    return row.reader.pack(**params)
+
+
+def gather(str reader, srcs, shape, str code, index=None, cls=None, **params):
+    """The expression (of class ``cls``; by default the gather class the extension layer
+    installed, extension/build.py's GatherExp) of the reader named ``reader`` (a row of
+    mshadow/readers.py) over ``srcs``, with its parameters by name; ``index`` = (position
+    in srcs, exclusive bound) of an index source, range-checked before anything is stored.
+
+    A source is a tensor or a 2-D ViewLeaf, read in place, or an expression: the IR node
+    (ir.Gather over the sources' nodes) holds it, and the lowering gives it a stage
+    (mshadow/lower/cpu.py). Nothing is allocated or evaluated here. The node's first leaf
+    is its GatherArgs."""
+    if type(srcs) is not tuple:
+        srcs = tuple(srcs)
+    if cls is None:
+        cls = _gather_class
+    cdef _Row row = _row(reader)
+    if len(srcs) != len(row.sources):
+        raise TypeError(f"reader {reader} takes sources {row.sources}, got {len(srcs)}")
+    cdef list keys = [], leaves = []
+    cdef tuple scalars = ()
+    cdef Exp e
+    cdef ViewLeaf vl
+    for s in srcs:
+        if isinstance(s, Tensor):
+            keys.append(_LEAF_KEY[(<Tensor> s).type_flag])
+            leaves.append(s)
+        elif isinstance(s, ViewLeaf):
+            if not row.views:
+                raise TypeError(f"reader {reader} reads tensors only (its row has "
+                                f"views=False)")
+            vl = <ViewLeaf> s
+            keys.append(_new_ir_node(_IRView, ("V", _CODE_BY_FLAG[vl.src.type_flag],
+                                               view_step_kind(vl.strides[-1], vl.itemsize)),
+                                     ()))
+            leaves.append(s)
+        else:
+            e = <Exp?> s
+            keys.append(e.key)
+            leaves.extend(e.leaves)
+            if e.scalars:
+                scalars += e.scalars
+    kernel = row.kernels.get(code)
+    if kernel is None:
+        raise ValueError(f"reader {reader} has no kernel for storage code {code!r}")
+    args = _gather_args(kernel, srcs, _pack(row, params), shape, index)
+    node = <Exp?> cls()
+    node.key = _new_ir_node(_IRGather, ("X", reader, code), tuple(keys))
+    node.shape = args.shape
+    node.code = code
+    node.leaves = (args,) + tuple(leaves)
+    node.scalars = scalars
+    node.exp_type = kChainer
+    (<object> node).args = args
+    return node
+
+
 def gather_args(str kernel, tuple srcs, tuple params, shape, index=None):
+    if kernel not in _GATHER_KERNELS:
+        raise ValueError(f"unknown gather kernel {kernel!r}")
+    return _gather_args(kernel, srcs, tuple([int(p) for p in params]), shape, index)
+
+
+cdef GatherArgs _gather_args(str kernel, tuple srcs, tuple params, shape, index):
     """The GatherArgs of ``kernel`` over ``srcs``: per position a tensor or a 2-D ViewLeaf
     (read in place) or an expression (anything with a shape: a staged source); ``index`` =
     (position, exclusive bound) of an index source. Sources read in place are checked now
     (alive; an index tensor in range), and again whenever the gather runs."""
-    if kernel not in _GATHER_KERNELS:
-        raise ValueError(f"unknown gather kernel {kernel!r}")
     if len(srcs) > 3 or len(params) > MS_GATHER_PARAMS:
         raise ValueError(f"a gather takes at most 3 sources and {MS_GATHER_PARAMS} parameters")
     cdef GatherArgs g = GatherArgs.__new__(GatherArgs)
     g.kernel = kernel
-    g.params = tuple(int(p) for p in params)
-    g.shape = as_shape(shape)
+    g.params = params
+    g.shape = _fast_shape(shape)
     g.index = index
-    for k, src in enumerate(srcs):
-        if isinstance(src, ViewLeaf) and (len((<ViewLeaf> src).shape) != 2
-                                          or (index is not None and k == index[0])):
-            raise ValueError(f"{kernel}: a view source must be 2-D and not the index, got "
-                             f"{src!r}")
-    g.src_shapes = tuple(as_shape(s.shape) for s in srcs)
-    g.snapshot = tuple(((<Tensor> t).shape, (<Tensor> t).stride) if isinstance(t, Tensor)
-                       else None for t in srcs)
-    g.check_sources(tuple(s if isinstance(s, (Tensor, ViewLeaf)) else None for s in srcs))
+    cdef list shapes = [], snapshot = [], in_place = []
+    cdef Py_ssize_t k
+    for k in range(len(srcs)):
+        src = srcs[k]
+        if isinstance(src, Tensor):
+            snapshot.append(((<Tensor> src).shape, (<Tensor> src).stride))
+            in_place.append(src)
+        else:
+            if isinstance(src, ViewLeaf) and (len((<ViewLeaf> src).shape) != 2
+                                              or (index is not None and k == index[0])):
+                raise ValueError(f"{kernel}: a view source must be 2-D and not the index, "
+                                 f"got {src!r}")
+            snapshot.append(None)
+            in_place.append(src if isinstance(src, ViewLeaf) else None)
+        shapes.append(_fast_shape(src.shape))
+    g.src_shapes = tuple(shapes)
+    g.snapshot = tuple(snapshot)
+    g.check_sources(tuple(in_place))
     if index is not None and isinstance(srcs[index[0]], Tensor):
         g.check_index((<Tensor> srcs[index[0]]).numpy())
     return g

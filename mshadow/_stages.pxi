@@ -17,6 +17,8 @@ from .readers import READERS_BY_NAME
 
 DEF BAND_ELEMS = 262144  # elements of a band, and of each stage's box (1 MiB of float):
                          # fewer, larger bands: each run is a parallel region of its own
+DEF SMALL_STAGE = 4096   # a banded stage of at most this many elements is evaluated whole
+                         # in a run of one band: cheaper than calling its bounds form
 DEF SCHED_WHOLE = 0
 DEF SCHED_ROWS = 1
 DEF SCHED_COLS = 2
@@ -80,29 +82,48 @@ cdef class _StageRun:
     cdef int type_flag
     cdef Allocation scratch
 
-    cdef tuple box(self, Py_ssize_t a0, Py_ssize_t a1):
-        """(r0, r1, c0, c1): the producer's rows and columns that consumer rows (columns,
-        for a column band) [a0, a1) read, clipped to the producer."""
+    cdef int box(self, Py_ssize_t a0, Py_ssize_t a1, Py_ssize_t *bx) except -1:
+        """bx = (r0, r1, c0, c1): the producer's rows and columns that consumer rows
+        (columns, for a column band) [a0, a1) read, clipped to the producer."""
+        cdef Py_ssize_t r0, r1, c0 = 0, c1 = self.cols
         if self.schedule == SCHED_WHOLE or self.rows == 0 or self.cols == 0:
-            return 0, self.rows, 0, self.cols      # (a bounds form may divide by a size)
+            bx[0], bx[1], bx[2], bx[3] = 0, self.rows, 0, self.cols
+            return 0      # (a bounds form may divide by a size)
+        if self.bounds is None:
+            self.bounds = self.args.bounds(self.pos)
         got = self.bounds(a0, a1)
         r0, r1 = got[0], got[1]
-        c0, c1 = (got[2], got[3]) if len(got) == 4 else (0, self.cols)
+        if len(got) == 4:
+            c0, c1 = got[2], got[3]
         r0 = max(0, min(r0, self.rows))
         r1 = max(r0, min(r1, self.rows))
         c0 = max(0, min(c0, self.cols))
         c1 = max(c0, min(c1, self.cols))
-        return r0, r1, c0, c1
+        bx[0], bx[1], bx[2], bx[3] = r0, r1, c0, c1
+        return 0
+
+    cdef tuple box_tuple(self, Py_ssize_t a0, Py_ssize_t a1):
+        cdef Py_ssize_t bx[4]
+        self.box(a0, a1, bx)
+        return bx[0], bx[1], bx[2], bx[3]
 
     cdef Py_ssize_t box_elems(self, Py_ssize_t a0, Py_ssize_t a1) except -1:
-        r0, r1, c0, c1 = self.box(a0, a1)
-        return (r1 - r0) * (c1 - c0)
+        cdef Py_ssize_t bx[4]
+        self.box(a0, a1, bx)
+        return (bx[1] - bx[0]) * (bx[3] - bx[2])
 
     cdef int fill(self, _Bound parent, Py_ssize_t a0, Py_ssize_t a1) except -1:
         """Evaluate the box consumer rows (columns) [a0, a1) read into the scratch, and point
         the consumer at it."""
-        cdef Py_ssize_t r0, r1, c0, c1, width, isz = self.itemsize
-        r0, r1, c0, c1 = self.box(a0, a1)
+        cdef Py_ssize_t bx[4]
+        self.box(a0, a1, bx)
+        return self.fill_box(parent, bx[0], bx[1], bx[2], bx[3])
+
+    cdef int fill_box(self, _Bound parent, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
+                      Py_ssize_t c1) except -1:
+        """Evaluate the producer's rows [r0, r1) and columns [c0, c1) into the scratch, and
+        point the consumer at them."""
+        cdef Py_ssize_t width, isz = self.itemsize
         width = max(c1 - c0, 1)
         cdef Py_ssize_t nbytes = max(r1 - r0, 1) * width * isz
         if self.scratch is None or self.scratch.nbytes < nbytes:
@@ -231,7 +252,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             if ga.shape != shape:
                 raise ShapeError(f"Assignment: {ga.name} of shape {ga.shape} does not "
                                  f"match target {shape}")
-            srcs = tuple(leaves[i] if i >= 0 else None for i in plan.gather_binds[k])
+            srcs = tuple([leaves[i] if i >= 0 else None for i in plan.gather_binds[k]])
             ga.check_sources(srcs)
             ga.bind(&b.gv[k], srcs)
             for src in srcs:
@@ -317,8 +338,6 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
         if st.feeds == FEEDS_GATHER:
             st.args = leaves[plan.leaf_bind[st.consumer]]
             pshape = st.args.src_shapes[st.pos]
-            if st.schedule != SCHED_WHOLE:
-                st.bounds = st.args.bounds(st.pos)
         else:
             st.view = leaves[plan.leaf_bind[st.consumer]]
             pshape = st.view.src.shape      # the dense tensor the view's strides address
@@ -469,12 +488,15 @@ cdef int _run_staged(_Bound b, _Out *o, Py_ssize_t y_start, Py_ssize_t y_end,
     if (y_end - y_start) * (x_end - x_start) <= BAND_ELEMS:
         # a small output: one band, unless a box it reads would exceed a band's size
         for st in b.bands:
-            if (st.box_elems(y_start, y_end) if st.schedule == SCHED_ROWS
+            if st.rows * st.cols > SMALL_STAGE and (
+                    st.box_elems(y_start, y_end) if st.schedule == SCHED_ROWS
                     else st.box_elems(x_start, x_end)) > BAND_ELEMS:
                 break
         else:
             for st in b.bands:
-                if st.schedule == SCHED_ROWS:
+                if st.rows * st.cols <= SMALL_STAGE:   # whole: cheaper than its bounds
+                    st.fill_box(b, 0, st.rows, 0, st.cols)
+                elif st.schedule == SCHED_ROWS:
                     st.fill(b, y_start, y_end)
                 else:
                     st.fill(b, x_start, x_end)
@@ -524,7 +546,7 @@ cdef Py_ssize_t _widen(list bands, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t most
     column more than [y0, y1) does: a band then ends where the source's rows do (a whole
     channel of col2im) and the next band recomputes none of them."""
     cdef _StageRun st
-    return _last_row(bands, y0, y1, most, [st.box(y0, y1) for st in bands], False)
+    return _last_row(bands, y0, y1, most, [st.box_tuple(y0, y1) for st in bands], False)
 
 
 cdef bint _reads_within(list bands, Py_ssize_t y0, Py_ssize_t y, list refs,
@@ -536,7 +558,7 @@ cdef bint _reads_within(list bands, Py_ssize_t y0, Py_ssize_t y, list refs,
         if by_size:
             if (<_StageRun> bands[k]).box_elems(y0, y) > refs[k]:
                 return False
-        elif (<_StageRun> bands[k]).box(y0, y) != refs[k]:
+        elif (<_StageRun> bands[k]).box_tuple(y0, y) != refs[k]:
             return False
     return True
 
@@ -626,37 +648,39 @@ cdef int _warn_run(_Bound b) except -1:
 
 
 cdef class _Run:
-    """``with _Run(plan, leaves, scalars, shape, dst) as r``: ``r.bound`` is the plan bound
-    for this run, every allocation it reads (and ``dst``'s) pinned from the moment its
-    address was taken until the block ends, the stages' scratch returned to the arena
-    then, and what the run reports (an integer division by zero) warned once, at the end."""
+    """One run of a plan: ``bound`` is the plan bound to the run's data, with every
+    allocation it reads (and the destination's) pinned from the moment its address was
+    taken. ``_open_run`` makes it; ``_close_run`` unpins, returns the stages' scratch to the
+    arena and, after a run that ended normally, warns what it reported (an integer division
+    by zero) once. Callers: ``r = _open_run(...)``, then the body in ``try`` with
+    ``_close_run(r, False)`` on an exception and ``_close_run(r, True)`` after it."""
     cdef readonly _Bound bound
     cdef list mems
 
-    def __cinit__(self, Plan plan, tuple leaves, tuple scalars, shape, Tensor dst=None,
-                  bint alias_check=False):
-        self.mems = []
-        try:
-            if dst is not None:
-                dst.data()
-                _pin_now(dst.mem, self.mems)
-            self.bound = _bind(plan, leaves, scalars, shape, dst if alias_check else None,
-                               self.mems)
-        except BaseException:
-            _unpin(self.mems)
-            self.mems = []
-            raise
 
-    def __enter__(self):
-        return self
+cdef _Run _open_run(Plan plan, tuple leaves, tuple scalars, shape, Tensor dst=None,
+                    bint alias_check=False):
+    cdef _Run r = _Run.__new__(_Run)
+    r.mems = []
+    try:
+        if dst is not None:
+            dst.data()
+            _pin_now(dst.mem, r.mems)
+        r.bound = _bind(plan, leaves, scalars, shape, dst if alias_check else None, r.mems)
+    except BaseException:
+        _unpin(r.mems)
+        r.mems = []
+        raise
+    return r
 
-    def __exit__(self, *exc):
-        _unpin(self.mems)
-        self.mems = []
-        self.bound.release()
-        if exc[0] is None:
-            _warn_run(self.bound)
-        return False
+
+cdef int _close_run(_Run r, bint ended) except -1:
+    _unpin(r.mems)
+    r.mems = []
+    r.bound.release()
+    if ended:
+        _warn_run(r.bound)
+    return 0
 
 
 def scratch_held():

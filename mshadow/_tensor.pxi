@@ -644,12 +644,13 @@ cdef object _up_assign = None      # engine.assign(dst, value, saver)
 cdef object _up_transpose = None   # expr.transpose(exp)
 cdef object _up_dot = None         # dot.dot(lhs, rhs)
 cdef object _up_io = None          # the io module: save_binary, load_into_container
+cdef object _gather_class = None   # extension/build.py's GatherExp: what gather() makes
 cdef dict _plan_store = None       # PLANS (_engine.pxi), read at C speed by the fast path
 
 
-def install_layer(*, assign=None, transpose=None, dot=None, io=None):
+def install_layer(*, assign=None, transpose=None, dot=None, io=None, gather_class=None):
     """Install the entry points of a layer above the core (called by that layer at import)."""
-    global _up_assign, _up_transpose, _up_dot, _up_io
+    global _up_assign, _up_transpose, _up_dot, _up_io, _gather_class
     if assign is not None:
         _up_assign = assign
     if transpose is not None:
@@ -658,6 +659,8 @@ def install_layer(*, assign=None, transpose=None, dot=None, io=None):
         _up_dot = dot
     if io is not None:
         _up_io = io
+    if gather_class is not None:
+        _gather_class = gather_class
 
 
 cdef bint _is_itself(Tensor t, Tensor v) except -1:

@@ -21,6 +21,11 @@ def _reducer(reducer, where):
 
 def _positive(where, **values):
     """Kernel sizes, strides and dilations: integers >= 1 (mshadow divides by them)."""
+    for v in values.values():
+        if type(v) is not int or v < 1:
+            break
+    else:
+        return values.values()
     out = []
     for name, v in values.items():
         v = operator.index(v)
@@ -68,9 +73,8 @@ def pool(src, ky, kx, sy, sx, reducer=red.maximum, pshape=None):
         if len(pshape) != 2:
             raise ShapeError(f"pool: pshape must have 2 entries, got {pshape}")
         oh, ow = pshape
-    shape = tuple(src.shape[:-2]) + (oh, ow)
-    return gather("pool", [src], shape, _code(src), red=r, H=H, W=W, ky=ky, kx=kx, sy=sy,
-                  sx=sx, oH=oh)
+    return gather("pool", (src,), src.shape[:-2] + (oh, ow), _code(src), red=r, H=H, W=W,
+                  ky=ky, kx=kx, sy=sy, sx=sx, oH=oh)
 
 
 def unpool(data_src, data_pooled, grad_pooled, ky, kx, sy, sx, reducer=red.maximum):
