@@ -475,7 +475,7 @@ cdef bint _same_elements(Tensor a, Tensor b) except -1:
             and (a.stride == b.stride or a.rows <= 1))
 
 
-def run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars):
+cpdef bint run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars) except -1:
     """Evaluate ``plan`` into ``dst``: the program binds ``leaves`` and ``scalars``.
 
     Returns False, having stored nothing, when the expression reads ``dst`` at other

@@ -37,21 +37,37 @@ ctypedef struct _Out:
 
 
 # ---- scratch: a per-thread arena ----------------------------------------------------------
+cdef class _Arena:
+    """The scratch one thread keeps between its runs."""
+    cdef list free               # Allocations, free for the next run
+    cdef Py_ssize_t bytes        # their total size
+
+
 _arena = threading.local()
+
+
+cdef _Arena _thread_arena():
+    cdef _Arena a = getattr(_arena, "a", None)
+    if a is None:
+        a = _Arena.__new__(_Arena)
+        a.free = []
+        a.bytes = 0
+        _arena.a = a
+    return a
 
 
 cdef Allocation _take_scratch(Py_ssize_t nbytes):
     """Memory for a stage's box: a free allocation of this thread's arena that holds
     ``nbytes``, else a new one (fresh memory costs a page fault per 4 KiB)."""
-    cdef list free_list = getattr(_arena, "free", None)
+    cdef _Arena a = _thread_arena()
     cdef Allocation m
-    if free_list is not None:
-        for i in range(len(free_list)):
-            m = <Allocation> free_list[i]
-            if m.nbytes >= nbytes:
-                del free_list[i]
-                _arena.bytes -= m.nbytes
-                return m
+    cdef Py_ssize_t i
+    for i in range(len(a.free)):
+        m = <Allocation> a.free[i]
+        if m.nbytes >= nbytes:
+            del a.free[i]
+            a.bytes -= m.nbytes
+            return m
     return _allocate(max(nbytes, 64))
 
 
@@ -59,15 +75,14 @@ cdef void _give_scratch(Allocation m) except *:
     """Return a run's scratch to this thread's arena (dropped past ARENA_BYTES)."""
     if m is None:
         return
-    if getattr(_arena, "free", None) is None:
-        _arena.free = []
-        _arena.bytes = 0
-    if _arena.bytes + m.nbytes <= ARENA_BYTES:
-        _arena.free.append(m)
-        _arena.bytes += m.nbytes
+    cdef _Arena a = _thread_arena()
+    if a.bytes + m.nbytes <= ARENA_BYTES:
+        a.free.append(m)
+        a.bytes += m.nbytes
 
 
 # ---- binding ---------------------------------------------------------------------------
+@cython.freelist(16)
 cdef class _StageRun:
     """One stage of one run: its producer bound, its scratch, the box it holds."""
     cdef _Bound child
@@ -686,11 +701,11 @@ cdef int _close_run(_Run r, bint ended) except -1:
 def scratch_held():
     """The sizes in bytes of the scratch this thread's arena keeps for its next runs (each
     one a stage's largest box of a run that ended): for tests and diagnostics."""
-    return sorted((<Allocation> m).nbytes for m in getattr(_arena, "free", None) or ())
+    return sorted((<Allocation> m).nbytes for m in _thread_arena().free)
 
 
 def release_scratch():
     """Free the scratch this thread's arena keeps."""
-    if getattr(_arena, "free", None) is not None:
-        _arena.free = []
-        _arena.bytes = 0
+    cdef _Arena a = _thread_arena()
+    a.free = []
+    a.bytes = 0
