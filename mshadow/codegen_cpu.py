@@ -584,6 +584,12 @@ def _reader_loop(r, code, step):
     body = ["  {", f"#define CSTEP(k) {'((npy_intp)sizeof(T))' if step == 'sizeof' else 'cs##k'}"]
     if r.row:
         body.append("  " + r.row)
+    if step == "sizeof" and r.prefetch:
+        body.append("  " + r.prefetch)
+    if step == "sizeof" and r.copy:
+        body += [f"  {{ const npy_intp crow = {r.copy};",
+                 "    if (crow >= 0) { memcpy(out, src0 + crow * rs0 + x0 * (npy_intp)sizeof(T), "
+                 "(size_t)n * sizeof(T)); return; } }"]
     body += ["  for (i = 0; i < n; ++i) {",
              "    const npy_intp x = x0 + i;",
              "    V v;",
@@ -602,7 +608,11 @@ def _readers(names):
     out = ["/* ---- readers (mshadow/readers.py): the gather contract of mshadow/gather.h ---- */",
            "#define IDX(k, r) ms_read_index(src##k + (r) * rs##k, g->code[k])",
            "#define BAD_INDEX (ms_gather_error = 1)",
-           "#define REDUCE(red, res, v) MS_REDUCE(red, res, v)"]
+           "#define REDUCE(red, res, v) MS_REDUCE(red, res, v)",
+           "#define PREFETCH(k, r, c, cnt) do { const char *pf_ = src##k + (r) * rs##k + (c) * "
+           "(npy_intp)sizeof(T); npy_intp pb_ = (cnt) * (npy_intp)sizeof(T), o_; "
+           "if (pb_ > 1024) pb_ = 1024; for (o_ = 0; o_ < pb_; o_ += 64) ms_prefetch(pf_ + o_); "
+           "} while (0)"]
     entries = []
     for code, ctype, _ in STORAGE_TYPES:
         V, A, low, high = _READER_TYPES[code]
@@ -620,7 +630,7 @@ def _readers(names):
             entries.append(r.kernel(code))
         out += ["#undef T", "#undef V", "#undef A", "#undef LOW", "#undef HIGH", "#undef ZERO",
                 "#undef LD"]
-    out += ["#undef IDX", "#undef BAD_INDEX", "#undef REDUCE",
+    out += ["#undef IDX", "#undef BAD_INDEX", "#undef REDUCE", "#undef PREFETCH",
             "static const ms_kernel_entry ms_reader_table[] = {"]
     out += [f'  {{"{n}", ms_k_{n}}},' for n in entries]
     out.append("  {NULL, NULL}\n};")

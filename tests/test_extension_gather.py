@@ -44,6 +44,30 @@ def test_take_and_choose_and_fill(dtype, idx_dtype):
     np.testing.assert_array_equal(full.numpy(), want)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8])
+@pytest.mark.parametrize("cols", [1, 7, 64, 700])
+def test_take_copies_rows_and_prefetches_within_the_index(dtype, cols):
+    # take's kernel copies each row (memcpy) and prefetches the row of index[y + 8]: many
+    # rows (the last 8 prefetch nothing), rows of a pitched source, rows wider than one
+    # block and than the 1 KiB prefetch, the view (strided columns) loop, an expression
+    rng = np.random.default_rng(cols)
+    src = (rng.standard_normal((300, cols)) * 20).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        src[3, 0] = np.nan
+    idx = rng.integers(0, 300, 5000).astype(np.int32)
+    idx[-8:] = [299, 0, 299, 0, 299, 0, 299, 3]
+    want = src[idx]
+    for s in (T(src), _padded(src)):
+        dst = ms.new_tensor((5000, cols), dtype=dtype)
+        dst[:] = ms.take(T(idx), s)
+        np.testing.assert_array_equal(dst.numpy(), want)
+    dst = ms.new_tensor((5000, cols), dtype=dtype)
+    dst[:] = ms.take(T(idx), ms.mirror(T(src)))            # a view read with its steps
+    np.testing.assert_array_equal(dst.numpy(), want[:, ::-1])
+    dst[:] = ms.take(T(idx), T(src) * 2 - T(src))          # read per element
+    np.testing.assert_array_equal(dst.numpy(), (src * 2 - src)[idx])
+
+
 def test_index_errors_are_raised_before_any_store():
     src = T(np.arange(6, dtype=np.float32).reshape(3, 2))
     idx = ms.from_numpy(np.array([0.0, 1.0], np.float32))

@@ -119,7 +119,7 @@ def _remap_by_index(index, src, where, build):
 
 def _take(index, src, K, shape):
     src = _operand(src, "take", 2)
-    return gather("take", [src, index], shape, _code(src), index=(1, K), K=K)
+    return gather("take", [src, index], shape, _code(src), index=(1, K), K=K, N=shape[0])
 
 
 def mat_choose_row_element(src, index):
