@@ -338,7 +338,8 @@ cdef class Plan:
              st.scalar_base + st.nscalars, _CODE_SIZE[st.program.dst_code],
              _CODE_NUM[st.program.dst_code]) for st in program.stages)
         self.staged_leaves = frozenset(st.consumer + 1 for st in program.stages
-                                       if program.leaf_roles[st.consumer] != "gather")
+                                       if st.consumer >= 0   # -1: a reduction's chunk
+                                       and program.leaf_roles[st.consumer] != "gather")
         self.gather_binds = {k + 1: tuple(program.leaf_bind[i] if kind == "leaf" else -1
                                           for kind, i in srcs)
                              for k, srcs in program.gather_srcs.items()}
@@ -583,6 +584,64 @@ def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch)
         _close_run(r, False)
         raise
     _close_run(r, True)
+
+
+def run_chunks(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t k,
+               Py_ssize_t per, consume):
+    """Run a reduction's chunk program (lower.cpu.compile_reduce): its source, of ``shape``,
+    is evaluated a chunk at a time into scratch from this thread's arena, and
+    ``consume(p, i0, i1, chunk)`` is called with each chunk's values: indices [i0, i1) of
+    axis ``k`` (at most ``per`` of them) at the p-th index of the axes before it (row-major),
+    every axis after it whole, as a dense numpy array of shape (i1 - i0,) + shape[k + 1:]
+    that is valid during the call only. The plan is bound once (its leaves checked and
+    pinned, its whole stages evaluated); banded stages of the source band within each
+    chunk. Chunks run in order, with boundaries that depend on the shape alone."""
+    if len(plan.stage_plans) != 1 or plan.program.reduce is None:
+        raise ValueError("run_chunks: expects a reduction's chunk program")
+    cdef Plan src = plan.stage_plans[0]
+    shape = as_shape(shape)
+    cdef Py_ssize_t nd = len(shape)
+    if not 0 <= k < nd or per < 1:
+        raise ValueError(f"run_chunks: axis {k}, {per} a chunk, of {shape}")
+    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[nd - 1]
+    cdef Py_ssize_t outer = _prod(shape[:k]), n = shape[k], inner = _prod(shape[k + 1:])
+    cdef Py_ssize_t isz = _CODE_SIZE[src.program.dst_code], p, i0, i1, r0, r1
+    if rows * cols == 0:
+        return
+    per = min(per, n)
+    cdef _Out o
+    cdef _Bound b
+    cdef Allocation m = None
+    cdef _Export ex
+    with _Run(src, leaves, scalars, shape) as r:
+        b = r.bound
+        _fill_whole(b, False)
+        m = _take_scratch(per * inner * isz)
+        try:
+            ex = _Export.__new__(_Export)
+            ex.__array_interface__ = {"version": 3, "shape": (per * inner,),
+                                      "typestr": np.dtype(_NP_BY_CODE[src.program.dst_code]).str,
+                                      "data": (<size_t> m.ptr, False)}
+            ex.mem = m
+            m.n_exports += 1
+            flat = np.asarray(ex)
+            for p in range(outer):
+                for i0 in range(0, n, per):
+                    i1 = min(n, i0 + per)
+                    if k < nd - 1:       # whole rows of the 2-D flattening
+                        r0 = (p * n + i0) * (inner // cols)
+                        r1 = (p * n + i1) * (inner // cols)
+                        _out_at(&o, m.ptr - r0 * cols * isz, cols * isz, isz, rows, cols)
+                        o.contiguous = b.dense
+                        _run_staged(b, &o, r0, r1, 0, cols)
+                    else:                # columns [i0, i1) of row p
+                        _out_at(&o, m.ptr - (p * cols + i0) * isz, cols * isz, isz, rows, cols)
+                        _run_staged(b, &o, p, p + 1, i0, i1)
+                    consume(p, i0, i1, flat[:(i1 - i0) * inner].reshape(
+                        (i1 - i0,) + tuple(shape[k + 1:])))
+        finally:
+            flat = None
+            _give_scratch(m)
 
 
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,

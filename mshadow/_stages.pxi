@@ -22,7 +22,8 @@ DEF SMALL_STAGE = 4096   # a banded stage of at most this many elements is evalu
 DEF SCHED_WHOLE = 0
 DEF SCHED_ROWS = 1
 DEF SCHED_COLS = 2
-_SCHEDULES = {"whole": SCHED_WHOLE, "rows": SCHED_ROWS, "columns": SCHED_COLS}
+_SCHEDULES = {"whole": SCHED_WHOLE, "rows": SCHED_ROWS, "columns": SCHED_COLS,
+              "chunk": SCHED_WHOLE}   # a reduction's source: run_chunks, never bound here
 DEF ARENA_BYTES = 64 << 20   # scratch a thread keeps for its next runs
 DEF FEEDS_GATHER = 0         # what a stage fills: a gather's source,
 DEF FEEDS_VIEW = 1           # a view read through its row map,

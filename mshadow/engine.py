@@ -31,6 +31,7 @@ describe = ir.describe
 # reductions and view targets use it too. ``_plans`` names it for diagnostics and tests.
 _plans = _core.PLANS
 _complex_engines = {}
+_complex_plans = {}
 
 CacheInfo = namedtuple("CacheInfo", "hits misses maxsize currsize")
 
@@ -46,9 +47,12 @@ clear_plan_cache = _core.clear_plan_cache
 set_plan_cache_size = _core.set_plan_cache_size
 
 
-def register_complex(tag, fn):
-    """Let a kComplex expression kind (dot, reductions) evaluate itself: fn(dst, exp, saver)."""
+def register_complex(tag, fn, plan=None):
+    """Let a kComplex expression kind (dot, reductions) evaluate itself: fn(dst, exp, saver);
+    ``plan(exp)``, if given, is the plan it runs (for ``plan_for``), or None."""
     _complex_engines[tag] = fn
+    if plan is not None:
+        _complex_plans[tag] = plan
 
 
 _FALLBACK = object()   # marks nodes that hold an untraceable operator
@@ -173,6 +177,9 @@ def plan_for(dst, exp, saver="saveto"):
         node = ir.LEAF[_CODE_BY_FLAG[exp.type_flag]]
     elif isinstance(exp, Exp):
         if exp.exp_type == kComplex:
+            plan = _complex_plans.get(exp.key[0], lambda e: None)(exp)
+            if isinstance(plan, _Plan):
+                return plan
             raise TypeError(f"{describe(exp.key)} is kComplex: its own engine evaluates it "
                             f"(BLAS for dot, the fused reduction for reductions), not a plan")
         node = exp.key

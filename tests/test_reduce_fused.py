@@ -194,19 +194,63 @@ def test_axis_sums_do_not_depend_on_the_thread_count():
 
 
 def test_column_sum_order_is_the_documented_one():
-    # groups of ROWS_PER_GROUP rows added in order in float32, the groups in float64
+    # rows of at least REGISTER_ROW_MIN: groups of ROWS_PER_GROUP rows added in order in
+    # float32, the groups in float64
     from mshadow.extension.reduce import ROWS_PER_GROUP as R
+    from mshadow.lower.cpu import REGISTER_ROW_MIN as W
     rng = np.random.default_rng(6)
-    a = (rng.standard_normal((300, 40)) * 1e3).astype(np.float32)
-    want = np.zeros(40, np.float64)
+    a = (rng.standard_normal((300, W + 3)) * 1e3).astype(np.float32)
+    want = np.zeros(W + 3, np.float64)
     for g in range(0, 300, R):
-        acc = np.zeros(40, np.float32)
+        acc = np.zeros(W + 3, np.float32)
         for row in a[g:g + R] * np.float32(1):
             acc = (acc + row).astype(np.float32)
         want += acc
-    out = ms.new_tensor((40,), 0)
-    out[:] = ms.sum_rows(ms.from_numpy(a) * 1)
+    out = ms.new_tensor((W + 3,), 0)
+    e = ms.sum_rows(ms.from_numpy(a) * 1)
+    assert "chain" in ms.plan_for(out, e).disassemble()     # summed in registers
+    out[:] = e
     np.testing.assert_array_equal(out.numpy(), want.astype(np.float32))
+
+
+@pytest.mark.parametrize("form", ["sum_rows", "except_dim", "with_axis_last", "with_axis_0"])
+def test_short_rows_are_reduced_in_chunks_in_the_documented_order(form, monkeypatch):
+    # rows shorter than REGISTER_ROW_MIN: a chunk stage evaluates the source a chunk at a
+    # time (CHUNK_ELEMS elements of whole slabs), numpy reduces each chunk as it reduces a
+    # tensor, in float32, and the chunks' results are added in order in float32
+    from mshadow.extension import reduce as red_mod
+    monkeypatch.setattr(red_mod, "CHUNK_ELEMS", 40 * 7 * 11)
+    rng = np.random.default_rng(16)
+    a = (rng.standard_normal((30, 7, 40)) * 1e3).astype(np.float32)
+    v = a * np.float32(2) - np.float32(1)
+    A = ms.from_numpy(a)
+    e = A * 2 - 1
+    f32 = np.float32
+    if form == "sum_rows":
+        m, mv = ms.reshape(e, (210, 40)), v.reshape(210, 40)
+        red, chunks, axis = ms.sum_rows(m), [mv[i:i + 77] for i in range(0, 210, 77)], 0
+    elif form == "except_dim":       # keep axis 1: chunks of 11 along axis 0
+        red, chunks, axis = ms.sumall_except_dim(e, 1), [v[i:i + 11] for i in range(0, 30, 11)], (0, 2)
+    elif form == "with_axis_last":
+        red, chunks, axis = (ms.reduce_with_axis(e, 2, ms.red.sum),
+                             [v[i:i + 11] for i in range(0, 30, 11)], 2)
+    else:
+        red, chunks, axis = (ms.reduce_with_axis(e, 0, ms.red.sum),
+                             [v[i:i + 11] for i in range(0, 30, 11)], 0)
+    out = ms.new_tensor(red.shape)
+    dis = ms.plan_for(out, red).disassemble()
+    assert "stage 0: chunk" in dis and "numpy add.reduce(chunk)" in dis, dis
+    out[:] = red
+    if axis == 2:      # the chunks hold whole rows: each output element is one chunk's
+        want = np.concatenate([np.add.reduce(c, axis=2, dtype=f32) for c in chunks])
+    else:
+        want = np.add.reduce(chunks[0], axis=axis, dtype=f32)
+        for c in chunks[1:]:
+            want = (want + np.add.reduce(c, axis=axis, dtype=f32)).astype(f32)
+    np.testing.assert_array_equal(out.numpy(), want)
+    np.testing.assert_allclose(out.numpy(), v.astype(np.float64).sum(axis=axis) if
+                               form != "sum_rows" else v.reshape(210, 40).sum(0, dtype=np.float64),
+                               rtol=1e-5, atol=1e-2)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.uint8])
@@ -320,3 +364,20 @@ def test_arg_reduction_of_a_banded_window_reads_only_chunks(no_temporary, monkey
     y[:] = e
     p = (x.astype(np.float64) * 2).reshape(6, 4, 20, 2, 15, 2).sum((3, 5))
     np.testing.assert_array_equal(y.numpy(), np.argmax(p, axis=1).astype(np.float32))
+
+
+def test_a_chunked_reduction_uses_the_arena_and_may_store_into_its_source():
+    from mshadow import _core
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal((5000, 1)).astype(np.float32)
+    x = ms.from_numpy(a.copy())
+    _core.release_scratch()
+    x[:] = ms.reduce_keepdim(x * 2 + x, 1, ms.red.sum)       # dst is the source's leaf
+    np.testing.assert_array_equal(x.numpy(), a * 2 + a)
+    assert max(_core.scratch_held()) >= 5000 * 4              # the chunk's scratch came back
+    b = rng.standard_normal((64, 9, 50)).astype(np.float32)
+    y = ms.from_numpy(b.copy())
+    s = ms.new_tensor((9,))
+    s[:] = ms.sumall_except_dim(ms.F(ms.op.relu, y) - y, 1)
+    want = (np.maximum(b, 0) - b).astype(np.float64).sum((0, 2))
+    np.testing.assert_allclose(s.numpy(), want, rtol=1e-5)

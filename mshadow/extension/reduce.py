@@ -19,6 +19,7 @@ import numpy as np
 from .. import _core, ir
 from ..device import check_devices, cpu
 from ..engine import assign, get_plan, register_complex
+from ..lower.cpu import reduce_schedule
 from ..dtypes import compute_code
 from ..errors import DTypeError, ShapeError
 from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
@@ -318,35 +319,89 @@ def fused_reduce(src, form, reducer_name, axis):
         return res.astype(_NP_BY_CODE[cc])
 
 
-CHUNK_ELEMS = 1 << 18   # elements of an arg-reduction's chunk (1 MiB of float32)
+CHUNK_ELEMS = 1 << 17   # elements of a chunk of a reduction's source (512 KiB of float32)
 
 
-def chunked_arg_reduce(src, reducer_name, axis, keep):
-    """The index of the first maximum (minimum) of the expression ``src`` along ``axis``,
-    in the compute type; the source is evaluated a chunk at a time into cache-sized
-    scratch (whole slabs over the axes before ``axis``), never whole. None if the
-    expression holds an untraceable operator."""
-    plan = get_plan(src.key, src.code, "saveto")
-    if not isinstance(plan, _core.Plan) or src.shape[axis] == 0:
+def _chunk_split(shape, axis, mask):
+    """(k, per): a chunk is ``per`` indices of axis k, every axis after it whole, at one
+    index of the axes before it; k is the first axis whose slabs hold at most CHUNK_ELEMS
+    elements. An arg-reduction's chunks hold its axis whole (k before it)."""
+    nd = len(shape)
+    suffix = [1] * (nd + 1)
+    for j in range(nd - 1, -1, -1):
+        suffix[j] = suffix[j + 1] * shape[j]
+    k = next(j for j in range(nd) if suffix[j + 1] <= CHUNK_ELEMS)
+    if mask and k >= axis:
+        if axis == 0:
+            return 0, shape[0]        # the whole source is one chunk
+        k = axis - 1
+    return k, max(1, CHUNK_ELEMS // max(suffix[k + 1], 1))
+
+
+def chunked_reduce(src, form, reducer_name, axis, mask):
+    """The reduction of the expression ``src`` by its chunk program (lower.cpu.compile_reduce):
+    the source is evaluated a chunk at a time into cache-sized scratch (never whole), each
+    chunk is reduced by numpy as a tensor is (argmax/argmin for an arg-reduction) and the
+    chunks' results are combined in chunk order, in the compute type (as numpy adds the
+    leading rows of a tensor; integers wrap). Returns the values in the compute type; None
+    if the expression holds an untraceable operator."""
+    shape, code = tuple(src.shape), src.code
+    nd = len(shape)
+    axes = _reduced_axes(form, axis, nd)
+    if not axes and not mask:
+        return None
+    node = ir.Reduce(code, form, reducer_name, axis, mask, src.key)
+    plan = get_plan(node, code, "saveto")
+    if not isinstance(plan, _core.Plan):
+        return None
+    cc = compute_code(code)
+    k, per = _chunk_split(shape, axis, mask)
+    lead = shape[:k]
+    if mask:
+        arg, parts = _ARG[reducer_name], []
+
+        def consume(p, i0, i1, chunk):   # first occurrence; a NaN counts as the extreme
+            parts.append(arg(chunk, axis=axis - k))
+
+        _core.run_chunks(plan, shape, src.leaves, src.scalars, k, per, consume)
+        res = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        res = res.reshape(_result_shape(shape, "keepdim" if form == "keepdim" else "with_axis",
+                                        axis))
+        return res.astype(_NP_BY_CODE[cc])
+    ufunc = _FUSED[reducer_name][2]
+    cdt = np.dtype(_NP_BY_CODE[cc])
+    acc = np.full(tuple(1 if j in axes else shape[j] for j in range(nd)),
+                  _init_value(reducer_name, cdt), dtype=cdt)
+    local = tuple(j - k for j in axes if j >= k)          # the chunk's reduced axes
+    whole_k = k in axes
+
+    def consume(p, i0, i1, chunk):
+        part = ufunc.reduce(chunk, axis=local, dtype=cdt, keepdims=True) if local else chunk
+        idx = []
+        for j in range(k - 1, -1, -1):                    # p's index of each leading axis
+            p, q = divmod(p, lead[j])
+            idx.append(0 if j in axes else q)
+        at = acc[tuple(idx[::-1]) + (slice(0, 1) if whole_k else slice(i0, i1),)]
+        ufunc(at, part, out=at, casting="unsafe")
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        _core.run_chunks(plan, shape, src.leaves, src.scalars, k, per, consume)
+        return acc.reshape(_result_shape(shape, form, axis)).astype(_NP_BY_CODE[cc])
+
+
+def plan_of(exp):
+    """The plan a reduction of an expression source runs (``ms.plan_for``): its chunk
+    program, or the program that reduces the source in registers; None when numpy reduces
+    the source in place (a tensor or a view: no plan)."""
+    src = exp.src
+    if not _fusable(src) or not Shape(src.shape).size():
         return None
     shape = tuple(src.shape)
-    units = Shape(shape).prod_shape(0, axis)              # slabs before the reduced axis
-    unit_rows = Shape(shape).prod_shape(axis, len(shape) - 1) if axis < len(shape) - 1 else 1
-    unit_elems = unit_rows * shape[-1]
-    per_chunk = max(1, CHUNK_ELEMS // max(unit_elems, 1))
-    scratch = _core.new_tensor((min(units, per_chunk) * unit_rows, shape[-1]), init=None,
-                               dtype=src.dtype)
-    view = scratch.numpy()
-    arg = _ARG[reducer_name]
-    parts = []
-    for u0 in range(0, units, per_chunk):
-        u1 = min(units, u0 + per_chunk)
-        _core.evaluate_rows(src, plan, u0 * unit_rows, u1 * unit_rows, scratch)
-        chunk = view[:(u1 - u0) * unit_rows].reshape((u1 - u0,) + shape[axis:])
-        parts.append(arg(chunk, axis=1))     # first occurrence; a NaN counts as the extreme
-    res = np.concatenate(parts).reshape(_result_shape(shape, "keepdim" if keep else "with_axis",
-                                                      axis))
-    return res.astype(_NP_BY_CODE[compute_code(src.code)])
+    if reduce_schedule(shape, exp.form, exp.axis, exp.mask) == "chunk":
+        return get_plan(exp.key, src.code, "saveto")
+    if len(shape) - 1 in _reduced_axes(exp.form, exp.axis, len(shape)):
+        return get_plan(src.key, src.code, _FUSED[exp.reducer.name][0])
+    return get_plan(src.key, compute_code(src.code), _FUSED[exp.reducer.name][1])
 
 
 def compute(a, code, form, reducer_name, axis, mask, scale):
@@ -414,8 +469,8 @@ def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
     """``dst <saver> scale * reduce(src)`` once every check has passed."""
     a = None
     if _fusable(src) and Shape(src.shape).size():
-        if mask:
-            values = chunked_arg_reduce(src, reducer_name, axis, form == "keepdim")
+        if reduce_schedule(tuple(src.shape), form, axis, mask) == "chunk":
+            values = chunked_reduce(src, form, reducer_name, axis, mask)
         else:
             values = fused_reduce(src, form, reducer_name, axis)
         a = None if values is None else _Fused(values)
@@ -446,7 +501,7 @@ def _eval(dst, exp, saver):
                 check_saver(saver, where))
 
 
-register_complex("reduce", _eval)
+register_complex("reduce", _eval, plan_of)
 
 
 # ---- the fused full reduction ---------------------------------------------------------
