@@ -613,7 +613,8 @@ def run_chunks(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t k,
     cdef _Bound b
     cdef Allocation m = None
     cdef _Export ex
-    with _Run(src, leaves, scalars, shape) as r:
+    cdef _Run r = _open_run(src, leaves, scalars, shape)
+    try:
         b = r.bound
         _fill_whole(b, False)
         m = _take_scratch(per * inner * isz)
@@ -640,8 +641,12 @@ def run_chunks(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t k,
                     consume(p, i0, i1, flat[:(i1 - i0) * inner].reshape(
                         (i1 - i0,) + tuple(shape[k + 1:])))
         finally:
-            flat = None
+            flat = ex = None
             _give_scratch(m)
+    except BaseException:
+        _close_run(r, False)
+        raise
+    _close_run(r, True)
 
 
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
