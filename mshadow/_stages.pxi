@@ -189,13 +189,15 @@ cdef class _Bound:
                                # every binding of the run: no reference back up, no cycle)
     cdef list stages           # _StageRun per stage (None: the plan has none)
     cdef list bands            # the stages evaluated band by band (None: no stage)
-    cdef char *heap            # lv, gv and sv when they do not fit inline
+    cdef char *heap            # lv and sv when they do not fit inline
+    cdef char *gheap           # gv, for a plan with gathers (inline it would be zeroed on
+                               # every run of the far more common plans without)
     cdef ms_leaf lv_inline[INLINE_LEAVES]
-    cdef ms_gather gv_inline[INLINE_LEAVES]
     cdef char sv_inline[16 * INLINE_LEAVES]
 
     def __dealloc__(self):
         free(self.heap)
+        free(self.gheap)
 
     cdef void release(self) except *:
         """Give every stage's scratch back to the arena (the run has ended)."""
@@ -228,22 +230,25 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
         flags.value = 0
     b.flags = flags
     cdef Py_ssize_t nl = plan.nleaf, k
-    cdef size_t lbytes = (nl + 1) * sizeof(ms_leaf), gbytes = (nl + 1) * sizeof(ms_gather)
+    cdef size_t lbytes = (nl + 1) * sizeof(ms_leaf)
     cdef char *mem
-    b.heap = NULL
     if nl + 1 <= INLINE_LEAVES and plan.nscalar <= INLINE_LEAVES:
-        b.lv, b.gv, b.sv = b.lv_inline, b.gv_inline, b.sv_inline
+        b.lv, b.sv = b.lv_inline, b.sv_inline
     else:
-        mem = <char *> malloc(lbytes + gbytes + 16 * max(plan.nscalar, 1))
+        mem = <char *> malloc(lbytes + 16 * max(plan.nscalar, 1))
         if mem == NULL:
             raise MemoryError()
         b.heap = mem
         b.lv = <ms_leaf *> mem
-        b.gv = <ms_gather *> (mem + lbytes)
-        b.sv = mem + lbytes + gbytes
+        b.sv = mem + lbytes
+    if plan.gather_binds:
+        b.gheap = <char *> malloc((nl + 1) * sizeof(ms_gather))
+        if b.gheap == NULL:
+            raise MemoryError()
+        b.gv = <ms_gather *> b.gheap
     if type(shape) is not Shape:
         shape = as_shape(shape)
-    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
+    cdef Py_ssize_t rows = _rows_of(shape), cols = shape[-1]
     b.dense = True
     b.alias = False
     cdef Tensor lf

@@ -138,6 +138,14 @@ cdef Py_ssize_t _prod(object dims):
     return n
 
 
+cdef Py_ssize_t _rows_of(object shape):
+    """The rows of ``shape``'s 2-D flattening: the product of every axis but the last."""
+    cdef Py_ssize_t n = 1, k
+    for k in range(len(shape) - 1):
+        n *= <Py_ssize_t> shape[k]
+    return n
+
+
 # the docstring's first line is the text signature: Cython must not prepend its own
 @cython.embedsignature(False)
 cdef class Tensor:
