@@ -56,17 +56,23 @@ def _compiler_version(cc):
     return (r.stdout or r.stderr).strip().splitlines()[0] if (r.stdout or r.stderr).strip() else ""
 
 
+# the generated headers: (generator module, header), each written by the module's write()
+_GENERATED = (("codegen_types", "dtypes_gen.h"), ("codegen_cpu", "kernels_gen.h"))
+
+
 def _generate_kernels():
-    """Write mshadow/include/mshadow/kernels_gen.h from the operator table."""
+    """Write mshadow/include/mshadow/dtypes_gen.h from the dtype and reducer tables and
+    kernels_gen.h from the operator table."""
     import importlib.util
     here = os.path.dirname(os.path.abspath(__file__))
     pkg = os.path.join(here, "mshadow")
     sys.path.insert(0, pkg)
     try:
-        spec = importlib.util.spec_from_file_location("codegen_cpu", os.path.join(pkg, "codegen_cpu.py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        mod.write(os.path.join(pkg, "include", "mshadow", "kernels_gen.h"))
+        for module, header in _GENERATED:
+            spec = importlib.util.spec_from_file_location(module, os.path.join(pkg, module + ".py"))
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            mod.write(os.path.join(pkg, "include", "mshadow", header))
     finally:
         sys.path.remove(pkg)
 
@@ -75,16 +81,16 @@ _KERNELS_DONE = []
 
 
 def _kernels():
-    """Regenerate kernels_gen.h once per run (build_py and build_ext both need it); an
+    """Regenerate the headers once per run (build_py and build_ext both need it); an
     unchanged header keeps its mtime, so nothing recompiles."""
     if _KERNELS_DONE:
         return
     _KERNELS_DONE.append(True)
-    path = os.path.join(HERE, "mshadow", "include", "mshadow", "kernels_gen.h")
-    before = os.path.getmtime(path) if os.path.exists(path) else None
+    paths = [os.path.join(HERE, "mshadow", "include", "mshadow", h) for _, h in _GENERATED]
+    before = [os.path.getmtime(p) if os.path.exists(p) else None for p in paths]
     _generate_kernels()
-    after = os.path.getmtime(path)
-    _say("kernels_gen.h " + ("unchanged" if before == after else "generated"))
+    for (_, header), path, was in zip(_GENERATED, paths, before):
+        _say(header + (" unchanged" if os.path.getmtime(path) == was else " generated"))
 
 
 def _extensions():
@@ -98,7 +104,7 @@ def _extensions():
 
 
 class BuildPy(build_py):
-    """Generates kernels_gen.h first, so wheels ship it with the other headers."""
+    """Generates the headers first, so wheels ship them with the others."""
 
     def run(self):
         _kernels()

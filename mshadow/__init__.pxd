@@ -13,21 +13,23 @@
 #                 row[c] *= a
 #
 # Build such an extension with include_dirs=[mshadow.get_include()] (the .pxd declares the
-# allocator from mshadow/alloc.h). The layout below must match the mshadow it is imported
+# allocator from mshadow/alloc.h and the type flags from mshadow/dtypes_gen.h). The layout below must match the mshadow it is imported
 # with: rebuild downstream extensions after upgrading mshadow.
 # Accessors take a Tensor that is not None: declare ``Tensor t not None`` in the def signature.
 
 from mshadow._core cimport Allocation, Tensor, TensorContainer
 
-# mshadow's type flags (Tensor.type_flag); the same numbers as ms.kFloat32 ... ms.kInt64.
-cdef enum:
-    kFloat32 = 0
-    kFloat64 = 1
-    kFloat16 = 2
-    kUint8 = 3
-    kInt32 = 4
-    kInt8 = 5
-    kInt64 = 6
+# mshadow's type flags (Tensor.type_flag); the same numbers as ms.kFloat32 ... ms.kInt64,
+# read from the generated dtype table (mshadow/dtypes_gen.h, from mshadow/dtypes.py).
+cdef extern from "mshadow/dtypes_gen.h":
+    enum:
+        kFloat32 "MS_TYPEFLAG_FLOAT32"
+        kFloat64 "MS_TYPEFLAG_FLOAT64"
+        kFloat16 "MS_TYPEFLAG_FLOAT16"
+        kUint8 "MS_TYPEFLAG_UINT8"
+        kInt32 "MS_TYPEFLAG_INT32"
+        kInt8 "MS_TYPEFLAG_INT8"
+        kInt64 "MS_TYPEFLAG_INT64"
 
 
 cdef inline char *tensor_data(Tensor t) except NULL:

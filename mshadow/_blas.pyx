@@ -18,6 +18,10 @@ from cython.parallel cimport prange, parallel, threadid
 from scipy.linalg.cython_blas cimport sgemm, dgemm, sgemv, dgemv, sdot, ddot
 
 from mshadow._core cimport Tensor
+from mshadow._tables cimport (MS_TYPEFLAG_FLOAT32, MS_TYPEFLAG_FLOAT64, MS_TYPEFLAG_FLOAT16,
+                              MS_TYPEFLAG_UINT8, MS_TYPEFLAG_INT32, MS_TYPEFLAG_INT8,
+                              MS_TYPEFLAG_INT64)
+from .dtypes import DTYPES
 from .errors import ShapeError, DTypeError
 
 cdef extern from "mshadow/half.h":
@@ -40,8 +44,9 @@ ctypedef fused acctype:
     uint32_t
     uint64_t
 
-# the storage dtype of each TypeFlag (kFloat32=0 ... kInt64=6), for messages
-_NAMES = ("float32", "float64", "float16", "uint8", "int32", "int8", "int64")
+# the storage dtype of each TypeFlag, for messages, and whether it is a float type
+_NAMES = tuple(d.np.name for d in DTYPES)
+_IS_FLOAT = tuple(d.is_float for d in DTYPES)
 
 # below this many multiply-adds the integer loop stays on one thread
 DEF MIN_PARALLEL_MACS = 1 << 16
@@ -224,33 +229,36 @@ cdef int _igemm(itype *C, Py_ssize_t ldc, itype *A, Py_ssize_t lda, bint ta,
 cdef int _product(int flag, Mat c, Mat a, Mat b, Py_ssize_t m, Py_ssize_t n, Py_ssize_t k,
                   double falpha, double fbeta, uint64_t ialpha, uint64_t ibeta,
                   int nthreads) noexcept nogil:
-    """c = alpha op(a) op(b) + beta c for the dtype ``flag``; -1 on allocation failure."""
-    if flag == 0:
+    """c = alpha op(a) op(b) + beta c for the dtype ``flag``; -1 on allocation failure, -2
+    for a dtype with no product here."""
+    if flag == MS_TYPEFLAG_FLOAT32:
         _fgemm[float](<float *> c.p, c.ld, <float *> a.p, a.ld, a.trans, <float *> b.p, b.ld,
                       b.trans, m, n, k, <float> falpha, <float> fbeta)
         return 0
-    if flag == 1:
+    if flag == MS_TYPEFLAG_FLOAT64:
         _fgemm[double](<double *> c.p, c.ld, <double *> a.p, a.ld, a.trans, <double *> b.p,
                        b.ld, b.trans, m, n, k, falpha, fbeta)
         return 0
-    if flag == 2:
+    if flag == MS_TYPEFLAG_FLOAT16:
         return _hgemm(<uint16_t *> c.p, c.ld, <uint16_t *> a.p, a.ld, a.trans,
                       <uint16_t *> b.p, b.ld, b.trans, m, n, k, <float> falpha, <float> fbeta)
-    if flag == 3:
+    if flag == MS_TYPEFLAG_UINT8:
         return _igemm[uint8_t, uint32_t](<uint8_t *> c.p, c.ld, <uint8_t *> a.p, a.ld, a.trans,
                                          <uint8_t *> b.p, b.ld, b.trans, m, n, k,
                                          <uint32_t> ialpha, <uint32_t> ibeta, nthreads)
-    if flag == 4:
+    if flag == MS_TYPEFLAG_INT32:
         return _igemm[int32_t, uint32_t](<int32_t *> c.p, c.ld, <int32_t *> a.p, a.ld, a.trans,
                                          <int32_t *> b.p, b.ld, b.trans, m, n, k,
                                          <uint32_t> ialpha, <uint32_t> ibeta, nthreads)
-    if flag == 5:
+    if flag == MS_TYPEFLAG_INT8:
         return _igemm[int8_t, uint32_t](<int8_t *> c.p, c.ld, <int8_t *> a.p, a.ld, a.trans,
                                         <int8_t *> b.p, b.ld, b.trans, m, n, k,
                                         <uint32_t> ialpha, <uint32_t> ibeta, nthreads)
-    return _igemm[int64_t, uint64_t](<int64_t *> c.p, c.ld, <int64_t *> a.p, a.ld, a.trans,
-                                     <int64_t *> b.p, b.ld, b.trans, m, n, k,
-                                     ialpha, ibeta, nthreads)
+    if flag == MS_TYPEFLAG_INT64:
+        return _igemm[int64_t, uint64_t](<int64_t *> c.p, c.ld, <int64_t *> a.p, a.ld, a.trans,
+                                         <int64_t *> b.p, b.ld, b.trans, m, n, k,
+                                         ialpha, ibeta, nthreads)
+    return -2
 
 
 # ---- Python entry points -----------------------------------------------------------------
@@ -282,7 +290,7 @@ cdef int _snapshot(Mat *x, Py_ssize_t nmat, Py_ssize_t mat_stride, Py_ssize_t it
 
 cdef tuple _scalars(int flag, alpha, beta):
     """(falpha, fbeta, ialpha, ibeta): integer scales are taken modulo 2^64 (they wrap)."""
-    if flag <= 2:
+    if _IS_FLOAT[flag]:
         return float(alpha), float(beta), 0, 0
     return 0.0, 0.0, int(alpha) & 0xFFFFFFFFFFFFFFFF, int(beta) & 0xFFFFFFFFFFFFFFFF
 
@@ -347,6 +355,8 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
             free(bbuf)
     finally:
         _unpin3(a, b, c)
+    if rc == -2:
+        raise DTypeError(f"dot: no product for dtype {_NAMES[flag]}")
     if rc != 0:
         raise MemoryError("dot: could not allocate scratch memory")
 
@@ -391,6 +401,8 @@ def batch_gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int 
                    &rc)
     finally:
         _unpin3(a, b, c)
+    if rc == -2:
+        raise DTypeError(f"batch_dot: no product for dtype {_NAMES[flag]}")
     if rc != 0:
         raise MemoryError("batch_dot: could not allocate scratch memory")
 

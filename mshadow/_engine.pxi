@@ -117,11 +117,11 @@ _load_gathers(ms_reader_table)
 
 _ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
 
-from .codegen_cpu import fingerprint as _fingerprint
+from .codegen_cpu import fingerprint as _fingerprint, GENERATOR_SOURCES as _GEN_SOURCES
 if _fingerprint() != MS_KERNELS_FINGERPRINT.decode():
     raise BuildMismatchError(
-        f"mshadow's compiled kernels were generated from other versions of ops_table.py, "
-        f"vmath.py or codegen_cpu.py than the ones in {os.path.dirname(__file__)} "
+        f"mshadow's compiled kernels were generated from other versions of "
+        f"{', '.join(_GEN_SOURCES)} than the ones in {os.path.dirname(__file__)} "
         f"(fingerprint {MS_KERNELS_FINGERPRINT.decode()} built, {_fingerprint()} now): "
         f"rebuild the extension (pip install -e . or python setup.py build_ext --inplace)")
 
@@ -438,20 +438,22 @@ def _one_value_a_block(program, opd):
 
 cdef int _store_scalar(char *slot, int code, int ccode, object value) except -1:
     """Write ``value`` as the compute type, after rounding it to the storage type."""
-    if code == 2:      # float16: what a half can hold, computed as float
+    if code == MS_TYPEFLAG_FLOAT16:      # what a half can hold, computed as float
         (<float *> slot)[0] = <float> np.float16(value)
-    elif ccode == 0:
+    elif ccode == MS_TYPEFLAG_FLOAT32:
         (<float *> slot)[0] = <float> value
-    elif ccode == 1:
+    elif ccode == MS_TYPEFLAG_FLOAT64:
         (<double *> slot)[0] = <double> value
-    elif ccode == 3:
+    elif ccode == MS_TYPEFLAG_UINT8:
         (<uint8_t *> slot)[0] = <uint8_t> (<int64_t> value)
-    elif ccode == 5:
+    elif ccode == MS_TYPEFLAG_INT8:
         (<int8_t *> slot)[0] = <int8_t> (<int64_t> value)
-    elif ccode == 4:
+    elif ccode == MS_TYPEFLAG_INT32:
         (<int32_t *> slot)[0] = <int32_t> (<int64_t> value)
-    else:
+    elif ccode == MS_TYPEFLAG_INT64:
         (<int64_t *> slot)[0] = <int64_t> value
+    else:
+        raise DTypeError(f"no scalar slot for TypeFlag {ccode}")
     return 0
 
 

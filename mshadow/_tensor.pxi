@@ -20,9 +20,10 @@ cnp.import_array()
 ALIGN_BYTES = MS_ALIGN_BYTES
 
 # PEP 3118 format of each type_flag: numpy's own character, so memoryview(t) and numpy agree.
-_BUF_FORMATS = tuple(np.dtype(dtype_from_flag(f)).char.encode("ascii") for f in range(7))
-cdef char *_buf_format[7]   # pointers into _BUF_FORMATS, which lives as long as the module
-for _f in range(7):
+_BUF_FORMATS = tuple(np.dtype(dtype_from_flag(f)).char.encode("ascii")
+                     for f in range(MS_NUM_TYPEFLAGS))
+cdef char *_buf_format[MS_NUM_TYPEFLAGS]   # pointers into _BUF_FORMATS, which lives as long as the module
+for _f in range(MS_NUM_TYPEFLAGS):
     _buf_format[_f] = <char *> _BUF_FORMATS[_f]
 
 

@@ -13,9 +13,11 @@ import sys
 if __package__:
     from .ops_table import OPS, OPS_BY_NAME, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
     from . import readers, vmath
+    from .dtypes import compute_code
 else:  # loaded by path from setup.py, before the package is importable
     from ops_table import OPS, OPS_BY_NAME, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
     import readers
+    from dtypes import compute_code
     import vmath
 
 ISAS = ("sse2", "avx2", "avx512")
@@ -264,7 +266,7 @@ def chain_steps():
 # The sources the generated header is made from: the header records their hash, and the
 # compiled core refuses to import against sources that have changed since (an editable
 # install whose ops_table.py was edited without a rebuild would run stale step codes).
-GENERATOR_SOURCES = ("ops_table.py", "vmath.py", "readers.py", "codegen_cpu.py")
+GENERATOR_SOURCES = ("ops_table.py", "vmath.py", "readers.py", "codegen_cpu.py", "dtypes.py")
 
 
 def fingerprint():
@@ -537,17 +539,19 @@ def _reduce_sum(code, ctype):
     return "\n".join(out)
 
 
-# The value type V, sum accumulator A and the maximum/minimum init values of the readers,
-# per storage type (mshadow/readers.py).
-_READER_TYPES = {
-    "f32": ("float", "float", "-INFINITY", "INFINITY"),
-    "f64": ("double", "double", "-INFINITY", "INFINITY"),
-    "f16": ("float", "float", "-INFINITY", "INFINITY"),
-    "u8": ("uint8_t", "uint64_t", "0", "UINT8_MAX"),
-    "i8": ("int8_t", "uint64_t", "INT8_MIN", "INT8_MAX"),
-    "i32": ("int32_t", "uint64_t", "INT32_MIN", "INT32_MAX"),
-    "i64": ("int64_t", "uint64_t", "INT64_MIN", "INT64_MAX"),
-}
+def _reader_types(code):
+    """The value type V, sum accumulator A and the maximum/minimum init values of the readers
+    (mshadow/readers.py) for a storage type: V its compute type; floats sum in it, from
+    -inf/+inf; integers sum in uint64 (wrapping), from their <stdint.h> limits."""
+    ctype = dict((c, t) for c, t, _ in STORAGE_TYPES)
+    v = ctype[compute_code(code)]
+    if compute_code(code) in FLOAT_CODES:
+        return v, v, "-INFINITY", "INFINITY"
+    limit = v[:-2].upper()           # int8_t -> INT8_MIN / INT8_MAX, uint8_t -> 0 / UINT8_MAX
+    return v, "uint64_t", "0" if v.startswith("u") else limit + "_MIN", limit + "_MAX"
+
+
+_READER_TYPES = {code: _reader_types(code) for code, _, _ in STORAGE_TYPES}
 
 
 def _reader_kernel(r, code):
@@ -651,7 +655,7 @@ def _minmax_kernels(code, ctype):
     for red, form in _MINMAX.items():
         out.append(_loop_kernel(f"acc_{red}_{code}", 2, [ctype, ctype], ctype, form))
         init = low if red == "max" else high
-        op = 1 if red == "max" else 2
+        op = "MS_RED_MAXIMUM" if red == "max" else "MS_RED_MINIMUM"
         out.append(f"""static void ms_k_reduce_{red}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   {ctype} res = ({ctype})({init});
   npy_intp i;
@@ -734,8 +738,9 @@ def generate():
             out.append(_loop_kernel(name, op.arity, [ctype] * op.arity, ctype,
                                     _c_expr(op, code, ctype), tab))
             names.append(name)
-    for code in FLOAT_CODES:
-        ctype = {"f32": "float", "f64": "double"}[code]
+    for code, ctype, _ in COMPUTE_TYPES:
+        if code not in FLOAT_CODES:
+            continue
         out.append(_chain_kernel(code, ctype))
         names += [f"chain_{code}", f"chain_sum_{code}"]
     for code, ctype, _ in COMPUTE_TYPES:

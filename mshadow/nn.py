@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _core
 from .device import check_devices
+from .dtypes import FLOAT_DTYPES
 from .errors import DTypeError, ShapeError
 from .extension.reduce import (check_dst, check_keep_lowest, check_reducer, check_saver,
                                reduce_into, scale_value, source, source_devices)
@@ -54,8 +55,8 @@ def _same_dtype(a, b, where, what_a, what_b):
 
 def _floating(t, where, what):
     if t.dtype.kind != "f":
-        raise DTypeError(f"{where}: {what} must have a floating-point dtype (float16, float32, "
-                         f"float64), got {t.dtype}")
+        raise DTypeError(f"{where}: {what} must have a floating-point dtype "
+                         f"({', '.join(sorted(d.name for d in FLOAT_DTYPES))}), got {t.dtype}")
 
 
 def _real(v, where, what):

@@ -12,6 +12,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
+if __package__:
+    from .dtypes import DTYPES as _DTYPES
+else:  # loaded by path at build time (codegen_cpu.py), before the package exists
+    from dtypes import DTYPES as _DTYPES
+
 
 @dataclass(frozen=True)
 class OpDef:
@@ -116,22 +121,15 @@ OPS = (
 
 OPS_BY_NAME = {op.name: op for op in OPS}
 
-# Compute types of the CPU kernels: (name, C type, numpy dtype). float16 is stored only and
-# computed in float32, as mshadow's half_t does.
-COMPUTE_TYPES = (
-    ("f32", "float", np.dtype(np.float32)),
-    ("f64", "double", np.dtype(np.float64)),
-    ("u8", "uint8_t", np.dtype(np.uint8)),
-    ("i8", "int8_t", np.dtype(np.int8)),
-    ("i32", "int32_t", np.dtype(np.int32)),
-    ("i64", "int64_t", np.dtype(np.int64)),
-)
-# Storage types (casts exist between every pair): the compute types plus float16. (This
-# module is loaded by path at build time, before the package exists, so it cannot import
-# dtypes.DTYPES; tests/test_ir.py checks that the two tables agree.)
-STORAGE_TYPES = COMPUTE_TYPES + (("f16", "uint16_t", np.dtype(np.float16)),)
+# Compute types of the CPU kernels: (name, C type, numpy dtype), the rows of dtypes.DTYPES
+# that compute in their own type. float16 is stored only and computed in float32, as
+# mshadow's half_t does.
+COMPUTE_TYPES = tuple((d.code, d.ctype, d.np) for d in _DTYPES if d.compute == d.code)
+# Storage types (casts exist between every pair): the compute types plus the stored-only ones.
+STORAGE_TYPES = COMPUTE_TYPES + tuple((d.code, d.ctype, d.np) for d in _DTYPES
+                                      if d.compute != d.code)
 TYPE_CODE = {dt: code for code, _, dt in STORAGE_TYPES}
-FLOAT_CODES = ("f32", "f64")
+FLOAT_CODES = tuple(code for code, _, dt in COMPUTE_TYPES if dt.kind == "f")
 
 
 def kernel_kind(op, code):

@@ -34,7 +34,7 @@ from .. import ir
 from ..codegen_cpu import CHAIN_BINARY, CHAIN_UNARY, CHAIN_MAX
 from ..dtypes import BY_CODE, compute_code
 from ..ir import ACCUMULATORS, REDUCERS, SAVERS as SAVER_OPS
-from ..ops_table import OPS_BY_NAME, kernel_kind
+from ..ops_table import FLOAT_CODES, OPS_BY_NAME, kernel_kind
 from ..readers import READERS_BY_NAME
 
 
@@ -414,7 +414,7 @@ def _chain_op(ins, roles, params, transposed):
     if ins.kernel[0] != "k":
         return None
     op, _, code = ins.kernel[1].rpartition("_")
-    if op not in _CHAIN_OPS or code not in ("f32", "f64"):
+    if op not in _CHAIN_OPS or code not in FLOAT_CODES:   # the chain kernels' types
         return None
     for o in ins.ins:
         if o[0] == "leaf" and not _chain_readable(roles[o[1]], params[o[1]], transposed[o[1]]):

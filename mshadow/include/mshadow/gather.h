@@ -13,6 +13,7 @@
 #include <string.h>
 #include <stdint.h>
 #include "mshadow/half.h"
+#include "mshadow/dtypes_gen.h"
 
 #define MS_GATHER_PARAMS 12
 
@@ -21,7 +22,7 @@ typedef struct {
   npy_intp rowstep[3];         /* their row pitch in bytes */
   npy_intp colstep[3];         /* their column step in bytes (the itemsize for a tensor; a
                                   strided view's last-axis stride: 0, negative, ...) */
-  int code[3];                 /* their storage type (TypeFlag) when a kernel reads values */
+  int code[3];                 /* their storage type (MS_TYPEFLAG_*) when a kernel reads values */
   npy_intp p[MS_GATHER_PARAMS];
 } ms_gather;
 
@@ -31,16 +32,15 @@ typedef struct {
 /* set when an index read from a tensor is out of range; per thread, like ms_fpe_flags */
 static MS_THREAD_LOCAL int ms_gather_error = 0;
 
-/* An index stored in a tensor of TypeFlag `code`, truncated toward zero as mshadow's casts. */
+/* An index stored in a tensor of TypeFlag `code`, truncated toward zero as mshadow's casts:
+ * one case per row of the dtype table (dtypes_gen.h). */
 static inline npy_intp ms_read_index(const char *p, int code) {
   switch (code) {
-    case 0: { float v; memcpy(&v, p, 4); return (npy_intp)v; }
-    case 1: { double v; memcpy(&v, p, 8); return (npy_intp)v; }
-    case 2: { uint16_t h; memcpy(&h, p, 2); return (npy_intp)ms_half_to_float(h); }
-    case 3: return *(const uint8_t *)p;
-    case 4: { int32_t v; memcpy(&v, p, 4); return v; }
-    case 5: return *(const int8_t *)p;
-    default: { int64_t v; memcpy(&v, p, 8); return (npy_intp)v; }
+#define MS_READ_INDEX_CASE(flag, NAME, code_, ctype, compute, is_float) \
+    case flag: { ctype v; memcpy(&v, p, sizeof v); return (npy_intp)MS_WIDEN_##code_(v); }
+    MS_FOR_EACH_DTYPE(MS_READ_INDEX_CASE)
+#undef MS_READ_INDEX_CASE
+    default: return 0;   /* not a TypeFlag: the binding never stores one */
   }
 }
 
@@ -49,11 +49,12 @@ static inline npy_intp ms_imax(npy_intp a, npy_intp b) { return a > b ? a : b; }
 #define MS_MIN(a, b) ms_imin((a), (b))
 #define MS_MAX(a, b) ms_imax((a), (b))
 
-/* MXNet's red::maximum (red 1) / minimum (red 2): a NaN already held sticks, a NaN value is
- * taken (`!(res >= v)` is true for it), so NaN propagates whatever the order. */
+/* MXNet's red::maximum (MS_RED_MAXIMUM) / minimum (MS_RED_MINIMUM): a NaN already held
+ * sticks, a NaN value is taken (`!(res >= v)` is true for it), so NaN propagates whatever
+ * the order. */
 #define MS_REDUCE(red, res, v)                                                                  \
   do {                                                                                          \
-    if ((red) == 1) { if ((res) == (res) && !((res) >= (v))) (res) = (v); }                     \
+    if ((red) == MS_RED_MAXIMUM) { if ((res) == (res) && !((res) >= (v))) (res) = (v); }        \
     else { if ((res) == (res) && !((res) <= (v))) (res) = (v); }                                \
   } while (0)
 
