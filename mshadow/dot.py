@@ -17,9 +17,8 @@ Tensor = _core.Tensor
 
 from .dtypes import INT_CODES as _INT_CODES
 
-# saver -> (sign of alpha, beta): mshadow's Saver::AlphaBLAS / BetaBLAS
-_BLAS_CONSTANTS = {"saveto": (1, 0), "plusto": (1, 1), "minusto": (-1, 1)}
-_SAVER_SYMBOL = {"multo": "*=", "divto": "/="}
+# saver -> (sign of alpha, beta): mshadow's Saver::AlphaBLAS / BetaBLAS (ir.SAVER_TABLE)
+_BLAS_CONSTANTS = {s.name: s.blas for s in ir.SAVER_TABLE if s.blas is not None}
 
 
 _blas_module = None
@@ -201,10 +200,11 @@ def _eval(dst, exp, saver):
     """The complex engine: ``dst <saver> exp`` for a DotExp or BatchDotExp."""
     sign_beta = _BLAS_CONSTANTS.get(saver)
     if sign_beta is None:
-        sym = _SAVER_SYMBOL.get(saver, saver)
+        row = ir.SAVER_BY_NAME.get(saver)
+        sym = row.symbol if row is not None else saver
+        forms = ", ".join(f"{s.symbol} ({s.name})" for s in ir.SAVER_TABLE if s.blas is not None)
         raise TypeError(f"dst {sym} {type(exp).__name__}: saver {saver} has no BLAS form; a matrix "
-                        f"product can only be assigned (=, saveto), added (+=, plusto) or "
-                        f"subtracted (-=, minusto). Assign it to a tensor first.")
+                        f"product can only be stored with {forms}. Assign it to a tensor first.")
     where = exp.key.kind
     _check_dst(dst, exp, where)
     if dst.shape != exp.shape:

@@ -39,16 +39,34 @@ every subtree once more per node, which doubled the cost of building an expressi
 Walks over the tree are the visitors below (``describe``, ``transposed``, ``leaves``) and
 the backends' lowerings (mshadow/lower/cpu.py); none of them index a node by position.
 """
-from .dtypes import BY_CODE
+from collections import namedtuple
 
-# Savers: how a value is stored into the destination (mshadow's sv::saveto, ...): the name
-# and the element-wise operator that combines the old value with the new one.
-SAVERS = {"saveto": None, "plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
-# Reducing savers: the destination receives one partial result per block (mshadow/lower).
-REDUCERS = {"sum": "reduce_sum", "max": "reduce_max", "min": "reduce_min"}
+from .dtypes import BY_CODE
+from .readers import REDUCER_TABLE
+
+# THE saver table: how a value is stored into the destination (mshadow's sv::saveto, ...),
+# one row each: its name (``ms.sv.<name>``), the element-wise operator that combines the
+# old value with the new one (None: the new value replaces it), its operator spelling and
+# mshadow's Saver::AlphaBLAS / BetaBLAS (the signs of a matrix product's alpha and beta;
+# None: a product cannot be stored with it). ms.sv, the plan compiler, the numpy fallback,
+# dot and the tests (mshadow.testing.SAVERS) all read this table: adding a saver is a row.
+Saver = namedtuple("Saver", "name op symbol blas")
+SAVER_TABLE = (
+    Saver("saveto", None, "=", (1, 0)),
+    Saver("plusto", "plus", "+=", (1, 1)),
+    Saver("minusto", "minus", "-=", (-1, 1)),
+    Saver("multo", "mul", "*=", None),
+    Saver("divto", "div", "/=", None),
+)
+SAVERS = {s.name: s.op for s in SAVER_TABLE}       # name -> combining operator
+SAVER_BY_NAME = {s.name: s for s in SAVER_TABLE}
+# Reducing savers: the destination receives one partial result per block (mshadow/lower);
+# one per row of readers.REDUCER_TABLE, saver -> kernel.
+REDUCERS = {r.block: f"reduce_{r.block}" for r in REDUCER_TABLE}
 # Accumulating savers, internal to the fused reductions: the destination row keeps the
-# maximum (minimum) of itself and the value, NaN propagating (MXNet's red::maximum).
-ACCUMULATORS = {"maxto": "acc_max", "minto": "acc_min"}
+# maximum (minimum) of itself and the value, NaN propagating (MXNet's red::maximum); the
+# reducers whose accumulating saver is not an ordinary one (sum accumulates with plusto).
+ACCUMULATORS = {r.acc: f"acc_{r.block}" for r in REDUCER_TABLE if r.acc not in SAVERS}
 
 class Node(tuple):
     """Base of the IR's node types: immutable, equal when their structure is equal."""

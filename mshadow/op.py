@@ -15,6 +15,8 @@ import itertools
 import warnings
 
 from . import expr as _expr
+from .ir import SAVER_TABLE, SAVERS
+from .readers import REDUCER_TABLE
 from .ops_table import OPS
 
 __all__ = ["Op", "define", "TraceError"]
@@ -164,8 +166,14 @@ def define(fn=None, *, name=None):
 
 
 class _Savers:
-    """``ms.sv``: the savers an assignment can use (saveto is ``=``, plusto ``+=``, ...)."""
-    saveto, plusto, minusto, multo, divto = "saveto", "plusto", "minusto", "multo", "divto"
+    """``ms.sv``: the savers an assignment can use (saveto is ``=``, plusto ``+=``, ...):
+    one attribute per row of ir.SAVER_TABLE, its value the saver's name."""
+
+    def __init__(self):
+        self.__dict__.update((s.name, s.name) for s in SAVER_TABLE)
+
+    def __dir__(self):
+        return list(SAVERS)
 
 
 class _Reducer:
@@ -178,11 +186,23 @@ class _Reducer:
         return f"<mshadow reducer {self.name}>"
 
 
+def reducer_names(names=None):
+    """The reducers ``names`` (default: every row of readers.REDUCER_TABLE) as ``ms.red.<name>``,
+    joined by commas and a last "or", for messages."""
+    names = [f"ms.red.{n}" for n in (names or [r.name for r in REDUCER_TABLE])]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
 class _Reducers:
-    """``ms.red``: reducers for reductions and pooling (sum, maximum, minimum)."""
-    sum = _Reducer("sum", "plus", 0)
-    maximum = _Reducer("maximum", "maximum", "-inf")
-    minimum = _Reducer("minimum", "minimum", "+inf")
+    """``ms.red``: reducers for reductions and pooling (sum, maximum, minimum): one
+    attribute per row of readers.REDUCER_TABLE."""
+
+    def __init__(self):
+        self.__dict__.update((r.name, _Reducer(r.name, r.combine, r.init))
+                             for r in REDUCER_TABLE)
+
+    def __dir__(self):
+        return [r.name for r in REDUCER_TABLE]
 
 
 class _Types:

@@ -13,8 +13,9 @@ leading axis, columns x of the last axis) and is written in three parts, all C:
 Inside them: the parameters by name (``npy_intp``), ``LD(k, r, c)`` (source k's element
 at row r, column c, loaded as the value type V), ``IDX(k, r)`` (element r of the index
 source k, truncated toward zero as mshadow's casts), ``ZERO``, ``LOW`` / ``HIGH`` (the
-maximum's and minimum's init values), ``REDUCE(red, acc, v)`` (maximum/minimum, NaN
-propagating) and ``BAD_INDEX`` (records an out-of-range index: the engine raises
+maximum's and minimum's init values), ``red`` compared with ``MS_RED_SUM`` /
+``MS_RED_MAXIMUM`` / ``MS_RED_MINIMUM`` (REDUCER_TABLE's ids, never their numbers),
+``REDUCE(red, acc, v)`` (maximum/minimum, NaN propagating) and ``BAD_INDEX`` (records an out-of-range index: the engine raises
 IndexError; indices are also checked before anything is stored). ``V`` is the type values
 are compared in (float for float16), ``A`` the sum accumulator (float for float16, uint64
 for integers: wrapping, which equals mshadow's result modulo the type's width). A row is
@@ -23,11 +24,27 @@ compiled for every storage type; its kernel is named ``g_<name>_<code>``.
 Adding a gathering extension is one row here, its constructor (a few lines building the
 GatherExp with ``gather`` in extension/gather.py) and its tests.
 """
+from collections import namedtuple
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
-SUM, MAXIMUM, MINIMUM = 0, 1, 2   # a reducer parameter's values (ms.red.sum, ...)
-REDUCER_IDS = {"sum": SUM, "maximum": MAXIMUM, "minimum": MINIMUM}   # by ms.red name
+# THE reducer table (ms.red.*), one row each: ``id`` is the value of a reader's ``red``
+# parameter (``MS_RED_<NAME>`` in C, emitted into dtypes_gen.h by codegen_types.py),
+# ``combine`` the ops_table operator that folds a value in, ``init`` where it starts (0;
+# "-inf" / "+inf": for an integer type its minimum / maximum), ``ufunc`` numpy's combining
+# ufunc (by name), ``block`` the reducing saver of the fused reduction (one partial per
+# block: ir.REDUCERS, kernels reduce_<block>_<code>), ``acc`` its accumulating saver (a
+# running row: ir.ACCUMULATORS, kernels acc_<block>_<code>, or an ordinary saver) and
+# ``arg`` numpy's index-of function for mask=True (None: no mask form). ms.red, the
+# reductions, pool/unpool and the kernels' reducer ids all read it.
+ReducerDef = namedtuple("ReducerDef", "name id combine init ufunc block acc arg")
+REDUCER_TABLE = (
+    ReducerDef("sum", 0, "plus", 0, "add", "sum", "plusto", None),
+    ReducerDef("maximum", 1, "maximum", "-inf", "maximum", "max", "maxto", "argmax"),
+    ReducerDef("minimum", 2, "minimum", "+inf", "minimum", "min", "minto", "argmin"),
+)
+REDUCER_IDS = {r.name: r.id for r in REDUCER_TABLE}          # by ms.red name
+REDUCER_BY_NAME = {r.name: r for r in REDUCER_TABLE}
 
 
 @dataclass(frozen=True)
@@ -160,12 +177,12 @@ def _ch_unpool_rows(p, y0, y1):
 
 
 _WINDOW_REDUCE = """
-      if (red == 0) {
+      if (red == MS_RED_SUM) {
         A acc = 0;
         for (a = ys; a < ye; ++a) for (b = xs; b < xe; ++b) acc += (A)LD(0, base + a, b);
         v = (V)acc;
       } else {
-        V res = red == 1 ? LOW : HIGH;
+        V res = red == MS_RED_MAXIMUM ? LOW : HIGH;
         for (a = ys; a < ye; ++a) for (b = xs; b < xe; ++b) { const V t = LD(0, base + a, b); REDUCE(red, res, t); }
         v = res;
       }"""
@@ -249,7 +266,7 @@ READERS = (
                 "      A acc = 0;\n"
                 "      for (a = pymin; a < pymax; ++a) for (b = pxmin; b < pxmax; ++b) {\n"
                 "        /* PartialGrad times grad, as mshadow: a 0 partial still multiplies */\n"
-                "        const A pg = (red == 0 || vsrc == LD(1, prow + a, b)) ? 1 : 0;\n"
+                "        const A pg = (red == MS_RED_SUM || vsrc == LD(1, prow + a, b)) ? 1 : 0;\n"
                 "        acc += pg * (A)LD(2, prow + a, b);\n"
                 "      }\n"
                 "      v = (V)acc;",
@@ -261,12 +278,12 @@ READERS = (
                "  const npy_intp cs = MS_MAX(c * stride - pad, 0);\n"
                "  const npy_intp ce = MS_MIN(MS_MIN(c * stride - pad + nsize, oC), C);\n"
                "  npy_intp k;",
-           elem="if (red == 0) {\n"
+           elem="if (red == MS_RED_SUM) {\n"
                 "        A acc = 0;\n"
                 "        for (k = cs; k < ce; ++k) acc += (A)LD(0, (img * C + k) * H + h, x);\n"
                 "        v = (V)acc;\n"
                 "      } else {\n"
-                "        V res = red == 1 ? LOW : HIGH;\n"
+                "        V res = red == MS_RED_MAXIMUM ? LOW : HIGH;\n"
                 "        for (k = cs; k < ce; ++k) { const V t = LD(0, (img * C + k) * H + h, x); "
                 "REDUCE(red, res, t); }\n"
                 "        v = res;\n"
@@ -283,7 +300,7 @@ READERS = (
                 "      A acc = 0;\n"
                 "      for (k = cs; k < ce; ++k) {\n"
                 "        const npy_intp prow = (img * pC + k) * H + h;\n"
-                "        const A pg = (red == 0 || vsrc == LD(1, prow, x)) ? 1 : 0;\n"
+                "        const A pg = (red == MS_RED_SUM || vsrc == LD(1, prow, x)) ? 1 : 0;\n"
                 "        acc += pg * (A)LD(2, prow, x);\n"
                 "      }\n"
                 "      v = (V)acc;",
@@ -317,17 +334,17 @@ _AXIS_REDUCE = """
         V best = ZERO; npy_intp arg = 0;
         for (b = 0; b < N; ++b) {
           const V t = LD(0, ROW(b), COL(b));
-          if (b == 0 || (best == best && (t != t || (red == 1 ? t > best : t < best)))) {
+          if (b == 0 || (best == best && (t != t || (red == MS_RED_MAXIMUM ? t > best : t < best)))) {
             best = t; arg = b;
           }
         }
         v = (V)arg;
-      } else if (red == 0) {
+      } else if (red == MS_RED_SUM) {
         A acc = 0;
         for (b = 0; b < N; ++b) acc += (A)LD(0, ROW(b), COL(b));
         v = (V)acc;
       } else {
-        V res = red == 1 ? LOW : HIGH;
+        V res = red == MS_RED_MAXIMUM ? LOW : HIGH;
         for (b = 0; b < N; ++b) { const V t = LD(0, ROW(b), COL(b)); REDUCE(red, res, t); }
         v = res;
       }"""

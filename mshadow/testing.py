@@ -17,6 +17,7 @@ import numpy as np
 
 import mshadow as ms
 from mshadow.dtypes import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES
+from mshadow.ir import SAVERS as _IR_SAVERS
 from mshadow.ops_table import OPS_BY_NAME
 
 __all__ = ["child_env", "CHILD_CWD", "ALL_DTYPES", "FLOAT_DTYPES", "INT_DTYPES", "SAVERS", "compute_dtype", "c_cast",
@@ -24,8 +25,8 @@ __all__ = ["child_env", "CHILD_CWD", "ALL_DTYPES", "FLOAT_DTYPES", "INT_DTYPES",
            "USER_OPS", "KNOWN_BUGS", "c_idiv", "expression_cases", "Case", "simd_levels", "TRANSCENDENTAL_ULP",
            "EXT_KINDS"]
 
-SAVERS = ("saveto", "plusto", "minusto", "multo", "divto")
-_SAVER_OP = {"plusto": "plus", "minusto": "minus", "multo": "mul", "divto": "div"}
+SAVERS = tuple(_IR_SAVERS)                                         # ir.SAVER_TABLE's names
+_SAVER_OP = {name: op for name, op in _IR_SAVERS.items() if op is not None}
 
 # Two implementations of a transcendental (numpy's SIMD loop on a block, numpy on the whole
 # array, libm) each stay within a few ulp of the true value; their difference within this.

@@ -24,8 +24,8 @@ from ..dtypes import compute_code
 from ..errors import DTypeError, ShapeError
 from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
                     describe, kComplex)
-from ..op import _Reducer, red
-from ..readers import REDUCER_IDS
+from ..op import _Reducer, red, reducer_names
+from ..readers import REDUCER_BY_NAME, REDUCER_IDS, REDUCER_TABLE
 from ..shape import Shape
 from .build import gather
 from .views import ViewExp
@@ -36,16 +36,16 @@ __all__ = ["ReduceExp", "sumall_except_dim", "reduce_except_dim", "sum_rows",
            "reduce_with_axis", "reduce_keepdim", "reduce_into"]
 
 from ..dtypes import INT_CODES as _INT_CODES
-_UFUNC = {"sum": np.add, "maximum": np.maximum, "minimum": np.minimum}
-_ARG = {"maximum": np.argmax, "minimum": np.argmin}
+# by reducer name (readers.REDUCER_TABLE): numpy's combining ufunc, its index-of function
+_UFUNC = {r.name: getattr(np, r.ufunc) for r in REDUCER_TABLE}
+_ARG = {r.name: getattr(np, r.arg) for r in REDUCER_TABLE if r.arg}
 SAVERS = tuple(ir.SAVERS)
 
 
 def check_reducer(reducer, where):
-    """``reducer`` must be one of ms.red.sum / maximum / minimum."""
+    """``reducer`` must be one of ms.red.* (readers.REDUCER_TABLE)."""
     if not isinstance(reducer, _Reducer) or reducer.name not in _UFUNC:
-        raise TypeError(f"{where}: reducer must be ms.red.sum, ms.red.maximum or "
-                        f"ms.red.minimum, got {reducer!r}")
+        raise TypeError(f"{where}: reducer must be {reducer_names()}, got {reducer!r}")
     return reducer
 
 
@@ -182,9 +182,9 @@ def _with_axis(src, axis, reducer, mask, keepdim, name):
         raise ShapeError(f"{where}: reduce axis out of bound: axis {axis} for a "
                          f"{len(shape)}-D expression of shape {tuple(shape)}")
     a = _axis(axis, len(shape), where, "axis")
-    if mask and reducer.name == "sum":
+    if mask and reducer.name not in _ARG:
         raise ValueError(f"{where}: mask=True returns the index of the maximum or minimum; "
-                         f"it needs ms.red.maximum or ms.red.minimum, got ms.red.sum")
+                         f"it needs {reducer_names(_ARG)}, got ms.red.{reducer.name}")
     if not keepdim and len(shape) == 1:
         raise ShapeError(f"{where}: a 1-D source would reduce to a 0-D result; use "
                          f"reduce_keepdim (shape (1,)) or reduce_except_dim")
@@ -243,12 +243,13 @@ def _array(src):
 
 def _init_value(name, dtype):
     """The reducer's SetInitValue (MXNet's: -inf/+inf for floats, the type's limits for ints)."""
-    if name == "sum":
-        return 0
+    init = REDUCER_BY_NAME[name].init
+    if init not in ("-inf", "+inf"):
+        return init
     if dtype.kind == "f":
-        return -np.inf if name == "maximum" else np.inf
+        return float(init)
     info = np.iinfo(dtype)
-    return info.min if name == "maximum" else info.max
+    return info.min if init == "-inf" else info.max
 
 
 def _reduced_axes(form, axis, nd):
@@ -276,8 +277,7 @@ def _fusable(src):
 ROWS_PER_GROUP = 64   # rows a column reduction adds in order before the next accumulator
 
 # reducer -> (its per-block reducing saver, its accumulating saver, numpy's combining ufunc)
-_FUSED = {"sum": ("sum", "plusto", np.add), "maximum": ("max", "maxto", np.maximum),
-          "minimum": ("min", "minto", np.minimum)}
+_FUSED = {r.name: (r.block, r.acc, _UFUNC[r.name]) for r in REDUCER_TABLE}
 
 
 def fused_reduce(src, form, reducer_name, axis):

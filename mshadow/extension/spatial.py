@@ -6,7 +6,7 @@ from .. import readers
 from .._core import Exp, Tensor
 from ..expr import kComplex
 from ..errors import DTypeError, ShapeError
-from ..op import _Reducer, red
+from ..op import _Reducer, red, reducer_names
 from ..shape import as_shape
 from .gather import _code, _operand, gather, remap_leaves
 from .views import _source as _operand_of, _tensor
@@ -16,8 +16,7 @@ _REDUCER_ID = readers.REDUCER_IDS
 
 def _reducer(reducer, where):
     if not isinstance(reducer, _Reducer) or reducer.name not in _REDUCER_ID:
-        raise TypeError(f"{where}: reducer must be ms.red.sum, ms.red.maximum or "
-                        f"ms.red.minimum, got {reducer!r}")
+        raise TypeError(f"{where}: reducer must be {reducer_names()}, got {reducer!r}")
     return _REDUCER_ID[reducer.name]
 
 
