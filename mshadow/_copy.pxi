@@ -14,8 +14,7 @@ def copy(Tensor dst, Tensor src, stream=None):
         raise ShapeError(f"Copy:shape mismatch:{dst.shape} vs {src.shape}")
     if dst.dtype != src.dtype:
         raise DTypeError(f"Copy: dtype mismatch: {dst.dtype} vs {src.dtype} (use tcast to convert)")
-    if dst.device is not src.device:
-        raise DeviceError(f"Copy: device mismatch: {dst.device} vs {src.device}")
+    check_devices("Copy", dst.device, (src.device,))
     if dst.readonly:
         raise ValueError("Copy: destination tensor is read-only")
     cdef char *d = dst.data()

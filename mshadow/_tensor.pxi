@@ -12,7 +12,7 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 
 from .shape import Shape, as_shape
 from .dtypes import as_dtype, type_flag as _type_flag, dtype_from_flag
-from .device import cpu, gpu, as_device, Stream
+from .device import cpu, gpu, as_device, check_devices, Stream
 from .errors import ShapeError, DTypeError, DeviceError, FreedTensorError, MShadowError
 
 cnp.import_array()
@@ -704,8 +704,7 @@ cdef _assign(Tensor dst, object value, str saver):
 
 def alloc_space(Tensor t, bint pad=True):
     """Give ``t`` fresh memory; with ``pad`` every row starts on an ALIGN_BYTES boundary."""
-    if t.device is not cpu:
-        raise DeviceError("GPU tensors need the CUDA backend, which is not available")
+    check_devices("alloc_space", t.device)
     cdef size_t row_bytes = <size_t> t.cols * t.itemsize
     cdef size_t pitch = ms_upper_align(row_bytes) if (pad and len(t.shape) > 1) else row_bytes
     t.mem = _allocate(<Py_ssize_t> (pitch * <size_t> t.rows))

@@ -12,9 +12,9 @@ import zipfile
 import numpy as np
 
 from . import _core
-from .device import as_device, cpu
+from .device import as_device, check_devices, cpu
 from .dtypes import as_dtype, float32
-from .errors import DeviceError, DTypeError, FormatError, ShapeError
+from .errors import DTypeError, FormatError, ShapeError
 from .shape import Shape
 
 # Read in pieces of this size when the stream's length is unknown, so a corrupt header
@@ -96,8 +96,7 @@ def read_index(f, count, index_dtype=None, what="mshadow::LoadBinary"):
 def _host_tensor(tensor, what):
     from ._core import Tensor, from_numpy
     t = tensor if isinstance(tensor, Tensor) else from_numpy(tensor)
-    if not t.device.kDevCPU:
-        raise DeviceError(f"{what}: GPU tensors need the CUDA backend; copy to a cpu tensor first")
+    check_devices(what, t.device)
     return t
 
 
@@ -140,8 +139,7 @@ def load_binary(file, ndim, dtype=None, device=cpu, out=None, index_dtype=None):
             raise ValueError("load_binary: out is read-only")
         device = out.device
     dtype = as_dtype(float32 if dtype is None else dtype) if out is None else out.dtype
-    if not as_device(device).kDevCPU:
-        raise DeviceError("load_binary: GPU tensors need the CUDA backend; load on cpu")
+    check_devices("load_binary", as_device(device))
     with _opened(file, "rb") as f:
         shape = Shape(read_index(f, ndim, index_dtype, "mshadow::LoadBinary: shape"))
         if out is not None and out.shape != shape:

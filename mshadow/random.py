@@ -5,9 +5,9 @@ of them); the samplers are numpy's.
 """
 import numpy as np
 
-from .device import as_device, cpu
+from .device import as_device, check_devices, cpu
 from .dtypes import as_dtype, float32, FLOAT_DTYPES
-from .errors import DeviceError, DTypeError
+from .errors import DTypeError
 from .shape import as_shape
 
 
@@ -30,9 +30,7 @@ class Random:
 
     def __init__(self, device=cpu, seed=0, dtype=float32):
         self.device = as_device(device)
-        if not self.device.kDevCPU:
-            raise DeviceError("Random(device=gpu) needs the CUDA backend (cuRAND), "
-                              "which is not available")
+        check_devices("Random (cuRAND)", self.device)
         self.dtype = as_dtype(dtype)
         self._bitgen = np.random.MT19937()
         self._gen = np.random.Generator(self._bitgen)
@@ -77,8 +75,7 @@ class Random:
             raise DTypeError(f"GetRandInt: the draws are 32-bit unsigned integers, so the "
                              f"tensor must hold int32 or int64 (or be a numpy uint32/uint64 "
                              f"array), got {t.dtype}")
-        if not t.device.kDevCPU:
-            raise DeviceError("Random(device=cpu) cannot fill a gpu tensor")
+        check_devices("Random", t.device)
         if t.readonly:
             raise ValueError("Random: the tensor to fill is read-only")
         a = t.numpy()
@@ -102,8 +99,7 @@ class Random:
             raise DTypeError(f"Random(dtype={self.dtype}) cannot fill a {t.dtype} tensor")
         if real_only and self.dtype not in FLOAT_DTYPES:
             raise DTypeError("This operation only support floating point types")
-        if not t.device.kDevCPU:
-            raise DeviceError("Random(device=cpu) cannot fill a gpu tensor")
+        check_devices("Random", t.device)
         if t.readonly:
             raise ValueError("Random: the tensor to fill is read-only")
         a = t.numpy()
