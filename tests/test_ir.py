@@ -93,8 +93,8 @@ def test_nodes_are_frozen_and_pickle():
 
 def test_one_dtype_table():
     # every storage type the kernels are generated for is a row of dtypes.DTYPES, with the
-    # same C type and numpy dtype (ops_table is loaded by path at build time, so it keeps
-    # its own list; the two must agree)
+    # same C type and numpy dtype (ops_table derives its lists from the table; more in
+    # tests/test_tables.py)
     table = {d.code: d for d in dtypes.DTYPES}
     assert {code for code, _, _ in STORAGE_TYPES} == set(table)
     for code, ctype, dt in STORAGE_TYPES:
