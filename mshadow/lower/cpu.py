@@ -35,7 +35,7 @@ from ..codegen_cpu import CHAIN_BINARY, CHAIN_UNARY, CHAIN_MAX
 from ..dtypes import BY_CODE, compute_code
 from ..ir import ACCUMULATORS, REDUCERS, SAVERS as SAVER_OPS
 from ..ops_table import FLOAT_CODES, OPS_BY_NAME, kernel_kind
-from ..readers import READERS_BY_NAME
+from ..readers import READERS_BY_NAME, REDUCER_BY_NAME
 
 
 class UntracedOp(Exception):
@@ -151,8 +151,9 @@ def disassemble(program, indent=""):
         lines.append(disassemble(st.program, indent + "    "))
     if program.reduce is not None:
         form, reducer, axis, mask = program.reduce
-        red = {"sum": "add", "maximum": "maximum", "minimum": "minimum"}[reducer]
-        fn = ("argmax" if reducer == "maximum" else "argmin") if mask else f"{red}.reduce"
+        row = REDUCER_BY_NAME[reducer]
+        red = row.ufunc
+        fn = row.arg if mask else f"{red}.reduce"
         lines.append(f"{indent}dst = numpy {fn}(chunk) per chunk"
                      + ("" if mask else f", chunks combined by {red}"))
     return "\n".join(lines + [indent + str(i) for i in program.instrs])
@@ -519,8 +520,8 @@ def fuse_chains(p):
 # unrolled packet loop), so the source is chunked: evaluated a cache-sized chunk at a time
 # into scratch (one long dense run), each chunk reduced as numpy reduces a tensor.
 # Measured on a 2-core AVX-512 Xeon, one thread, 2**21 float32 elements, sum_rows(m * 1.0):
-# rows of 64: registers 1.39 ms, chunk 1.05; rows of 128: 0.43 and 0.86 (float64, int32 and
-# float16 rows of 128 also favour registers).
+# rows of 64: registers 1.39 ms, chunk 1.05; rows of 128: 0.43 and 0.86 (rows of 128 of the
+# other dtypes also favour registers).
 REGISTER_ROW_MIN = 128
 
 
