@@ -478,6 +478,17 @@ cdef bint _same_elements(Tensor a, Tensor b) except -1:
             and (a.stride == b.stride or a.rows <= 1))
 
 
+# What a run binds (mshadow/_stages.pxi binds it; run_plan's fast path on its stack)
+DEF INLINE_LEAVES = 8      # a plan of up to 7 leaves and 8 scalars binds with no malloc
+DEF PINS_INLINE = 8        # allocations a run pins before it needs a list
+
+
+ctypedef struct _Pins:     # the allocations a run has pinned, each with a reference it owns
+    int n
+    PyObject *items[PINS_INLINE]
+    PyObject *extra        # a list of the rest (an owned reference), or NULL
+
+
 cpdef bint run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars) except -1:
     """Evaluate ``plan`` into ``dst``: the program binds ``leaves`` and ``scalars``.
 
@@ -494,19 +505,29 @@ cpdef bint run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars) except -
     cdef bint dense_dst = o.contiguous
     cdef Py_ssize_t rows = o.rows, cols = o.cols
     shape = dst.shape
-    cdef list mems = []
     cdef _Bound b
-    if not plan.stage_plans:      # one pass, nothing staged: the per-statement fast path
-        _pin_now(dst.mem, mems)
+    # one pass, nothing staged, a few leaves: the per-statement fast path, bound on the stack
+    cdef ms_leaf lv[INLINE_LEAVES]
+    cdef ms_gather gv[INLINE_LEAVES]
+    cdef char sv[16 * INLINE_LEAVES]
+    cdef _Pins pins
+    cdef bint dense, alias
+    cdef int flags = 0
+    if (not plan.stage_plans and plan.nleaf + 1 <= INLINE_LEAVES
+            and plan.nscalar <= INLINE_LEAVES):
+        pins.n = 0
+        pins.extra = NULL
+        _pin_now(dst.mem, &pins)
         try:
-            b = _bind(plan, leaves, scalars, shape, dst, mems)
-            if b.alias:
+            _bind_leaves(plan, leaves, scalars, shape, rows, cols, dst, &pins, True, lv, gv, sv,
+                         &dense, &alias)
+            if alias:
                 return False
-            o.contiguous = b.dense and dense_dst
-            _exec(b, &o, 0, rows, 0, cols)
+            o.contiguous = dense and dense_dst
+            _exec_bound(plan, lv, sv, &flags, &o, 0, rows, 0, cols)
         finally:
-            _unpin(mems)
-        _warn_run(b)
+            _unpin(&pins)
+        _warn_flags(flags)
         return True
     cdef _Run r = _open_run(plan, leaves, scalars, shape, dst, True)
     b = r.bound

@@ -166,7 +166,6 @@ cdef class _StageRun:
         return 0
 
 
-DEF INLINE_LEAVES = 8      # a plan of up to 7 leaves and 8 scalars binds with no malloc
 
 
 @cython.freelist(16)
@@ -211,25 +210,16 @@ cdef class _Bound:
 
 
 cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor dst,
-                  list mems, bint top=True, _RunFlags flags=None):
-    """Bind ``plan`` to the leaves and scalars of an expression of ``shape``: check every
-    leaf (alive, of the right geometry, unchanged since built), take every address, store the
-    scalars, bind every stage's producer. Every allocation read is pinned the moment its
-    address is taken (no Python code runs in between, so no other thread can free it
-    first) and put in ``mems``, for the caller to unpin when the run ends. With
-    ``dst``, whether a leaf reads dst's bytes at other positions than it writes
-    (``alias``): at ``top`` a map leaf may read the very elements written; a leaf under a
-    stage is read at remapped positions, so any overlap counts."""
-    if len(leaves) != plan.nbind or len(scalars) != plan.nscalar_bind:
-        raise ValueError(f"plan binds {plan.nbind} leaves and {plan.nscalar_bind} scalars, "
-                         f"got {len(leaves)} and {len(scalars)}")
+                  _Pins *pins, bint top=True, _RunFlags flags=None):
+    """Bind ``plan`` to the leaves and scalars of an expression of ``shape`` (_bind_leaves),
+    and every stage's producer below it, into a _Bound that the run keeps."""
     cdef _Bound b = _Bound.__new__(_Bound)
     b.plan = plan
     if flags is None:
         flags = _RunFlags.__new__(_RunFlags)
         flags.value = 0
     b.flags = flags
-    cdef Py_ssize_t nl = plan.nleaf, k
+    cdef Py_ssize_t nl = plan.nleaf
     cdef size_t lbytes = (nl + 1) * sizeof(ms_leaf)
     cdef char *mem
     if nl + 1 <= INLINE_LEAVES and plan.nscalar <= INLINE_LEAVES:
@@ -248,9 +238,32 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
         b.gv = <ms_gather *> b.gheap
     if type(shape) is not Shape:
         shape = as_shape(shape)
-    cdef Py_ssize_t rows = _rows_of(shape), cols = shape[-1]
-    b.dense = True
-    b.alias = False
+    _bind_leaves(plan, leaves, scalars, shape, _rows_of(shape), shape[-1], dst, pins, top,
+                 b.lv, b.gv, b.sv, &b.dense, &b.alias)
+    if plan.stage_info:
+        _bind_stages(b, leaves, scalars, dst, pins)
+    return b
+
+
+cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_ssize_t rows,
+                      Py_ssize_t cols, Tensor dst, _Pins *pins, bint top, ms_leaf *lv,
+                      ms_gather *gv, char *sv, bint *dense, bint *alias) except -1:
+    """Bind ``plan``'s leaves and scalars (an expression of ``shape``: ``rows`` x ``cols``
+    flattened) into ``lv``, ``gv``
+    (its gathers' arguments; NULL when it has none) and ``sv``: check every leaf (alive, of
+    the right geometry, unchanged since built), take every address, store the scalars.
+    Every allocation read is pinned the moment its address is taken (no Python code runs in
+    between, so no other thread can free it first) and kept in ``pins``, for the caller to
+    unpin when the run ends. ``dense``: every leaf a dense tensor read in place. With
+    ``dst``, ``alias``: whether a leaf reads dst's bytes at other positions than it writes
+    (at ``top`` a map leaf may read the very elements written; a leaf under a stage is read
+    at remapped positions, so any overlap counts)."""
+    if len(leaves) != plan.nbind or len(scalars) != plan.nscalar_bind:
+        raise ValueError(f"plan binds {plan.nbind} leaves and {plan.nscalar_bind} scalars, "
+                         f"got {len(leaves)} and {len(scalars)}")
+    cdef Py_ssize_t nl = plan.nleaf, k
+    dense[0] = True
+    alias[0] = False
     cdef Tensor lf
     cdef ViewLeaf vl
     cdef GatherArgs ga
@@ -258,7 +271,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
     cdef int role
     cdef frozenset staged_views = plan.staged_leaves
     for k in range(1, nl + 1):
-        L = &b.lv[k]
+        L = &lv[k]
         L.nmap = 0
         L.per_block = 0
         L.gather = NULL
@@ -275,17 +288,17 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
                                  f"match target {shape}")
             srcs = tuple([leaves[i] if i >= 0 else None for i in plan.gather_binds[k]])
             ga.check_sources(srcs)
-            ga.bind(&b.gv[k], srcs)
+            ga.bind(&gv[k], srcs)
             for src in srcs:
                 if src is not None:
                     t = (<ViewLeaf> src).src if isinstance(src, ViewLeaf) else src
-                    _pin_now((<Tensor> t).mem, mems)
+                    _pin_now((<Tensor> t).mem, pins)
                     if dst is not None and _overlaps(<Tensor> t, dst):
-                        b.alias = True
-            L.gather = &b.gv[k]
+                        alias[0] = True
+            L.gather = &gv[k]
             if ga.index is not None and srcs[ga.index[0]] is not None:
                 ga.check_index((<Tensor> srcs[ga.index[0]]).numpy())
-            b.dense = False
+            dense[0] = False
             continue
         if role == ROLE_VIEW:
             vl = obj
@@ -294,13 +307,13 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
                                  f"{shape}")
             if view_step_kind(vl.strides[-1], vl.src.itemsize) != plan.leaf_param[k]:
                 raise ShapeError("a view's last-axis step does not match its compiled plan")
-            b.dense = False
+            dense[0] = False
             if k in staged_views:           # its values come from a stage (bound there)
                 continue
             _bind_view(L, vl)
-            _pin_now(vl.src.mem, mems)
+            _pin_now(vl.src.mem, pins)
             if dst is not None and _overlaps(vl.src, dst):
-                b.alias = True
+                alias[0] = True
             continue
         if role == ROLE_GEMM_LHS or role == ROLE_GEMM_RHS:
             # an implicit_dot operand: a tensor (or its .T), or a 2-D view (of a tensor, or
@@ -312,13 +325,13 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
                     L.inner = rc
                 else:
                     _bind_gemm_view(L, vl, vl.data())
-                    _pin_now(vl.src.mem, mems)
-                    b.alias = b.alias or (dst is not None and _overlaps(vl.src, dst))
+                    _pin_now(vl.src.mem, pins)
+                    alias[0] = alias[0] or (dst is not None and _overlaps(vl.src, dst))
             else:
                 lf = <Tensor> obj
-                _bind_tensor(L, lf, plan.leaf_t[k], mems)
+                _bind_tensor(L, lf, plan.leaf_t[k], pins)
                 rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k] else (lf.rows, lf.cols)
-                b.alias = b.alias or (dst is not None and _overlaps(lf, dst))
+                alias[0] = alias[0] or (dst is not None and _overlaps(lf, dst))
             if role == ROLE_GEMM_LHS:
                 if rr != rows:
                     raise ShapeError(f"implicit_dot: lhs of shape {obj.shape} gives {rr} rows, "
@@ -327,26 +340,32 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
             elif rc != cols or rr != inner:
                 raise ShapeError(f"implicit_dot The matrix shape do  not match: rhs "
                                  f"{obj.shape} for K={inner} and target {shape}")
-            b.dense = False
+            dense[0] = False
             continue
         lf = <Tensor> obj
-        _bind_tensor(L, lf, plan.leaf_t[k], mems)
+        _bind_tensor(L, lf, plan.leaf_t[k], pins)
         rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k] else (lf.rows, lf.cols)
         if rr != rows or rc != cols:
             raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
                              f"eshape: {lf.shape} dshape:{shape}")
         elif plan.leaf_t[k] or not (lf.rows <= 1 or lf.stride == lf.cols):
-            b.dense = False
+            dense[0] = False
         if dst is not None and _overlaps(lf, dst) and (
                 not top or plan.leaf_t[k] or not _same_elements(lf, dst)):
-            b.alias = True
+            alias[0] = True
     for k in range(plan.nscalar):
         a = plan.scalar_arg[k]
-        _store_scalar(b.sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
+        _store_scalar(sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
                       plan.const_value[k] if a < 0 else scalars[a])
+    return 0
+
+
+cdef int _bind_stages(_Bound b, tuple leaves, tuple scalars, Tensor dst, _Pins *pins) except -1:
+    """Bind every stage's producer of ``b`` below it (its leaves and scalars are slices of
+    the consumer's)."""
+    cdef Plan plan = b.plan
     cdef _StageRun st
-    if not plan.stage_info:           # one pass: nothing more to bind
-        return b
+    cdef int role
     b.stages = []
     b.bands = []
     cdef Py_ssize_t l0, l1, s0, s1
@@ -365,13 +384,14 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
         st.nd = len(pshape)
         st.rows, st.cols = _prod(pshape[:-1]), pshape[-1]
         sub = plan.stage_plans[j]
-        st.child = _bind(sub, leaves[l0:l1], scalars[s0:s1], pshape, dst, mems, False, b.flags)
+        st.child = _bind(sub, leaves[l0:l1], scalars[s0:s1], pshape, dst, pins, False,
+                         b.flags)
         b.alias = b.alias or st.child.alias
         b.dense = False
         b.stages.append(st)
         if st.schedule != SCHED_WHOLE:
             b.bands.append(st)
-    return b
+    return 0
 
 
 cdef int _fill_whole(_Bound b, bint every) except -1:
@@ -457,10 +477,10 @@ cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
     return _bind_view_at(L, v, v.data())
 
 
-cdef int _bind_tensor(ms_leaf *L, Tensor t, bint transposed, list mems) except -1:
+cdef int _bind_tensor(ms_leaf *L, Tensor t, bint transposed, _Pins *pins) except -1:
     """A tensor read in place at (y, x), or at (x, y) when transposed; pinned at once."""
     L.ptr = t.data()
-    _pin_now(t.mem, mems)
+    _pin_now(t.mem, pins)
     if transposed:
         L.rowstep, L.colstep, L.inner = t.itemsize, t.stride * t.itemsize, t.rows
     else:
@@ -479,18 +499,40 @@ cdef int _bind_gemm_view(ms_leaf *L, ViewLeaf v, char *ptr) except -1:
     return 0
 
 
-cdef inline void _pin_now(Allocation m, list mems) except *:
+cdef inline int _pin_now(Allocation m, _Pins *pins) except -1:
     """Pin ``m`` right after its address was taken, before any Python code can run and
-    another thread free or resize it (and remember it, to unpin when the run ends)."""
-    if m is not None:
-        m.pin()
-        mems.append(m)
+    another thread free or resize it (and keep it, to unpin when the run ends)."""
+    if m is None:
+        return 0
+    m.pin()
+    if pins.n < PINS_INLINE:
+        Py_INCREF(m)
+        pins.items[pins.n] = <PyObject *> m
+        pins.n += 1
+        return 0
+    if pins.extra == NULL:
+        more = []
+        Py_INCREF(more)
+        pins.extra = <PyObject *> more
+    (<list> pins.extra).append(m)
+    return 0
 
 
-cdef void _unpin(list mems) noexcept:
-    for m in mems:
-        if m is not None:
-            (<Allocation> m).unpin()
+cdef void _unpin(_Pins *pins) noexcept:
+    """Unpin everything ``pins`` holds and drop its references (it is empty after)."""
+    cdef Allocation m
+    cdef int i
+    for i in range(pins.n):
+        m = <Allocation> pins.items[i]
+        m.unpin()
+        Py_DECREF(m)
+    pins.n = 0
+    if pins.extra != NULL:
+        more = <list> pins.extra
+        for x in more:
+            (<Allocation> x).unpin()
+        Py_DECREF(more)
+        pins.extra = NULL
 
 
 # ---- evaluation ----------------------------------------------------------------------------
@@ -605,25 +647,29 @@ cdef Py_ssize_t _last_row(list bands, Py_ssize_t y0, Py_ssize_t lo, Py_ssize_t h
     return lo
 
 
-cdef int _exec(_Bound b, _Out *o, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t x0,
-               Py_ssize_t x1) except -1:
+cdef inline int _exec(_Bound b, _Out *o, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t x0,
+                      Py_ssize_t x1) except -1:
+    return _exec_bound(b.plan, b.lv, b.sv, &b.flags.value, o, y0, y1, x0, x1)
+
+
+cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_ssize_t y0,
+                     Py_ssize_t y1, Py_ssize_t x0, Py_ssize_t x1) except -1:
     """Run ``b``'s instructions over rows [y0, y1) and columns [x0, x1) of ``o``'s geometry
     (rows and columns keep their numbers). Releases the GIL when the run is large enough to
     take threads: every allocation it reads was pinned when its address was taken
     (_bind). An integer division by zero is recorded in the run's flags (_RunFlags), and
-    reported once the run has stored everything (_warn_run)."""
-    cdef Plan plan = b.plan
+    reported once the run has stored everything (_warn_flags)."""
     cdef ms_program prog
     cdef Py_ssize_t rows = y1 - y0, cols = x1 - x0, n = rows * cols
     cdef int rc
     cdef bint per_block = o.leaf.per_block != 0
     if n <= 0 and o.gB == 0:
         return 0
-    b.lv[0] = o.leaf
+    lv[0] = o.leaf
     prog.ninst = plan.ninst
     prog.inst = plan.inst
-    prog.leaf = b.lv
-    prog.scalars = b.sv
+    prog.leaf = lv
+    prog.scalars = sv
     prog.nreg = plan.nreg
     prog.reg_bytes = (RBLOCK if per_block and o.gB == 0 else BLOCK) * 8
     prog.gB, prog.gM, prog.gR = o.gB, o.gM, o.gR
@@ -656,13 +702,13 @@ cdef int _exec(_Bound b, _Out *o, Py_ssize_t y0, Py_ssize_t y1, Py_ssize_t x0,
         raise MemoryError("could not allocate the per-thread registers of a plan")
     if rc & MS_RUN_GATHER_OOB:   # kernels never read out of range; indices were checked first
         raise IndexError("an index read from a tensor was out of range during evaluation")
-    b.flags.value |= rc
+    flags[0] |= rc
     return 0
 
 
-cdef int _warn_run(_Bound b) except -1:
+cdef int _warn_flags(int flags) except -1:
     """What a finished run reports without failing: an integer division by zero."""
-    if b.flags.value & MS_RUN_IDIV0:
+    if flags & MS_RUN_IDIV0:
         warnings.warn("integer division by zero (the result is 0 there)", RuntimeWarning,
                       stacklevel=3)
     return 0
@@ -676,31 +722,33 @@ cdef class _Run:
     by zero) once. Callers: ``r = _open_run(...)``, then the body in ``try`` with
     ``_close_run(r, False)`` on an exception and ``_close_run(r, True)`` after it."""
     cdef readonly _Bound bound
-    cdef list mems
+    cdef _Pins pins
+
+    def __dealloc__(self):
+        _unpin(&self.pins)     # (a run always closes first; this is a safety net)
 
 
 cdef _Run _open_run(Plan plan, tuple leaves, tuple scalars, shape, Tensor dst=None,
                     bint alias_check=False):
     cdef _Run r = _Run.__new__(_Run)
-    r.mems = []
+    r.pins.n = 0
+    r.pins.extra = NULL
     try:
         if dst is not None:
             dst.data()
-            _pin_now(dst.mem, r.mems)
-        r.bound = _bind(plan, leaves, scalars, shape, dst if alias_check else None, r.mems)
+            _pin_now(dst.mem, &r.pins)
+        r.bound = _bind(plan, leaves, scalars, shape, dst if alias_check else None, &r.pins)
     except BaseException:
-        _unpin(r.mems)
-        r.mems = []
+        _unpin(&r.pins)
         raise
     return r
 
 
 cdef int _close_run(_Run r, bint ended) except -1:
-    _unpin(r.mems)
-    r.mems = []
+    _unpin(&r.pins)
     r.bound.release()
     if ended:
-        _warn_run(r.bound)
+        _warn_flags(r.bound.flags.value)
     return 0
 
 

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -1628,3 +1629,28 @@ def test_structures_that_differ_get_their_own_keys_and_plans():
         _ints((4, 8, 32, 32), 52) * 3, 0), 2, 2, 2, 2, "max"))
     y[:] = c
     np.testing.assert_array_equal(y.numpy(), np_pool(x, 2, 2, 2, 2, "max"))
+
+
+# ---- pins: a run gives back every pin it took --------------------------------------------
+
+@pytest.mark.parametrize("nsrc", [2, 12, 30])   # run_plan's stack path; more pins than
+def test_every_pin_a_run_takes_is_given_back(nsrc):   # fit inline; a staged run
+    """A pin holds its allocation (and what that borrows: here a numpy array) until the
+    run gives it back; one kept would keep the array alive after every other reference
+    is gone."""
+    n = 1000
+    arrays = [np.full(n, float(k), np.float32) for k in range(nsrc)]
+    alive = [weakref.ref(a) for a in arrays]
+    srcs = [ms.from_numpy(a) for a in arrays]
+    y = ms.new_tensor((n,))
+    e = srcs[0] * 1.0
+    for t in srcs[1:]:
+        e = e + t
+    if nsrc == 30:                                  # under a stage: a gather's source
+        e = ms.reshape(ms.pad(ms.reshape(e, (1, n)), 0, 0), (n,))
+        assert "stage 0" in ms.plan_for(y, e).disassemble()
+    y[:] = e
+    assert y.numpy()[[0, -1]].tolist() == [sum(range(nsrc))] * 2
+    del arrays, srcs, e, t
+    gc.collect()
+    assert [r() for r in alive] == [None] * nsrc
