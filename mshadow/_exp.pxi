@@ -29,28 +29,30 @@ cdef object _tuple_new = tuple.__new__
 
 cdef object _new_map_node(object name, str code, tuple keys):
     """ir.Map(name, code, *keys)."""
-    return _new_ir_node(_IRMap, ("M", name, code), keys)
+    return _new_ir_node(_IRMap, "M", name, code, keys)
 
 
-cdef object _new_ir_node(object cls, tuple head, tuple keys):
-    """The IR node ``cls`` holding ``head + keys`` (head starts with its tag), allocated at
-    once through the type's tp_alloc (public C API): tuple.__new__ on a subclass builds a
-    temporary tuple and copies it, which made building an expression node half again as
-    slow. From CPython 3.14 a tuple caches its hash in a field only tuple's own
-    constructors initialise (zeroed memory would read as a cached hash of 0), so there it
-    goes through tuple.__new__."""
-    cdef Py_ssize_t n = len(keys), h = len(head), i
+cdef object _new_ir_node(object cls, str tag, object f1, object f2, tuple keys):
+    """The IR node ``cls`` = (tag, f1, f2, *keys) (Map, Gather and View have two fields
+    before their children), allocated at once through the type's tp_alloc (public C API):
+    tuple.__new__ on a subclass builds a temporary tuple and copies it, which made
+    building an expression node half again as slow. From CPython 3.14 a tuple caches its
+    hash in a field only tuple's own constructors initialise (zeroed memory would read as
+    a cached hash of 0), so there it goes through tuple.__new__."""
+    cdef Py_ssize_t n = len(keys), i
     if PY_VERSION_HEX >= 0x030E0000:
-        return _tuple_new(cls, head + keys)
-    node = (<_TypeAlloc *> <PyTypeObject *> cls).tp_alloc(<PyTypeObject *> cls, n + h)
-    for i in range(h):
-        item = head[i]
-        Py_INCREF(item)
-        PyTuple_SET_ITEM(node, i, item)
+        return _tuple_new(cls, (tag, f1, f2) + keys)
+    node = (<_TypeAlloc *> <PyTypeObject *> cls).tp_alloc(<PyTypeObject *> cls, n + 3)
+    Py_INCREF(tag)
+    PyTuple_SET_ITEM(node, 0, tag)
+    Py_INCREF(f1)
+    PyTuple_SET_ITEM(node, 1, f1)
+    Py_INCREF(f2)
+    PyTuple_SET_ITEM(node, 2, f2)
     for i in range(n):
         item = keys[i]
         Py_INCREF(item)
-        PyTuple_SET_ITEM(node, i + h, item)
+        PyTuple_SET_ITEM(node, i + 3, item)
     return node
 
 

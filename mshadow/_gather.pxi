@@ -174,9 +174,8 @@ def gather(str reader, srcs, shape, str code, index=None, cls=None, **params):
                 raise TypeError(f"reader {reader} reads tensors only (its row has "
                                 f"views=False)")
             vl = <ViewLeaf> s
-            keys.append(_new_ir_node(_IRView, ("V", _CODE_BY_FLAG[vl.src.type_flag],
-                                               view_step_kind(vl.strides[-1], vl.itemsize)),
-                                     ()))
+            keys.append(_new_ir_node(_IRView, "V", _CODE_BY_FLAG[vl.src.type_flag],
+                                     view_step_kind(vl.strides[-1], vl.itemsize), ()))
             leaves.append(s)
         else:
             e = <Exp?> s
@@ -189,7 +188,7 @@ def gather(str reader, srcs, shape, str code, index=None, cls=None, **params):
         raise ValueError(f"reader {reader} has no kernel for storage code {code!r}")
     args = _gather_args(kernel, srcs, _pack(row, params), shape, index)
     node = <Exp?> cls()
-    node.key = _new_ir_node(_IRGather, ("X", reader, code), tuple(keys))
+    node.key = _new_ir_node(_IRGather, "X", reader, code, tuple(keys))
     node.shape = args.shape
     node.code = code
     node.leaves = (args,) + tuple(leaves)
