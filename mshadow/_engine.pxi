@@ -48,6 +48,9 @@ cdef extern from "mshadow/gather.h":
         int code[3]
         npy_intp p[12]
     int MS_GATHER_PARAMS
+    int ms_scatter_add(int code, char *acc, const char *band, npy_intp n, npy_intp cols,
+                       const char *index, npy_intp index_step, int index_code, npy_intp i0,
+                       npy_intp K) nogil
 
 
 cdef extern from "mshadow/plan_exec.h":
@@ -339,7 +342,8 @@ cdef class Plan:
              _CODE_NUM[st.program.dst_code]) for st in program.stages)
         self.staged_leaves = frozenset(st.consumer + 1 for st in program.stages
                                        if st.consumer >= 0   # -1: a reduction's chunk
-                                       and program.leaf_roles[st.consumer] != "gather")
+                                       and program.leaf_roles[st.consumer] not in
+                                       ("gather", "scatter"))
         self.gather_binds = {k + 1: tuple(program.leaf_bind[i] if kind == "leaf" else -1
                                           for kind, i in srcs)
                              for k, srcs in program.gather_srcs.items()}
@@ -415,7 +419,7 @@ cdef class Plan:
         return self.program.disassemble()
 
 
-_ROLES = ("map", "gemm_lhs", "gemm_rhs", "view", "gather", "gsrc", "gview")
+_ROLES = ("map", "gemm_lhs", "gemm_rhs", "view", "gather", "gsrc", "gview", "scatter")
 DEF ROLE_MAP = 0
 DEF ROLE_GEMM_LHS = 1
 DEF ROLE_GEMM_RHS = 2
@@ -423,6 +427,8 @@ DEF ROLE_VIEW = 3
 DEF ROLE_GATHER = 4
 DEF ROLE_GSRC = 5        # a tensor a gather reads in place (bound through its ms_gather)
 DEF ROLE_GVIEW = 6       # a 2-D view a gather reads in place
+DEF ROLE_SCATTER = 7     # take_grad's values: its scatter stage's accumulator (its
+                         # arguments are bound as a gather's, for the index it reads)
 
 
 cpdef int view_step_kind(Py_ssize_t step, Py_ssize_t itemsize):

@@ -12,7 +12,7 @@
 # moment its address is taken to the run's end, so a free or resize meanwhile never cuts
 # it short.
 
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from .readers import READERS_BY_NAME
 
 DEF BAND_ELEMS = 262144  # elements of a band, and of each stage's box (1 MiB of float):
@@ -22,12 +22,15 @@ DEF SMALL_STAGE = 4096   # a banded stage of at most this many elements is evalu
 DEF SCHED_WHOLE = 0
 DEF SCHED_ROWS = 1
 DEF SCHED_COLS = 2
+DEF SCHED_SCATTER = 3    # take_grad's source: bands added at their rows' indices
 _SCHEDULES = {"whole": SCHED_WHOLE, "rows": SCHED_ROWS, "columns": SCHED_COLS,
+              "scatter": SCHED_SCATTER,
               "chunk": SCHED_WHOLE}   # a reduction's source: run_chunks, never bound here
 DEF ARENA_BYTES = 64 << 20   # scratch a thread keeps for its next runs
 DEF FEEDS_GATHER = 0         # what a stage fills: a gather's source,
 DEF FEEDS_VIEW = 1           # a view read through its row map,
 DEF FEEDS_GEMM = 2           # an implicit_dot operand (a 2-D view read with its two steps)
+DEF FEEDS_SCATTER = 3        # take_grad's accumulator (read as a dense leaf)
 
 
 ctypedef struct _Out:
@@ -97,6 +100,7 @@ cdef class _StageRun:
     cdef Py_ssize_t rows, cols, nd, itemsize
     cdef int type_flag
     cdef Allocation scratch
+    cdef Allocation band         # a scatter stage's source rows, a band at a time
 
     cdef int box(self, Py_ssize_t a0, Py_ssize_t a1, Py_ssize_t *bx) except -1:
         """bx = (r0, r1, c0, c1): the producer's rows and columns that consumer rows
@@ -134,6 +138,47 @@ cdef class _StageRun:
         cdef Py_ssize_t bx[4]
         self.box(a0, a1, bx)
         return self.fill_box(parent, bx[0], bx[1], bx[2], bx[3])
+
+    cdef int scatter(self, _Bound parent) except -1:
+        """take_grad's value into the scratch (K rows of the source's columns, zeroed): the
+        source evaluated a band of rows at a time, each row added at its index, in
+        increasing row (the order of the gather kernel's sums), then the consumer leaf
+        pointed at it. The index (in place or a whole stage) was bound and checked."""
+        cdef Py_ssize_t K = self.args.shape[0], n = self.rows, cols = self.cols
+        cdef Py_ssize_t isz = self.itemsize, i0, i1, band
+        cdef Py_ssize_t nbytes = max(K * cols * isz, 1)
+        cdef ms_gather *g = &parent.gv[self.consumer]
+        cdef _Out o
+        cdef int rc = 0
+        if self.scratch is None or self.scratch.nbytes < nbytes:
+            _give_scratch(self.scratch)
+            self.scratch = _take_scratch(nbytes)
+        memset(self.scratch.ptr, 0, nbytes)
+        band = max(1, min(n, BAND_ELEMS // max(cols, 1)))
+        if n and cols:
+            if self.band is None or self.band.nbytes < band * cols * isz:
+                _give_scratch(self.band)
+                self.band = _take_scratch(band * cols * isz)
+            i0 = 0
+            while i0 < n:
+                i1 = min(n, i0 + band)
+                _out_at(&o, self.band.ptr - i0 * cols * isz, cols * isz, isz, n, cols)
+                o.contiguous = self.child.dense
+                _run_staged(self.child, &o, i0, i1, 0, cols)
+                with nogil:
+                    rc = ms_scatter_add(self.type_flag, self.scratch.ptr, self.band.ptr,
+                                        i1 - i0, cols, g.src[1], g.rowstep[1], g.code[1], i0, K)
+                if rc:
+                    raise IndexError("take_grad: an index read during evaluation was out of "
+                                     "range")
+                i0 = i1
+        L = &parent.lv[self.consumer]
+        L.ptr = self.scratch.ptr
+        L.rowstep, L.colstep, L.inner = cols * isz, isz, cols
+        L.nmap = 0
+        L.per_block = 0
+        L.gather = NULL
+        return 0
 
     cdef int fill_box(self, _Bound parent, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
                       Py_ssize_t c1) except -1:
@@ -206,7 +251,8 @@ cdef class _Bound:
         for st in self.stages:
             st.child.release()
             _give_scratch(st.scratch)
-            st.scratch = None
+            _give_scratch(st.band)
+            st.scratch = st.band = None
 
 
 cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor dst,
@@ -281,7 +327,7 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
         obj = leaves[plan.leaf_bind[k]]
         if role == ROLE_GSRC or role == ROLE_GVIEW:
             continue                        # read by their gather (below)
-        if role == ROLE_GATHER:
+        if role == ROLE_GATHER or role == ROLE_SCATTER:
             ga = obj                        # a typed assignment: anything else raises
             if ga.shape != shape:
                 raise ShapeError(f"Assignment: {ga.name} of shape {ga.shape} does not "
@@ -295,7 +341,8 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
                     _pin_now((<Tensor> t).mem, pins)
                     if dst is not None and _overlaps(<Tensor> t, dst):
                         alias[0] = True
-            L.gather = &gv[k]
+            if role == ROLE_GATHER:         # (a scatter's leaf is its stage's values)
+                L.gather = &gv[k]
             if ga.index is not None and srcs[ga.index[0]] is not None:
                 ga.check_index((<Tensor> srcs[ga.index[0]]).numpy())
             dense[0] = False
@@ -373,9 +420,13 @@ cdef int _bind_stages(_Bound b, tuple leaves, tuple scalars, Tensor dst, _Pins *
         st = _StageRun.__new__(_StageRun)
         st.schedule, st.consumer, st.pos, l0, l1, s0, s1, st.itemsize, st.type_flag = info
         role = plan.leaf_role[st.consumer]
-        st.feeds = FEEDS_GATHER if role == ROLE_GATHER else (
-            FEEDS_VIEW if role == ROLE_VIEW else FEEDS_GEMM)
-        if st.feeds == FEEDS_GATHER:
+        if st.schedule == SCHED_SCATTER:
+            st.feeds = FEEDS_SCATTER
+        elif role == ROLE_GATHER or role == ROLE_SCATTER:   # (a scatter's index)
+            st.feeds = FEEDS_GATHER
+        else:
+            st.feeds = FEEDS_VIEW if role == ROLE_VIEW else FEEDS_GEMM
+        if st.feeds == FEEDS_GATHER or st.feeds == FEEDS_SCATTER:
             st.args = leaves[plan.leaf_bind[st.consumer]]
             pshape = st.args.src_shapes[st.pos]
         else:
@@ -389,7 +440,7 @@ cdef int _bind_stages(_Bound b, tuple leaves, tuple scalars, Tensor dst, _Pins *
         b.alias = b.alias or st.child.alias
         b.dense = False
         b.stages.append(st)
-        if st.schedule != SCHED_WHOLE:
+        if st.schedule == SCHED_ROWS or st.schedule == SCHED_COLS:
             b.bands.append(st)
     return 0
 
@@ -403,13 +454,16 @@ cdef int _fill_whole(_Bound b, bint every) except -1:
         return 0
     for st in b.stages:
         _fill_whole(st.child, every)
-        if every and st.schedule != SCHED_WHOLE:
+        if every and (st.schedule == SCHED_ROWS or st.schedule == SCHED_COLS):
             st.schedule = SCHED_WHOLE
         if st.schedule == SCHED_WHOLE:
             st.fill(b, 0, 0)
             if st.feeds == FEEDS_GATHER and st.args.index is not None and \
                     st.args.index[0] == st.pos:
                 st.args.check_index(_scratch_array(st))
+    for st in b.stages:   # after the whole stages: the index a scatter reads is one
+        if st.schedule == SCHED_SCATTER:
+            st.scatter(b)
     if every:
         b.bands = None
     return 0

@@ -68,6 +68,11 @@ class Reader:
     # its sources may be strided views read in place (2-D ViewLeafs, any column step):
     # take, choose_row, im2col, concat, take_grad (extension/gather.py _operand)
     views: bool = False
+    # its value is a scatter of source 0's rows, added at the row index source 1 gives:
+    # when source 0 is an expression, the lowering evaluates it band by band and adds the
+    # bands into an accumulator (a "scatter" stage) instead of running the gather kernel,
+    # which would need the whole source (take_grad)
+    scatter: bool = False
     # (optional, C, after ``row``) the row of source 0 whose columns [x0, x0 + n) the block
     # is, verbatim, or -1: the kernel then copies the bytes (memcpy) instead of the element
     # loop, where the columns are contiguous (take: 1.35x faster than the loop)
@@ -379,7 +384,7 @@ READERS += (
                "  }",
            elem="A acc = 0;\n"
                 "      for (j = lo; j <= hi; ++j) if (IDX(1, j) == y) acc += (A)LD(0, j, x);\n"
-                "      v = (V)acc;", views=True),
+                "      v = (V)acc;", views=True, scatter=True),
 )
 
 # complex.h on an interleaved (re, im) last axis: output column x of a row is the real (x

@@ -1654,3 +1654,89 @@ def test_every_pin_a_run_takes_is_given_back(nsrc):   # fit inline; a staged run
     del arrays, srcs, e, t
     gc.collect()
     assert [r() for r in alive] == [None] * nsrc
+
+
+# ---- take_grad of an expression: an accumulating scatter stage -----------------------------
+
+def _np_take_grad(index, src, K, acc=np.float64):
+    """mshadow's TakeGradExp: row k sums, in increasing i, src[i] with index[i] == k."""
+    out = np.zeros((K,) + src.shape[1:], acc)
+    for i, k in enumerate(index.astype(np.int64)):
+        out[k] += src[i]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32, np.uint8,
+                                   np.int8, np.int64])
+def test_take_grad_of_an_expression_scatters_bands_with_the_gather_kernels_bits(dtype):
+    rng = np.random.default_rng(5)
+    N, D, K = 70000, 5, 9          # several bands of source rows (2**18 elements a band)
+    g = ms.from_numpy((rng.standard_normal((N, D)) * 3).astype(dtype))
+    idx = ms.from_numpy(rng.integers(0, K, N).astype(np.int32))
+    e = ms.take_grad(idx, g * 2, K)
+    out = ms.new_tensor((K, D), dtype=dtype)
+    out[:] = e
+    assert "scatter, into L0" in ms.plan_for(out, e).disassemble()
+    tmp = ms.new_tensor((N, D), dtype=dtype)      # the gather kernel on the materialised source
+    tmp[:] = g * 2
+    ref = ms.new_tensor((K, D), dtype=dtype)
+    ref[:] = ms.take_grad(idx, tmp, K)
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
+    if dtype in (np.float64, np.int64):
+        np.testing.assert_array_equal(out.numpy(), _np_take_grad(idx.numpy(), tmp.numpy(), K,
+                                                                  dtype))
+
+
+def test_take_grad_scatter_nested_with_savers_and_an_index_expression():
+    rng = np.random.default_rng(6)
+    N, D, K = 300, 4, 7
+    g = ms.from_numpy(rng.standard_normal((N, D)).astype(np.float64))
+    i = ms.from_numpy(rng.integers(0, K, N).astype(np.float64))
+    want = _np_take_grad(i.numpy(), np.maximum(g.numpy(), 0), K)
+    out = ms.from_numpy(np.ones((K, D)))
+    out += ms.take_grad(i * 1.0, ms.F(ms.op.relu, g), K) * 3 - 1   # index a whole stage
+    np.testing.assert_allclose(out.numpy(), 1 + want * 3 - 1, rtol=1e-12)
+    out[:] = ms.take_grad(i, g + 0, K).T.T + ms.take_grad(i, g - 0, K)
+    np.testing.assert_allclose(out.numpy(), 2 * _np_take_grad(i.numpy(), g.numpy(), K),
+                               rtol=1e-12)
+
+
+def test_take_grad_scatter_reading_its_destination_goes_through_a_temporary():
+    rng = np.random.default_rng(7)
+    w = ms.from_numpy(rng.standard_normal((8, 3)).astype(np.float64))
+    i = ms.from_numpy(np.array([7, 0, 7, 3, 3, 3, 1, 0], np.int64))
+    want = _np_take_grad(i.numpy(), w.numpy() * 2, 8)
+    w[:] = ms.take_grad(i, w * 2, 8)          # the source reads every row of w
+    np.testing.assert_allclose(w.numpy(), want, rtol=1e-12)
+
+
+def test_take_grad_scatter_out_of_range_stores_nothing_and_empty_shapes():
+    g = ms.from_numpy(np.ones((5, 3), np.float32))
+    out = ms.from_numpy(np.full((4, 3), 9, np.float32))
+    with pytest.raises(IndexError, match=r"\[0, 4\)"):
+        out[:] = ms.take_grad(ms.from_numpy(np.array([0, 1, 4, 2, 3], np.int32)), g * 1, 4)
+    assert (out.numpy() == 9).all()
+    with pytest.raises(IndexError):                    # the index is an expression
+        out[:] = ms.take_grad(ms.from_numpy(np.array([0, 1, 2, 3, 5], np.float32)) * 1, g * 1,
+                              4)
+    assert (out.numpy() == 9).all()
+    out[:] = ms.take_grad(ms.from_numpy(np.zeros(0, np.int32)),
+                          ms.from_numpy(np.zeros((0, 3), np.float32)) * 2, 4)
+    assert (out.numpy() == 0).all()
+    empty = ms.new_tensor((0, 3))
+    with pytest.raises(IndexError):                    # no row to add to: every index is out
+        empty[:] = ms.take_grad(ms.from_numpy(np.zeros(5, np.int32)), g * 1, 0)
+
+
+def test_take_grad_of_a_tensor_or_view_is_scattered_too():
+    """A source read in place is copied a band at a time and scattered: the gather kernel
+    scanned the whole index for every output row (quadratic)."""
+    rng = np.random.default_rng(8)
+    g = ms.from_numpy(rng.standard_normal((40, 6)).astype(np.float32))
+    i = ms.from_numpy(rng.integers(0, 5, 40).astype(np.int64))
+    out = ms.new_tensor((5, 6))
+    for src, ref in ((g, g.numpy()), (ms.flip(g, 0), g.numpy()[::-1])):
+        e = ms.take_grad(i, src, 5)
+        assert "stage 0: scatter" in ms.plan_for(out, e).disassemble()
+        out[:] = e
+        np.testing.assert_allclose(out.numpy(), _np_take_grad(i.numpy(), ref, 5), rtol=1e-5)

@@ -145,6 +145,8 @@ def disassemble(program, indent=""):
             what = "scratch, reduced chunk by chunk"
         elif program.leaf_roles[st.consumer] == "gather":
             what = f"source {st.pos} of L{st.consumer}"
+        elif program.leaf_roles[st.consumer] == "scatter":
+            what = f"L{st.consumer}, each row added at its index"
         else:
             what = f"the view L{st.consumer}"
         lines.append(f"{indent}stage {j}: {st.schedule}, into {what}")
@@ -262,11 +264,21 @@ class _Compiler(ir.Visitor):
 
     def visit_Gather(self, node, ctx):
         reader = READERS_BY_NAME[node.reader]
-        opd = self.leaf(node.code, False, "gather")
+        # take_grad: its values are the scatter stage's accumulator, read as a dense leaf;
+        # a source read in place is scattered too (copied a band at a time): O(rows) where
+        # the gather kernel scans the whole index for every output row
+        scatter = reader.scatter
+        if scatter:
+            opd = self.leaf(compute_code(node.code), False, "scatter")
+        else:
+            opd = self.leaf(node.code, False, "gather")
         srcs = []
         for pos, src in enumerate(node.srcs):
             how = read_in_place(reader, src)
-            if how is not None:
+            if scatter and pos == 0:
+                srcs.append(("stage", self.stage(src, "scatter", opd[1], pos,
+                                                 compute_code(src.code))))
+            elif how is not None:
                 srcs.append(("leaf", self.leaf(src.code, False, how)[1]))
             else:
                 rows = reader.rows_of(pos)
@@ -274,6 +286,8 @@ class _Compiler(ir.Visitor):
                     "columns" if reader.bands_over_cols else "rows")
                 srcs.append(("stage", self.stage(src, schedule, opd[1], pos)))
         self.p.gather_srcs[opd[1]] = srcs
+        if scatter:   # (a float16 take_grad's sums are halves, as the gather kernel's)
+            return self.cast(self.cast(opd, "f16"), "f32") if node.code == "f16" else opd
         return self.computed(self.instr(("k", node.kernel), [opd], node.code))
 
     def visit_View(self, node, ctx):
@@ -282,9 +296,10 @@ class _Compiler(ir.Visitor):
             self.stage(node.src, "whole", opd[1], 0)
         return self.computed(opd)
 
-    def stage(self, src, schedule, consumer, pos):
-        """Compile the producer ``src`` as a stage of the program; returns its index."""
-        prog = compile_plan(src, src.code, "saveto")
+    def stage(self, src, schedule, consumer, pos, code=None):
+        """Compile the producer ``src`` (into its own dtype, or ``code``) as a stage of the
+        program; returns its index."""
+        prog = compile_plan(src, code or src.code, "saveto")
         self.p.stages.append(Stage(schedule, consumer, pos, prog, self.nbind, prog.nbind,
                                    self.nscalar, prog.nscalar_bind))
         self.nbind += prog.nbind
@@ -425,7 +440,7 @@ def _chain_op(ins, roles, params, transposed):
 
 def _chain_readable(role, param, transposed):
     """A chain reads leaves contiguous within a block, or holding one value a block."""
-    if role == "map":
+    if role in ("map", "scatter"):
         return not transposed
     return role == "view" and param in (0, 1)
 

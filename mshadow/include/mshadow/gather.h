@@ -44,6 +44,35 @@ static inline npy_intp ms_read_index(const char *p, int code) {
   }
 }
 
+/* take_grad's accumulating scatter: rows [0, n) of `band` (rows i0.. of take_grad's
+ * source, evaluated into scratch of TypeFlag `code`, `cols` a row) are added, in increasing
+ * row, into row index[i0 + j] of `acc` (K rows of the same type): the order mshadow's
+ * TakeGradExp sums them in. Integers wrap (as the gather kernel's uint64 sum does, modulo
+ * the width). Returns -1, having added nothing more, at an index outside [0, K). */
+static inline int ms_scatter_add(int code, char *acc, const char *band, npy_intp n,
+                                 npy_intp cols, const char *index, npy_intp index_step,
+                                 int index_code, npy_intp i0, npy_intp K) {
+  npy_intp j, x;
+  if (code == MS_TYPEFLAG_FLOAT16) return -1;   /* float16 sources are added as float32 */
+  for (j = 0; j < n; ++j) {
+    const npy_intp k = ms_read_index(index + (i0 + j) * index_step, index_code);
+    if (k < 0 || k >= K) return -1;
+    switch (code) {
+#define MS_SCATTER_CASE(flag, NAME, code_, ctype, compute, is_float)                        \
+      case flag: {                                                                       \
+        ctype *a = (ctype *)acc + k * cols;                                              \
+        const ctype *b = (const ctype *)band + j * cols;                                 \
+        for (x = 0; x < cols; ++x) a[x] = (ctype)(a[x] + b[x]);                          \
+        break;                                                                           \
+      }
+      MS_FOR_EACH_DTYPE(MS_SCATTER_CASE)
+#undef MS_SCATTER_CASE
+      default: return -1;
+    }
+  }
+  return 0;
+}
+
 static inline npy_intp ms_imin(npy_intp a, npy_intp b) { return a < b ? a : b; }
 static inline npy_intp ms_imax(npy_intp a, npy_intp b) { return a > b ? a : b; }
 #define MS_MIN(a, b) ms_imin((a), (b))
