@@ -72,3 +72,22 @@ def test_setup_py_metadata_query_builds_nothing(tmp_path):
     assert glob.glob(str(tmp_path / "mshadow" / "*.c")) == []
     for header in ("kernels_gen.h", "dtypes_gen.h"):
         assert not (tmp_path / "mshadow" / "include" / "mshadow" / header).exists()
+
+
+def test_package_is_found_on_sys_path_not_only_through_an_import_hook(tmp_path):
+    # Cython (`cimport mshadow`) and mypy look for mshadow/ in sys.path's directories; an
+    # import-hook finder (setuptools' default editable install for a flat layout) imports
+    # fine but hides the package from them. A fresh interpreter outside the checkout, with the
+    # environment as it is, must find the imported package by a plain path search.
+    import mshadow
+    code = ("import importlib.machinery as m, mshadow, os; "
+            "s = m.PathFinder.find_spec('mshadow'); "
+            "print(s and s.origin); print(mshadow.__file__)")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    if r.returncode != 0 and not os.environ.get("PYTHONPATH"):
+        pytest.skip("mshadow is not installed in this environment (only found by pytest)")
+    assert r.returncode == 0, r.stderr
+    found, imported = r.stdout.split("\n")[:2]
+    assert found != "None", f"mshadow imports from {imported} but no sys.path directory has it"
+    assert os.path.samefile(found, imported) and os.path.samefile(imported, mshadow.__file__)

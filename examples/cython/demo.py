@@ -1,8 +1,31 @@
-"""Run the kernels of mshadow_kernels.pyx on mshadow tensors (build them first, see setup.py)."""
+"""Run the kernels of mshadow_kernels.pyx on mshadow tensors.
+
+``python examples/cython/demo.py`` builds them first if they are not built yet (the same as
+``python setup.py build_ext --inplace`` in this directory; that needs Cython and setuptools).
+"""
+import os
+import subprocess
+import sys
+
 import numpy as np
 
 import mshadow as ms
-import mshadow_kernels as k
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+try:
+    import mshadow_kernels as k
+except ImportError:
+    try:
+        import Cython  # noqa: F401
+        import setuptools  # noqa: F401
+    except ImportError as e:
+        sys.exit(f"building the example kernels needs Cython and setuptools ({e}): "
+                 f"python -m pip install Cython setuptools")
+    print("building mshadow_kernels (python setup.py build_ext --inplace) ...", flush=True)
+    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=HERE,
+                   check=True)
+    import mshadow_kernels as k
 
 x = ms.new_tensor((3, 5), pad=True)       # padded rows: stride 16 elements
 y = ms.new_tensor((3, 5), init=1.0, pad=True)
