@@ -26,5 +26,19 @@ def main(argv=None):
     return 0
 
 
+def _run():
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (``python -m mshadow | head``): what it read is all it wanted.
+        # Point stdout at devnull so the interpreter's own flush at exit cannot fail again.
+        import os
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 1   # as the Python docs advise (signal.SIGPIPE's note): not a success, no traceback
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

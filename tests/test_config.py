@@ -141,3 +141,23 @@ def test_compiler_line_without_a_build_record(monkeypatch):
         "compiler": "/opt/cc/bin/gcc-13", "compiler_version": "gcc (X) 13.1", "openmp": False,
         "numpy_build": "2.1.0"})
     assert config._compiler() == "gcc (X) 13.1 (/opt/cc/bin/gcc-13, no OpenMP, numpy 2.1.0 headers)"
+
+
+@pytest.mark.parametrize("args", [(), ("--json",)])
+def test_closed_pipe_ends_quietly(args):
+    # `python -m mshadow | head -1`: the reader may go before the facts are written. Here it
+    # is gone before the child starts writing (a pipe whose read end is closed), so every
+    # write fails: the child must end without a traceback and without claiming success.
+    env = dict(os.environ)
+    paths = [os.path.dirname(os.path.dirname(ms.__file__)), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)
+    try:
+        r = subprocess.run([sys.executable, "-m", "mshadow", *args], stdout=w_fd,
+                           stderr=subprocess.PIPE, text=True, timeout=60, env=env,
+                           cwd=os.path.dirname(__file__))
+    finally:
+        os.close(w_fd)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and "BrokenPipeError" not in r.stderr, r.stderr
