@@ -16,11 +16,10 @@ sys.path.insert(0, HERE)
 try:
     import mshadow_kernels as k
 except ImportError:
-    try:
-        import Cython  # noqa: F401
-        import setuptools  # noqa: F401
-    except ImportError as e:
-        sys.exit(f"building the example kernels needs Cython and setuptools ({e}): "
+    import importlib.util
+    missing = [m for m in ("Cython", "setuptools") if importlib.util.find_spec(m) is None]
+    if missing:
+        sys.exit(f"building the example kernels needs {' and '.join(missing)}: "
                  f"python -m pip install Cython setuptools")
     print("building mshadow_kernels (python setup.py build_ext --inplace) ...", flush=True)
     subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q"], cwd=HERE,

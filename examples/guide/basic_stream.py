@@ -17,9 +17,10 @@ def main():
     ts1[:] = 1     # on ts1's stream
     ts2[:] = 2     # on ts2's stream; on a GPU it could run beside the fill above
     res = ms.new_tensor((2, 2), 0.0)
-    res.set_stream(ms.new_stream(ms.cpu))
+    stream = ms.new_stream(ms.cpu)
+    res.set_stream(stream)
     res[:] = ms.dot(ts1, ts2.T)   # on res's stream
-    res.stream.wait()
+    stream.wait()
 
     cpu_res = ms.new_tensor((2, 2), 0.0)
     ms.copy(cpu_res, res)

@@ -160,9 +160,8 @@ def train(args):
 
 def scaling(args):
     """Run this script on 1, 2 and 4 ranks and tabulate samples/s and the test error."""
-    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    if not os.path.exists(mpiexec):
-        mpiexec = shutil.which("mpiexec")
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    mpiexec = beside if os.path.exists(beside) else shutil.which("mpiexec")
     if mpiexec is None:
         raise SystemExit("--scaling needs mpiexec (pip install mpi4py mpich)")
     base = [sys.executable, os.path.abspath(__file__), "--data", args.data, "--epochs",

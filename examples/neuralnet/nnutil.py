@@ -100,7 +100,7 @@ def train(net, data, epochs, batch, seed=0, progress=True, log=print):
     pred = ms.TensorContainer((batch, NCLASS))
     label = ms.TensorContainer((batch,))
     rng = np.random.default_rng(seed)
-    history = {"loss": [], "train_acc": [], "test_err": [], "seconds": []}
+    history: dict[str, list[float]] = {"loss": [], "train_acc": [], "test_err": [], "seconds": []}
     start = time.perf_counter()
     nbatch = len(xtrain) // batch
     bar = tqdm(total=epochs * nbatch, disable=not progress, unit="batch", leave=False)
