@@ -3,7 +3,9 @@
 Nothing is generated or cythonized when this file is merely imported: the kernel header,
 cythonize and the compiler all run inside the build commands. A build whose inputs have not
 changed reuses the extension already next to the sources (``pip install -e .`` twice in a row
-compiles once), so editable and ``build_ext --inplace`` rebuilds are cheap.
+compiles once, and ``pip wheel .`` after it packs the same binary), so editable, wheel and
+``build_ext --inplace`` rebuilds are cheap. Progress lines (``mshadow build: ...``) go to
+stderr and, when pip hides that, to the terminal.
 
 MSHADOW_NO_OPENMP=1 forces a single-threaded build; MSHADOW_DEBUG=1 builds without -O3 and
 keeps symbols. Per-ISA kernels (SSE2 baseline, AVX2, AVX-512) are compiled inside the
@@ -26,10 +28,64 @@ from setuptools.command.build_py import build_py
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _open_tty():
+    """The controlling terminal for progress lines, when pip hides our stderr.
+
+    pip captures a build backend's output and shows it only with ``-v`` or on failure, so a
+    default ``pip install`` of this package would sit silent through minutes of compiling.
+    When stderr is not a terminal but the process has one (a person at a terminal ran pip),
+    the progress lines also go to that terminal. CI logs, which have no terminal, get them
+    on stderr only; MSHADOW_BUILD_QUIET=1 turns the terminal copy off.
+    """
+    if os.environ.get("MSHADOW_BUILD_QUIET") == "1" or os.name != "posix":
+        return None
+    try:
+        if sys.stderr.isatty():
+            return None                      # stderr is the terminal already
+        return open("/dev/tty", "w")         # noqa: SIM115  kept for the build's lifetime
+    except (OSError, ValueError, AttributeError):
+        return None                          # no controlling terminal
+
+
+_TTY = []
+
+
 def _say(msg):
-    """Progress line; pip shows it with ``-v``, ``setup.py build_ext`` always."""
-    sys.stderr.write(f"mshadow build: {msg}\n")    # one write: lines from the -j threads stay whole
+    """Progress line: on stderr (``setup.py build_ext``; pip shows it with ``-v``) and, when
+    pip hides stderr, on the terminal (see _open_tty)."""
+    line = f"mshadow build: {msg}\n"    # one write: lines from the -j threads stay whole
+    sys.stderr.write(line)
     sys.stderr.flush()
+    if not _TTY:
+        _TTY.append(_open_tty())
+    if _TTY[0] is not None:
+        try:
+            _TTY[0].write(line)
+            _TTY[0].flush()
+        except OSError:
+            _TTY[0] = None
+
+
+class _Heartbeat:
+    """While a long step runs, say every ``every`` seconds that it still runs."""
+
+    def __init__(self, what, every=30.0):
+        import threading
+        self.what, self.every, self.t0 = what, every, time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(self.every):
+            _say(f"{self.what}: still compiling ({time.time() - self.t0:.0f} s)")
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
 
 
 def _compiler_accepts(cc, flags):
@@ -73,11 +129,14 @@ def _generate_kernels():
             mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mod)
             mod.write(os.path.join(pkg, "include", "mshadow", header))
+            if module == "codegen_cpu":
+                _ISAS[:] = list(mod.ISAS)
     finally:
         sys.path.remove(pkg)
 
 
 _KERNELS_DONE = []
+_ISAS = []   # the SIMD levels the kernels are compiled for (codegen_cpu.ISAS)
 
 
 def _kernels():
@@ -213,10 +272,12 @@ class BuildExt(build_ext):
 
     def build_extension(self, ext):
         target = self.get_ext_fullpath(ext.name)
-        inplace_file = None
-        if self._to_source:
-            inplace_file, _ = self._get_inplace_equivalent(
-                self.get_finalized_command("build_py"), ext)
+        # The binary next to the sources (an editable or build_ext --inplace build) serves
+        # every build of these same inputs: ``pip wheel .`` after ``pip install -e .`` copies
+        # it into the wheel instead of compiling again, when its stamp says it was built from
+        # this compiler, these flags and this numpy ABI, and it is newer than every source.
+        inplace_file, _ = self._get_inplace_equivalent(
+            self.get_finalized_command("build_py"), ext)
         stamp = self._stamp_path(ext)
         fp = self._fingerprint(ext)
         deps = list(ext.sources) + list(ext.depends)
@@ -232,14 +293,23 @@ class BuildExt(build_ext):
                 if os.path.abspath(inplace_file) != os.path.abspath(target):
                     shutil.copy2(inplace_file, target)
                 return
+        what = ""
+        if ext.name == "mshadow._core":
+            levels = ", ".join(i.upper().replace("AVX512", "AVX-512") for i in _ISAS)
+            what = f"; kernels for {levels}" if levels else ""
+            what += "; this takes minutes"
         _say(f"compiling {ext.name} with {self._cc} "
-             f"({'OpenMP' if self._openmp else 'no OpenMP'}; _core takes minutes)")
+             f"({'OpenMP' if self._openmp else 'no OpenMP'}{what})")
         t0 = time.time()
-        super().build_extension(ext)
+        with _Heartbeat(ext.name):
+            super().build_extension(ext)
         _say(f"{ext.name}: compiled in {time.time() - t0:.0f} s")
-        os.makedirs(os.path.dirname(stamp), exist_ok=True)
-        with open(stamp, "w") as f:
-            json.dump(fp, f)
+        if self._to_source:
+            # the stamp describes the in-place binary: a build into build/ only (pip wheel)
+            # leaves the record of the one next to the sources as it is
+            os.makedirs(os.path.dirname(stamp), exist_ok=True)
+            with open(stamp, "w") as f:
+                json.dump(fp, f)
 
     def _write_build_info(self):
         """mshadow/_build_info.py: what built the binary (show_config's 'compiler' line)."""
@@ -251,12 +321,11 @@ class BuildExt(build_ext):
                 f"BUILD_INFO = {info!r}\n")
         targets = [os.path.join(self.build_lib, "mshadow", "_build_info.py")]
         in_source = os.path.join(HERE, "mshadow", "_build_info.py")
-        if self._to_source:
-            if len(self._reused) == len(self.extensions) and os.path.exists(in_source):
-                with open(in_source) as f:   # nothing was compiled: the record still holds
-                    text = f.read()
-            else:
-                targets.append(in_source)
+        if len(self._reused) == len(self.extensions) and os.path.exists(in_source):
+            with open(in_source) as f:   # nothing was compiled: the in-place record holds
+                text = f.read()
+        elif self._to_source:
+            targets.append(in_source)
         for path in targets:
             try:
                 with open(path) as f:
