@@ -91,3 +91,12 @@ def test_package_is_found_on_sys_path_not_only_through_an_import_hook(tmp_path):
     found, imported = r.stdout.split("\n")[:2]
     assert found != "None", f"mshadow imports from {imported} but no sys.path directory has it"
     assert os.path.samefile(found, imported) and os.path.samefile(imported, mshadow.__file__)
+
+
+def test_every_subpackage_is_packaged(pyproject):
+    # pyproject lists the packages by name: one left out installs a wheel/sdist that cannot
+    # import (mshadow.lower was missing while the editable install, reading the checkout, worked)
+    listed = set(pyproject["tool"]["setuptools"]["packages"])
+    found = {os.path.relpath(d, ROOT).replace(os.sep, ".")
+             for d, _, files in os.walk(os.path.join(ROOT, "mshadow")) if "__init__.py" in files}
+    assert found == listed, (sorted(found - listed), sorted(listed - found))
