@@ -133,7 +133,7 @@ def _loop_kernel(name, n_in, ctypes_in, ctype_out, expr, packet_tab=None):
 
 
 _VMATH_PRIMS = ("add", "sub", "mul", "div", "max", "min", "abs", "neg", "lt", "gt", "eq",
-                "isnan", "sel", "mor", "pow2i", "frexpe", "frexpm")
+                "isnan", "sel", "mor", "pow2i", "ldexp", "frexpe", "frexpm", "copysign")
 _VMATH_TARGET = dict(_TARGET, s="")
 
 

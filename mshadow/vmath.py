@@ -3,8 +3,9 @@
 A body is a few lines of a tiny C-like language over the packet vocabulary of
 ``include/mshadow/packet/*.h``: ``add sub mul div max min abs neg`` on values,
 ``lt gt eq isnan`` giving masks, ``sel(m, a, b)`` (a where m is set), ``mor`` (mask or),
-``pow2i(n)`` (2**n for an integral n), ``frexpe``/``frexpm`` (x = m * 2**e, m in [0.5, 1)),
-``k(c)`` (a constant) and calls of the functions defined before it. ``codegen_cpu`` emits
+``pow2i(n)`` (2**n for an integral n), ``ldexp(p, n)`` (p * 2**n rounded once),
+``frexpe``/``frexpm`` (x = m * 2**e, m in [0.5, 1)), ``copysign(a, b)``, ``k(c)`` (a
+constant) and calls of the functions defined before it. ``codegen_cpu`` emits
 each body as ``ms_<isa>_<fn>_<type>`` for isa in s (one scalar), sse2, avx2 and avx512.
 The scalar member is what the plain path and the tails of SIMD loops call, so every ISA
 level gives the same bits: only IEEE add/sub/mul/div and exact bit manipulations are used,
@@ -20,9 +21,9 @@ The last line is ``return expr``.
 """
 
 # exp: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite: ln2 = C1 + C2, n * C1 exact), e**r by
-# a polynomial, then the two-step scaling 2**n1 * 2**(n - n1) so results down to the
-# smallest subnormal and up to overflow round once. Arguments are clamped to where exp
-# already gives 0 or inf, so the scaling exponents stay in range; NaN passes through.
+# a polynomial, then scaled by ldexp, which rounds once, so results down to the smallest
+# subnormal and up to overflow are right. Arguments are clamped to where exp already gives
+# 0 or inf, so the scaling exponent stays in range; NaN passes through.
 _EXP_F32 = """
 xc = min(max(x, k(-104.0)), k(89.0))
 n = sub(add(mul(xc, k(1.44269504088896341)), k(12582912.0)), k(12582912.0))
@@ -34,9 +35,7 @@ p = add(mul(p, r), k(4.1665795894E-2))
 p = add(mul(p, r), k(1.6666665459E-1))
 p = add(mul(p, r), k(5.0000001201E-1))
 p = add(add(mul(p, z), r), k(1.0))
-n1 = sub(add(mul(n, k(0.5)), k(12582912.0)), k(12582912.0))
-y = mul(mul(p, pow2i(n1)), pow2i(sub(n, n1)))
-return sel(isnan(x), x, y)
+return sel(isnan(x), x, ldexp(p, n))
 """
 
 _EXP_F64 = """
@@ -50,9 +49,7 @@ qx = add(mul(z, k(3.00198505138664455042E-6)), k(2.52448340349684104192E-3))
 qx = add(mul(qx, z), k(2.27265548208155028766E-1))
 qx = add(mul(qx, z), k(2.00000000000000000009E0))
 p = add(k(1.0), mul(k(2.0), div(px, sub(qx, px))))
-n1 = sub(add(mul(n, k(0.5)), k(6755399441055744.0)), k(6755399441055744.0))
-y = mul(mul(p, pow2i(n1)), pow2i(sub(n, n1)))
-return sel(isnan(x), x, y)
+return sel(isnan(x), x, ldexp(p, n))
 """
 
 # log: x = m * 2**e with m in [sqrt(1/2), sqrt(2)), f = m - 1. Subnormals are scaled into

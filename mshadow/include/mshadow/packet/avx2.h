@@ -54,7 +54,16 @@ typedef __m256d ms_avx2_m_f64;
   MS_AVX2_FN V ms_avx2_frexpm_##t(V x) {                                                      \
     const __m256i mant = _mm256_set1_epi##sw((I)(((I)1 << ibits) - 1));                       \
     return _mm256_or_##s(_mm256_castsi256_##s(_mm256_and_si256(_mm256_cast##s##_si256(x), mant)), \
-                         _mm256_set1_##s((T)0.5)); }
+                         _mm256_set1_##s((T)0.5)); }                                           \
+  MS_AVX2_FN V ms_avx2_ldexp_##t(V p, V n) {   /* see scalar.h */                            \
+    const V magic = _mm256_castsi256_##s(_mm256_set1_epi##sw(magic_bits));                   \
+    const V n1 = _mm256_sub_##s(_mm256_add_##s(_mm256_mul_##s(n, _mm256_set1_##s((T)0.5)), magic), \
+                                magic);                                                       \
+    return _mm256_mul_##s(_mm256_mul_##s(p, ms_avx2_pow2i_##t(n1)),                           \
+                          ms_avx2_pow2i_##t(_mm256_sub_##s(n, n1))); }                        \
+  MS_AVX2_FN V ms_avx2_copysign_##t(V a, V b) {                                               \
+    const V sm = _mm256_set1_##s((T)-0.0);                                                    \
+    return _mm256_or_##s(_mm256_andnot_##s(sm, a), _mm256_and_##s(sm, b)); }
 
 MS_AVX2_MATH(float, f32, __m256, ps, int32_t, 23, 127, 0x4B400000, 32, 32)
 MS_AVX2_MATH(double, f64, __m256d, pd, int64_t, 52, 1023, 0x4338000000000000LL, 64, 64x)

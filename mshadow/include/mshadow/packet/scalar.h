@@ -40,7 +40,16 @@ typedef int ms_s_m_f64;
     memcpy(&r, &k, sizeof r); return r - magic; }                                              \
   static inline T ms_s_frexpm_##t(T x) {                                                       \
     U k; T half = (T)0.5, r; U h; memcpy(&k, &x, sizeof k); memcpy(&h, &half, sizeof h);      \
-    k = (k & (((U)1 << ibits) - 1)) | h; memcpy(&r, &k, sizeof r); return r; }
+    k = (k & (((U)1 << ibits) - 1)) | h; memcpy(&r, &k, sizeof r); return r; }               \
+  /* p * 2**n rounded once (p normal, n integral, |n| <= 2 * ebias - 2): with n1 = n / 2     \
+   * rounded both 2**n1 and 2**(n - n1) are normal, so only the second product rounds */   \
+  static inline T ms_s_ldexp_##t(T p, T n) {                                                   \
+    U mb = (U)(magic_bits); T magic; memcpy(&magic, &mb, sizeof magic);                        \
+    T n1 = (n * (T)0.5 + magic) - magic;                                                       \
+    return (p * ms_s_pow2i_##t(n1)) * ms_s_pow2i_##t(n - n1); }                                \
+  static inline T ms_s_copysign_##t(T a, T b) { U u, v, s = (U)1 << (sizeof(U) * 8 - 1);     \
+    memcpy(&u, &a, sizeof u); memcpy(&v, &b, sizeof v); u = (u & ~s) | (v & s);             \
+    memcpy(&a, &u, sizeof a); return a; }
 
 MS_SCALAR_DEF(float, f32, uint32_t, 23, 127, 0x4B400000u)
 MS_SCALAR_DEF(double, f64, uint64_t, 52, 1023, 0x4338000000000000ull)

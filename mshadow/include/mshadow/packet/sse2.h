@@ -42,7 +42,8 @@ static inline double ms_sse2_sum_f64(__m128d v) {
 }
 
 /* The vocabulary of the vectorised transcendentals (vmath_gen.h): comparisons give a mask,
- * sel(m, a, b) picks a where m is set, and three exponent-field helpers for IEEE values.
+ * sel(m, a, b) picks a where m is set, exponent-field helpers for IEEE values (pow2i, ldexp,
+ * frexpe, frexpm) and copysign.
  * The integer tricks use the magic constant M = 1.5 * 2^(mantissa bits): for an integral
  * value n with |n| < 2^(mantissa bits - 1), bits(n + M) - bits(M) == n. */
 typedef __m128 ms_sse2_m_f32;
@@ -68,7 +69,15 @@ typedef __m128d ms_sse2_m_f64;
   static inline V ms_sse2_frexpm_##t(V x) {                                                  \
     const __m128i mant = _mm_set1_epi##sw((I)(((I)1 << ibits) - 1));                         \
     return _mm_or_##s(_mm_castsi128_##s(_mm_and_si128(_mm_cast##s##_si128(x), mant)),         \
-                      _mm_set1_##s((T)0.5)); }
+                      _mm_set1_##s((T)0.5)); }                                                     \
+  static inline V ms_sse2_ldexp_##t(V p, V n) {   /* see scalar.h */                       \
+    const V magic = _mm_castsi128_##s(_mm_set1_epi##sw(magic_bits));                         \
+    const V n1 = _mm_sub_##s(_mm_add_##s(_mm_mul_##s(n, _mm_set1_##s((T)0.5)), magic), magic); \
+    return _mm_mul_##s(_mm_mul_##s(p, ms_sse2_pow2i_##t(n1)),                                \
+                       ms_sse2_pow2i_##t(_mm_sub_##s(n, n1))); }                             \
+  static inline V ms_sse2_copysign_##t(V a, V b) {                                           \
+    const V sm = _mm_set1_##s((T)-0.0);                                                      \
+    return _mm_or_##s(_mm_andnot_##s(sm, a), _mm_and_##s(sm, b)); }
 
 MS_SSE2_MATH(float, f32, __m128, ps, int32_t, 23, 127, 0x4B400000, 32, 32)
 MS_SSE2_MATH(double, f64, __m128d, pd, int64_t, 52, 1023, 0x4338000000000000LL, 64, 64x)
