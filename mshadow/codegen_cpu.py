@@ -8,6 +8,7 @@ Run by setup.py; ``python -m mshadow.codegen_cpu OUT`` writes the header by hand
 import hashlib
 import os
 import re
+import struct
 import sys
 
 if __package__:
@@ -133,7 +134,8 @@ def _loop_kernel(name, n_in, ctypes_in, ctype_out, expr, packet_tab=None):
 
 
 _VMATH_PRIMS = ("add", "sub", "mul", "div", "max", "min", "abs", "neg", "lt", "gt", "eq",
-                "isnan", "sel", "mor", "pow2i", "ldexp", "frexpe", "frexpm", "copysign")
+                "isnan", "sel", "mor", "pow2i", "ldexp", "frexpe", "frexpm", "copysign",
+                "bucket", "tab")
 _VMATH_TARGET = dict(_TARGET, s="")
 
 
@@ -144,6 +146,7 @@ def _vmath_fn(name, arity, body, code, ctype, isa):
 
     def c(expr):
         expr = re.sub(r"\bk\(", f"ms_{isa}_set1_{code}(({ctype})", expr)
+        expr = re.sub(r"\btab\((\w+),", lambda m: f"tab({_table_name(m.group(1), code)},", expr)
         return re.sub(r"\b(" + "|".join(fns) + r")\(", lambda m: f"ms_{isa}_{m.group(1)}_{code}(", expr)
     params = ", ".join(f"{V} {a}" for a in "xy"[:arity])
     L = [f"static inline {_VMATH_TARGET[isa]}{V} ms_{isa}_{name}_{code}({params}) {{"]
@@ -153,15 +156,30 @@ def _vmath_fn(name, arity, body, code, ctype, isa):
             L.append(f"  return {c(line[7:])};")
             continue
         var, expr = (t.strip() for t in line.split("=", 1))
-        decl = "" if var in declared else (M if var.startswith("m_") else V) + " "
+        kind = {"m_": M, "i_": f"ms_{isa}_i_{code}"}.get(var[:2], V)
+        decl = "" if var in declared else kind + " "
         declared.add(var)
         L.append(f"  {decl}{var} = {c(expr)};")
     L.append("}")
     return "\n".join(L)
 
 
+def _is_f32(v):
+    return struct.unpack("f", struct.pack("f", v))[0] == v
+
+
+def _table_name(name, code):
+    if name not in vmath.TABLES or code != "f32":
+        raise ValueError(f"vmath: no {code} table {name}")   # tables are float32 only
+    return f"ms_tab_{name}"
+
+
 def _vmath():
     out = []
+    for name, values in vmath.TABLES.items():   # exact: every value is a float32 (hex literal)
+        assert len(values) == 16 and all(_is_f32(v) for v in values), name
+        out.append(f"static const float {_table_name(name, 'f32')}[16] = {{"
+                   + ", ".join(f"{v.hex()}f" for v in values) + "};")
     for isa in ("s",) + ISAS:
         if isa != "s":
             out.append("#if MS_X86")

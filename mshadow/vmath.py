@@ -5,18 +5,23 @@ A body is a few lines of a tiny C-like language over the packet vocabulary of
 ``lt gt eq isnan`` giving masks, ``sel(m, a, b)`` (a where m is set), ``mor`` (mask or),
 ``pow2i(n)`` (2**n for an integral n), ``ldexp(p, n)`` (p * 2**n rounded once),
 ``frexpe``/``frexpm`` (x = m * 2**e, m in [0.5, 1)), ``copysign(a, b)``, ``k(c)`` (a
-constant) and calls of the functions defined before it. ``codegen_cpu`` emits
-each body as ``ms_<isa>_<fn>_<type>`` for isa in s (one scalar), sse2, avx2 and avx512.
+constant) and calls of the functions defined before it. Float32 bodies also have table
+lookups: ``i_j = bucket(v, BASE)`` (which run of 2**22 consecutive floats, half a binade,
+v >= 0 is in, counted from the float whose bits are BASE; 0..15 after the caller's clamp) and
+``tab(NAME, i_j)`` (entry i_j of the 16 of TABLES[NAME]); both are exact. ``codegen_cpu``
+emits each body as ``ms_<isa>_<fn>_<type>`` for isa in s (one scalar), sse2, avx2 and avx512.
 The scalar member is what the plain path and the tails of SIMD loops call, so every ISA
 level gives the same bits: only IEEE add/sub/mul/div and exact bit manipulations are used,
 in the same order, and FMA contraction is off.
 
-The algorithms are Cephes' (expf, exp, logf, tanhf, tanh) and fdlibm's (log), with their
-published coefficients, made branch-free: both sides of a branch are computed and ``sel``
-picks. Special values (NaN, +-inf, +-0, subnormals, out-of-range arguments) follow C99
-and numpy; the measured accuracy of each is in docs/accuracy.md and tested.
+The algorithms are Cephes' (expf, exp, logf, tanh) and fdlibm's (log) with their published
+coefficients, and for float32 tanh a polynomial per slice of the argument range (coefficients
+fitted by tools/fit_tanhf.py), all branch-free: both sides of a branch are computed and
+``sel`` picks. Special values (NaN, +-inf, +-0, subnormals, out-of-range arguments) follow
+C99 and numpy; the measured accuracy of each is in docs/accuracy.md and tested.
 
-A line ``name = expr`` declares or updates a value; names starting with ``m_`` are masks.
+A line ``name = expr`` declares or updates a value; names starting with ``m_`` are masks,
+``i_`` table indices.
 The last line is ``return expr``.
 """
 
@@ -108,8 +113,8 @@ y = sel(mor(eq(u, k(0.0)), eq(u, k(INFINITY))), lu, y)
 return sel(eq(x, k(0.0)), x, y)
 """
 
-# tanh: |x| < 0.625 by an odd polynomial (f32) or rational function (f64); above, by
-# 1 - 2 / (exp(2|x|) + 1), which reaches 1 when exp overflows. x = +-0 returns x.
+# tanh (float64): |x| < 0.625 by a rational function, above by 1 - 2 / (exp(2|x|) + 1),
+# which reaches 1 when exp overflows. x = +-0 returns x.
 _TANH_BIG = """
 a = abs(x)
 ex = exp(add(a, a))
@@ -119,14 +124,24 @@ y = sel(lt(a, k(0.625)), small, big)
 return sel(eq(x, k(0.0)), x, y)
 """
 
+# tanh (float32), no exp and no division: |x| (clamped to 9.5, where tanh rounds to 1) picks
+# one of 16 slices (half binades [0.0390625, 0.0546875), ..., [5, 7), [7, 10); slice 0 also
+# takes all below), and tanh(b + t) = c0 + c1 t + t^2 (c2 + ... + c6 t^4) with t = |x| - b,
+# exact. The small c1 t and t^2 q terms are added to c0 last, so the result rounds about
+# once. Slice 0 has b = c0 = 0, c1 = 1: tiny x and +-0 come back as x. NaN: min(a, 9.5)
+# gives 9.5 (a valid index), min(9.5, a) gives NaN, which every later step passes on (one
+# NaN, so the operand order of add and mul cannot change its bits). Tables: TANHF_* below.
 _TANH_F32 = """
-z = mul(x, x)
-p = add(mul(z, k(-5.70498872745E-3)), k(2.06390887954E-2))
-p = add(mul(p, z), k(-5.37397155531E-2))
-p = add(mul(p, z), k(1.33314422036E-1))
-p = add(mul(p, z), k(-3.33332819422E-1))
-small = add(mul(mul(p, z), x), x)
-""" + _TANH_BIG
+a = abs(x)
+i_j = bucket(max(min(a, k(9.5)), k(0.0390625)), 0x3D200000)
+t = sub(min(k(9.5), a), tab(TANHF_B, i_j))
+q = add(mul(tab(TANHF_C6, i_j), t), tab(TANHF_C5, i_j))
+q = add(mul(q, t), tab(TANHF_C4, i_j))
+q = add(mul(q, t), tab(TANHF_C3, i_j))
+q = add(mul(q, t), tab(TANHF_C2, i_j))
+y = add(tab(TANHF_C0, i_j), add(mul(tab(TANHF_C1, i_j), t), mul(t, mul(t, q))))
+return copysign(y, x)
+"""
 
 _TANH_F64 = """
 z = mul(x, x)
@@ -137,6 +152,74 @@ q = add(mul(q, z), k(2.23548839060100448583E3))
 q = add(mul(q, z), k(4.84406305325125486048E3))
 small = add(x, div(mul(mul(x, z), p), q))
 """ + _TANH_BIG
+
+# 16-entry float32 tables (tab), as tools/fit_tanhf.py prints them: exact float32 values.
+TABLES = {
+    "TANHF_B": (
+        0.0, 0.06641088426113129, 0.09374244511127472,
+        0.13284821808338165, 0.18747158348560333, 0.2656508684158325,
+        0.37508606910705566, 0.5313401818275452, 0.7501437664031982,
+        1.06247878074646, 1.5003362894058228, 2.124457597732544,
+        3.0006678104400635, 4.250577449798584, 6.000398635864258,
+        8.252860069274902,
+    ),
+    "TANHF_C0": (
+        0.0, 0.06631342321634293, 0.0934688150882721,
+        0.13207216560840607, 0.18530575931072235, 0.2595733404159546,
+        0.358432412147522, 0.4864048659801483, 0.6352347135543823,
+        0.7866107225418091, 0.9052090048789978, 0.9718426465988159,
+        0.9950613379478455, 0.9995936155319214, 0.9999877214431763,
+        0.9999998807907104,
+    ),
+    "TANHF_C1": (
+        1.0, 0.995602548122406, 0.9912635684013367,
+        0.982556939125061, 0.9656617641448975, 0.9326216578483582,
+        0.8715261816978455, 0.7634103298187256, 0.5964768528938293,
+        0.3812435567378998, 0.18059656023979187, 0.055521778762340546,
+        0.009853077121078968, 0.0008127960609272122, 2.459144343447406e-05,
+        2.7159774163010297e-07,
+    ),
+    "TANHF_C2": (
+        -6.461611801178435e-10, -0.06602146476507187, -0.0926523506641388,
+        -0.12976844608783722, -0.1789427399635315, -0.24208380281925201,
+        -0.3123832941055298, -0.3713264465332031, -0.3789028227329254,
+        -0.29989030957221985, -0.1634775996208191, -0.05395827814936638,
+        -0.00980434101074934, -0.0008124187588691711, -2.4583358026575297e-05,
+        -4.5792961600454873e-07,
+    ),
+    "TANHF_C3": (
+        -0.33333316445350647, -0.328019917011261, -0.3215612769126892,
+        -0.3103514313697815, -0.28868138790130615, -0.2479933649301529,
+        -0.17851576209068298, -0.07386705279350281, 0.0418652780354023,
+        0.10881760716438293, 0.087795689702034, 0.033937469124794006,
+        0.0064668492414057255, 0.0005382330855354667, 1.6081765352282673e-05,
+        1.7787128570034838e-07,
+    ),
+    "TANHF_C4": (
+        -1.4239982192520984e-05, 0.034568872302770615, 0.06296484917402267,
+        0.0844390019774437, 0.11337070167064667, 0.14522425830364227,
+        0.1681804358959198, 0.15968084335327148, 0.09971201419830322,
+        0.014374153688549995, -0.02497730404138565, -0.014998624101281166,
+        -0.003170221811160445, -0.00026885702391155064, -8.056508704612497e-06,
+        2.2664534071736853e-07,
+    ),
+    "TANHF_C5": (
+        0.13385605812072754, 3.2187376022338867, -0.5309407711029053,
+        0.07225054502487183, 0.05841730535030365, 0.05041282996535301,
+        0.013617228716611862, -0.03471669182181358, -0.06360380351543427,
+        -0.03916106000542641, -0.0030725242104381323, 0.004411378875374794,
+        0.0012555420398712158, 0.0001178552774945274, 3.851751898764633e-06,
+        4.326970781676209e-08,
+    ),
+    "TANHF_C6": (
+        -0.008704113774001598, 51.60254669189453, -6.654244422912598,
+        -0.33963796496391296, -0.2416532039642334, -0.12489782273769379,
+        -0.08184131234884262, -0.04225500300526619, -0.0014847710262984037,
+        0.01896771229803562, 0.007250072434544563, -0.00048166821943596005,
+        -0.00037941598566249013, -3.881866723531857e-05, -1.2742453918690444e-06,
+        -1.48398143551276e-07,
+    ),
+}
 
 # (name, arity, {type code: body}), in dependency order.
 FUNCTIONS = (

@@ -67,3 +67,13 @@ typedef __m256d ms_avx2_m_f64;
 
 MS_AVX2_MATH(float, f32, __m256, ps, int32_t, 23, 127, 0x4B400000, 32, 32)
 MS_AVX2_MATH(double, f64, __m256d, pd, int64_t, 52, 1023, 0x4338000000000000LL, 64, 64x)
+
+/* Table lookups (see scalar.h): two 8-entry permutes, blended by index bit 3. */
+typedef __m256i ms_avx2_i_f32;
+MS_AVX2_FN __m256i ms_avx2_bucket_f32(__m256 v, uint32_t base) {
+  const __m256i k = _mm256_sub_epi32(_mm256_castps_si256(v), _mm256_set1_epi32((int)base));
+  return _mm256_srli_epi32(k, 22); }
+MS_AVX2_FN __m256 ms_avx2_tab_f32(const float *t, __m256i i) {
+  const __m256 b3 = _mm256_castsi256_ps(_mm256_slli_epi32(i, 28));   /* bit 3 -> sign */
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(t), i),
+                          _mm256_permutevar8x32_ps(_mm256_loadu_ps(t + 8), i), b3); }

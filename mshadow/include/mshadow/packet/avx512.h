@@ -63,11 +63,18 @@ typedef __mmask8 ms_avx512_m_f64;
         _mm512_cast##s##_si512(_mm512_set1_##s((T)0.5)))); }                                   \
   /* p * 2**n rounded once, as scalar.h's two-step product: one instruction */               \
   MS_AVX512_FN V ms_avx512_ldexp_##t(V p, V n) { return _mm512_scalef_##s(p, n); }            \
-  MS_AVX512_FN V ms_avx512_copysign_##t(V a, V b) {                                          \
+  MS_AVX512_FN V ms_avx512_copysign_##t(V a, V b) {   /* 0xCA: bitwise sign ? b : a */    \
     const __m512i sm = _mm512_cast##s##_si512(_mm512_set1_##s((T)-0.0));                      \
-    const __m512i ai = _mm512_cast##s##_si512(a), bi = _mm512_cast##s##_si512(b);              \
-    return _mm512_castsi512_##s(_mm512_or_si512(_mm512_andnot_si512(sm, ai),                  \
-                                                _mm512_and_si512(sm, bi))); }
+    return _mm512_castsi512_##s(_mm512_ternarylogic_epi32(                                    \
+        sm, _mm512_cast##s##_si512(b), _mm512_cast##s##_si512(a), 0xCA)); }
 
 MS_AVX512_MATH(float, f32, __m512, __mmask16, ps, int32_t, 23, 127, 0x4B400000, 32, 32)
 MS_AVX512_MATH(double, f64, __m512d, __mmask8, pd, int64_t, 52, 1023, 0x4338000000000000LL, 64, 64)
+
+/* Table lookups (see scalar.h): one permute. */
+typedef __m512i ms_avx512_i_f32;
+MS_AVX512_FN __m512i ms_avx512_bucket_f32(__m512 v, uint32_t base) {
+  const __m512i k = _mm512_sub_epi32(_mm512_castps_si512(v), _mm512_set1_epi32((int)base));
+  return _mm512_srli_epi32(k, 22); }
+MS_AVX512_FN __m512 ms_avx512_tab_f32(const float *t, __m512i i) {
+  return _mm512_permutexvar_ps(i, _mm512_loadu_ps(t)); }

@@ -53,3 +53,12 @@ typedef int ms_s_m_f64;
 
 MS_SCALAR_DEF(float, f32, uint32_t, 23, 127, 0x4B400000u)
 MS_SCALAR_DEF(double, f64, uint64_t, 52, 1023, 0x4338000000000000ull)
+
+/* Table lookups (float only): bucket(v, base) = (bits(v) - base) >> 22 counts runs of 2**22
+ * consecutive floats (half a binade) from the float whose bits are base; the caller clamps v
+ * so it is 0..15. tab(t, i) = t[i] of a 16-entry table. Both are exact, so every
+ * ISA gives the same bits. */
+typedef int32_t ms_s_i_f32;
+static inline int32_t ms_s_bucket_f32(float v, uint32_t base) {
+  uint32_t u; memcpy(&u, &v, sizeof u); return (int32_t)((u - base) >> 22); }
+static inline float ms_s_tab_f32(const float *t, int32_t i) { return t[i]; }

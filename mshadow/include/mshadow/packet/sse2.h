@@ -43,7 +43,7 @@ static inline double ms_sse2_sum_f64(__m128d v) {
 
 /* The vocabulary of the vectorised transcendentals (vmath_gen.h): comparisons give a mask,
  * sel(m, a, b) picks a where m is set, exponent-field helpers for IEEE values (pow2i, ldexp,
- * frexpe, frexpm) and copysign.
+ * frexpe, frexpm), copysign, and float table lookups (bucket, tab; see scalar.h).
  * The integer tricks use the magic constant M = 1.5 * 2^(mantissa bits): for an integral
  * value n with |n| < 2^(mantissa bits - 1), bits(n + M) - bits(M) == n. */
 typedef __m128 ms_sse2_m_f32;
@@ -81,3 +81,12 @@ typedef __m128d ms_sse2_m_f64;
 
 MS_SSE2_MATH(float, f32, __m128, ps, int32_t, 23, 127, 0x4B400000, 32, 32)
 MS_SSE2_MATH(double, f64, __m128d, pd, int64_t, 52, 1023, 0x4338000000000000LL, 64, 64x)
+
+/* Table lookups (see scalar.h): SSE2 has no variable shuffle, so the lanes are read one by one. */
+typedef __m128i ms_sse2_i_f32;
+static inline __m128i ms_sse2_bucket_f32(__m128 v, uint32_t base) {
+  return _mm_srli_epi32(_mm_sub_epi32(_mm_castps_si128(v), _mm_set1_epi32((int)base)), 22); }
+static inline __m128 ms_sse2_tab_f32(const float *t, __m128i i) {
+  int32_t k[4];
+  _mm_storeu_si128((__m128i *)k, i);
+  return _mm_setr_ps(t[k[0]], t[k[1]], t[k[2]], t[k[3]]); }
