@@ -390,9 +390,18 @@ def _chain_packet(code, ctype, isa, total=False):
          "      if (reads[s]) { " + prefetch("O") + " }",
          "      const V_BC bs = bc[s];".replace("V_BC", V),
          "      switch (code[s]) {"]
+    cases1 = []   # the same dispatch on one vector v0, operand at O (the tail loops)
     for c, op, swap, scalar in chain_steps():
         d = OPS_BY_NAME[op]
         form = re.sub(r"P\((\w+)\)", lambda m: f"ms_{isa}_{m.group(1)}_{code}", d.packet)
+        if op in _VMATH_NAMES:
+            one = f"ms_{isa}_{op}1_{code}(&v0);"
+        elif d.arity == 1:
+            one = f"v0 = {_subst(form, {'a': 'v0'})};"
+        else:
+            o = "bs" if scalar else f"ms_{isa}_loadu_{code}(O)"
+            one = f"v0 = {_subst(form, {'a': o, 'b': 'v0'} if swap else {'a': 'v0', 'b': o})};"
+        cases1.append(f"          case {c}: {one} break;")
         if op in _VMATH_NAMES:   # out of line: see _chain_vmath_steps
             body = (f"{{ {V} t[{U}] = {{{', '.join(vs)}}}; ms_{isa}_{op}{U}_{code}(t); "
                     + each(lambda u: f"v{u} = t[{u}];") + " }")
@@ -405,11 +414,39 @@ def _chain_packet(code, ctype, isa, total=False):
                 return f"v{u} = {_subst(form, names)};"
             body = each(stmt)
         L.append(f"        case {c}: {body} break;")
+    def one_vector(start, operand, finish):
+        """One vector through the steps: the last full vectors after the unrolled loop, and
+        the last partial one (from zero-padded copies), so short tails stay vectorised."""
+        return ([f"      {V} v0 = ch->start_scalar ? b0 : ms_{isa}_loadu_{code}({start});",
+                 "      for (s = 0; s < ch->nstep; ++s) {",
+                 f"        const {ctype} *O = {operand};",
+                 "        const V_BC bs = bc[s];".replace("V_BC", V),
+                 "        switch (code[s]) {"] + cases1
+                + ["        }", "      }", f"      {finish}"])
+
     if not total:
         L += ["      }", "    }",
               "    " + each(lambda u: f"ms_{isa}_storeu_{code}(r + i + {u} * {W}, v{u});"),
               "  }",
-              f"  if (i < n) ms_chain_plain_{code}(ch, args, n, i, NULL);",
+              f"  for (; i + {W} <= n; i += {W}) {{"]
+        L += one_vector("S + i", f"(const {ctype} *)args[ch->opd[s]] + i",
+                        f"ms_{isa}_storeu_{code}(r + i, v0);")
+        L += ["  }",
+              "  if (i < n) {   /* lanes past n compute on zeros and are not stored */",
+              f"    {ctype} pad[MS_CHAIN_MAX + 2][{_WIDTH[isa, code]}];",
+              "    const npy_intp m = n - i;",
+              "    int l;",
+              f"    for (s = 0; s < MS_CHAIN_MAX + 2; ++s) for (l = 0; l < {W}; ++l) pad[s][l] = 0;",
+              "    if (!ch->start_scalar) for (l = 0; l < m; ++l) pad[0][l] = S[i + l];",
+              "    for (s = 0; s < ch->nstep; ++s)",
+              "      if (ms_chain_step_reads[code[s]])",
+              f"        for (l = 0; l < m; ++l) pad[s + 1][l] = ((const {ctype} *)args[ch->opd[s]])[i + l];",
+              "    {"]
+        L += one_vector("pad[0]", "pad[s + 1]",
+                        f"ms_{isa}_storeu_{code}(pad[MS_CHAIN_MAX + 1], v0);")
+        L += ["    }",
+              "    for (l = 0; l < m; ++l) r[i + l] = pad[MS_CHAIN_MAX + 1][l];",
+              "  }",
               "}"]
         return "\n".join(L)
     # lanes: vector u of an iteration (i a multiple of 16) holds lanes (u % NA) * W + k
@@ -420,6 +457,12 @@ def _chain_packet(code, ctype, isa, total=False):
     L += ["      }", "    }",
           "    " + each(lambda u: f"lane{u % NA} = ms_{isa}_add_{code}(lane{u % NA}, v{u});"),
           "  }",
+          f"  for (; i + {W} <= n; i += {W}) {{   /* vector i / W adds to lane (i / W) % {NA} */"]
+    L += one_vector("S + i", f"(const {ctype} *)args[ch->opd[s]] + i",
+                    f"switch ((i / {W}) % {NA}) {{ "
+                    + " ".join(f"case {a}: lane{a} = ms_{isa}_add_{code}(lane{a}, v0); break;"
+                               for a in range(NA)) + " }")
+    L += ["  }",
           "  " + " ".join(f"ms_{isa}_storeu_{code}(tot + {a} * {W}, lane{a});" for a in range(NA)),
           f"  if (i < n) ms_chain_plain_{code}(ch, args, n, i, tot);",
           f"  for (w = {REDUCE_LANES} / 2; w > 0; w /= 2)",
@@ -438,12 +481,15 @@ def _chain_vmath_steps(code, isa):
     vectors and lane accumulators out of registers for every step (a sum of squares ran at
     half speed beside an unused exp case)."""
     V = f"ms_{isa}_v_{code}"
-    # straight-line, not a loop: the 8 evaluations interleave (each alone is latency-bound)
+    # straight-line, not a loop: the 8 evaluations interleave (each alone is latency-bound);
+    # and a one-vector form for the tails
     return "\n".join(
         f"static {_TARGET[isa]}__attribute__((noinline)) void "
         f"ms_{isa}_{op}{CHAIN_UNROLL}_{code}({V} *t) {{ "
         + " ".join(f"const {V} a{u} = ms_{isa}_{op}_{code}(t[{u}]);" for u in range(CHAIN_UNROLL))
-        + " " + " ".join(f"t[{u}] = a{u};" for u in range(CHAIN_UNROLL)) + " }"
+        + " " + " ".join(f"t[{u}] = a{u};" for u in range(CHAIN_UNROLL)) + " }\n"
+        f"static {_TARGET[isa]}__attribute__((noinline)) void "
+        f"ms_{isa}_{op}1_{code}({V} *t) {{ *t = ms_{isa}_{op}_{code}(*t); }}"
         for op in sorted(_VMATH_NAMES & set(CHAIN_UNARY)))
 
 

@@ -84,6 +84,44 @@ def test_chains_agree_with_numpy_at_every_simd_level(level):
     np.testing.assert_array_equal(dst.numpy(), want)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_chain_tails_at_every_simd_level(dtype):
+    # a chain runs 8 vectors at a time, then the last whole vectors one at a time, then the
+    # last partial vector from zero-padded copies: every n past two 8-vector AVX-512 float32
+    # iterations, stored, summed and in place, the same bits at every level
+    info = ms.simd_info()
+    levels = [lv for lv in info["compiled"]
+              if info["compiled"].index(lv) <= info["compiled"].index(info["detected"])]
+    rng = np.random.default_rng(5)
+    inputs = [tuple(rng.uniform(-2, 2, n).astype(dtype) for _ in range(2)) for n in range(1, 290)]
+
+    def run(a, b):
+        ta, tb = ms.from_numpy(a.copy()), ms.from_numpy(b)
+        dst, d2 = ms.new_tensor(a.shape, dtype=dtype), ms.new_tensor(a.shape, dtype=dtype)
+        dst[:] = ms.F(ms.op.tanh, ta) * 0.5 + tb
+        s = ms.sum(ms.F(ms.op.exp, ta * 0.1) - tb)
+        d2[:] = 2.0 - ta / tb
+        ta[:] = ms.F(ms.op.exp, ta) * 0.5        # in place: the tail reads before it writes
+        return dst.numpy().copy(), np.array(s), d2.numpy().copy(), ta.numpy().copy()
+
+    got = {}
+    try:
+        for lv in levels:
+            ms.set_simd_level(lv)
+            got[lv] = [run(a, b) for a, b in inputs]
+    finally:
+        ms.set_simd_level(info["active"])
+    for (a, b), (y, s, d2, e) in zip(inputs, got[levels[0]]):
+        np.testing.assert_array_equal(d2, dtype(2.0) - a / b)
+        np.testing.assert_allclose(y, np.tanh(a) * 0.5 + b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(s, np.sum(np.exp(a * 0.1) - b), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(e, np.exp(a) * 0.5, rtol=1e-5)
+    for lv in levels[1:]:
+        for (a, _), p, q in zip(inputs, got[levels[0]], got[lv]):
+            for k, (u, v) in enumerate(zip(p, q)):
+                assert np.array_equal(u, v), (lv, a.size, k, u, v)
+
+
 def test_composite_arguments_stay_live():
     key = M("sigmoid", M("plus", F32, S))
     lines = listing(key)
