@@ -86,9 +86,10 @@ def test_chains_agree_with_numpy_at_every_simd_level(level):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_chain_tails_at_every_simd_level(dtype):
-    # a chain runs 8 vectors at a time, then the last whole vectors one at a time, then the
-    # last partial vector from zero-padded copies: every n past two 8-vector AVX-512 float32
-    # iterations, stored, summed and in place, the same bits at every level
+    # a chain runs 8 vectors at a time; with a vmath step, then the last whole vectors one at
+    # a time and the last partial vector from zero-padded copies (without, the plain loops):
+    # every n past two 8-vector AVX-512 float32 iterations, stored, summed and in place, the
+    # same bits at every level
     info = ms.simd_info()
     levels = [lv for lv in info["compiled"]
               if info["compiled"].index(lv) <= info["compiled"].index(info["detected"])]
