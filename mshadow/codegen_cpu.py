@@ -444,11 +444,13 @@ def _chain_packet(code, ctype, isa, total=False):
               f"    {ctype} pad[MS_CHAIN_MAX + 2][{_WIDTH[isa, code]}];",
               "    const npy_intp m = n - i;",
               "    int l;",
-              f"    for (s = 0; s < MS_CHAIN_MAX + 2; ++s) for (l = 0; l < {W}; ++l) pad[s][l] = 0;",
-              "    if (!ch->start_scalar) for (l = 0; l < m; ++l) pad[0][l] = S[i + l];",
+              "    /* only the rows the steps read: the start's and those of steps reading memory */",
+              f"    if (!ch->start_scalar) for (l = 0; l < {W}; ++l) pad[0][l] = l < m ? S[i + l] : 0;",
               "    for (s = 0; s < ch->nstep; ++s)",
-              "      if (ms_chain_step_reads[code[s]])",
-              f"        for (l = 0; l < m; ++l) pad[s + 1][l] = ((const {ctype} *)args[ch->opd[s]])[i + l];",
+              "      if (ms_chain_step_reads[code[s]]) {",
+              f"        const {ctype} *O = (const {ctype} *)args[ch->opd[s]] + i;",
+              f"        for (l = 0; l < {W}; ++l) pad[s + 1][l] = l < m ? O[l] : 0;",
+              "      }",
               "    {"]
         L += one_vector("pad[0]", "pad[s + 1]",
                         f"ms_{isa}_storeu_{code}(pad[MS_CHAIN_MAX + 1], v0);")
