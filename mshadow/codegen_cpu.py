@@ -15,10 +15,12 @@ if __package__:
     from .ops_table import OPS, OPS_BY_NAME, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
     from . import readers, vmath
     from .dtypes import compute_code
+    from .codegen_types import write_if_changed
 else:  # loaded by path from setup.py, before the package is importable
     from ops_table import OPS, OPS_BY_NAME, COMPUTE_TYPES, STORAGE_TYPES, FLOAT_CODES, kernel_kind
     import readers
     from dtypes import compute_code
+    from codegen_types import write_if_changed
     import vmath
 
 ISAS = ("sse2", "avx2", "avx512")
@@ -840,15 +842,7 @@ def generate():
 
 
 def write(path):
-    text = generate()
-    try:
-        with open(path) as f:
-            if f.read() == text:
-                return  # unchanged: keep the timestamp so nothing rebuilds
-    except OSError:
-        pass
-    with open(path, "w") as f:
-        f.write(text)
+    write_if_changed(path, generate())
 
 
 if __name__ == "__main__":

@@ -66,16 +66,21 @@ def generate():
     return "\n".join(out)
 
 
-def write(path):
-    text = generate()
+def write_if_changed(path, text):
+    """Write a generated header, leaving an unchanged one (and its timestamp, so nothing
+    rebuilds) alone."""
     try:
         with open(path) as f:
             if f.read() == text:
-                return  # unchanged: keep the timestamp so nothing rebuilds
+                return
     except OSError:
         pass
     with open(path, "w") as f:
         f.write(text)
+
+
+def write(path):
+    write_if_changed(path, generate())
 
 
 if __name__ == "__main__":
