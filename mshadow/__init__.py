@@ -18,7 +18,9 @@ if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
 del _os
 
 from .errors import (MShadowError, ShapeError, DTypeError, DeviceError, FreedTensorError,
-                     FormatError, CudaError, ParamError, BuildMismatchError, PSError)
+                     FormatError, CudaError, ParamError, BuildMismatchError, PSError,
+                     LazyExpressionError, MissingMethodError, OperatorError,
+                     IntegerArgumentError)
 from .dtypes import (float32, float64, float16, uint8, int8, int32, int64, default_real_t,
                      kFloat32, kFloat64, kFloat16, kUint8, kInt32, kInt8, kInt64,
                      default_type_flag, type_flag, dtype_from_flag)
@@ -75,6 +77,7 @@ __all__ = [
     "get_include",
     "MShadowError", "ShapeError", "DTypeError", "DeviceError", "FreedTensorError",
     "FormatError", "CudaError", "ParamError", "BuildMismatchError", "PSError",
+    "LazyExpressionError", "MissingMethodError", "OperatorError", "IntegerArgumentError",
     "float32", "float64", "float16", "uint8", "int8", "int32", "int64", "default_real_t",
     "kFloat32", "kFloat64", "kFloat16", "kUint8", "kInt32", "kInt8", "kInt64",
     "default_type_flag", "type_flag", "dtype_from_flag",

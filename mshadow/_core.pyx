@@ -10,7 +10,7 @@ import os
 import threading
 
 import numpy as np
-from .errors import ShapeError, DTypeError, DeviceError, BuildMismatchError
+from .errors import ShapeError, DTypeError, DeviceError, BuildMismatchError, IntegerArgumentError
 from .device import cpu as _CPU_DEV
 from .dtypes import type_flag as _type_flag
 from mshadow._tables cimport *

@@ -12,7 +12,7 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.long cimport PyLong_AsSsize_t
 
-from .shape import Shape, as_shape
+from .shape import Shape, as_shape, int_text as _shape_int_text
 from .dtypes import as_dtype, type_flag as _type_flag, dtype_from_flag
 from .device import cpu, gpu, as_device, check_devices, Stream
 from .errors import ShapeError, DTypeError, DeviceError, FreedTensorError, MShadowError
@@ -113,7 +113,13 @@ cdef object _as_index(object v, str what):
     try:
         return operator.index(v)
     except TypeError:
-        raise TypeError(f"{what} must be an int, got {v!r}") from None
+        raise IntegerArgumentError(f"{what} must be an int, got {v!r} "
+                                   f"({type(v).__name__}); write {_int_text(v)}") from None
+
+
+cdef str _int_text(object v):
+    """What to write instead of ``v`` where an integer is needed (shape.int_text)."""
+    return "" if v is None else _shape_int_text(v)
 
 
 cdef object _check_stream(object stream):
@@ -299,7 +305,8 @@ cdef class Tensor:
         try:
             k = operator.index(i)
         except TypeError:
-            raise TypeError(f"tensor index must be an int, a slice or ..., got {i!r}") from None
+            raise IntegerArgumentError(f"tensor index must be an int, a slice or ..., got "
+                                       f"{i!r} ({type(i).__name__}); write t[{_int_text(i)}]") from None
         if k < 0:
             k += n
         if not 0 <= k < n:
@@ -347,7 +354,15 @@ cdef class Tensor:
         if key is Ellipsis:
             return self, -1
         if isinstance(key, slice):
-            start, stop, step = key.indices(self.shape[0])
+            try:
+                start, stop, step = key.indices(self.shape[0])
+            except TypeError:
+                bad = [v for v in (key.start, key.stop, key.step)
+                       if v is not None and not hasattr(v, "__index__")]
+                raise IntegerArgumentError(
+                    f"tensor slice t[{_key_text(key)}]: slice bounds must be integers, got "
+                    f"{bad[0]!r} ({type(bad[0]).__name__}); write "
+                    f"t[{_int_text(key.start)}:{_int_text(key.stop)}]") from None
             if step != 1:
                 raise IndexError("tensor slices must have step 1 (mshadow views keep a row stride)")
             if key == slice(None):
@@ -414,6 +429,10 @@ cdef class Tensor:
     def numpy(self):
         """Zero-copy numpy view (row pitch honoured); the memory cannot be freed while it lives."""
         return self._export()
+
+    def __getattr__(self, name):
+        # only when the normal lookup failed: numpy's t.sum(), t.reshape() name ms.sum, ...
+        raise _attribute_error(self, name)
 
     def __array__(self, dtype=None, copy=None):
         a = self._export()

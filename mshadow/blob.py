@@ -2,6 +2,7 @@
 
 The type-erased layer of mshadow's tensor_blob.h (now mxnet/tensor_blob.h); TShape is pure Python.
 """
+import math
 import operator
 import re
 
@@ -10,7 +11,7 @@ import numpy as np
 from .device import as_device
 from .dtypes import dtype_from_flag, type_flag as _flag
 from .errors import DeviceError, DTypeError, ShapeError
-from .shape import Shape, _check_dim
+from .shape import INDEX_MAX, Shape, _check_dim, int_arg
 
 
 class TShape:
@@ -207,7 +208,10 @@ class TBlob:
         shape = TShape(shape if shape is not None else ())
         if shape.ndim() == 0:
             raise ShapeError("TBlob(dptr, shape, ...): expected a shape with at least one dimension")
-        stride = shape[-1] if stride is None else operator.index(stride)
+        # the rows must span fewer bytes than an index_t holds
+        stride = shape[-1] if stride is None else int_arg(
+            stride, "TBlob", "stride", lo=0,
+            hi=INDEX_MAX // (dtype.itemsize * max(1, math.prod(tuple(shape)[:-1]))))
         if shape.ndim() > 1 and stride < shape[-1]:
             raise ShapeError(f"TBlob: stride {stride} is smaller than the last dimension of {shape}")
         if shape.ndim() == 1:

@@ -21,6 +21,30 @@ class DeviceError(MShadowError, ValueError):
     """Tensors of different devices meet, or a device is not available."""
 
 
+class LazyExpressionError(MShadowError, TypeError):
+    """A lazy expression was used as if it held values (``y[0]``, ``float(y)``,
+    ``np.asarray(y)`` after ``y = a + b``): an expression computes nothing until it is
+    assigned into a tensor with ``[:]``; the message shows how."""
+
+
+class MissingMethodError(MShadowError, AttributeError):
+    """A method that Tensor and expressions do not have: numpy's ``t.sum()``,
+    ``t.reshape()``, ... (the message names the mshadow function to call instead), or a
+    tensor's ``.numpy()`` asked of a lazy expression that was never assigned."""
+
+
+class OperatorError(MShadowError, ValueError, TypeError):
+    """What was given as an operator is not one: an unknown name, a numpy ufunc
+    (``ms.F(np.exp, x)``) or an undecorated Python function; the message names the
+    ``ms.op`` operator or ``@ms.op.define`` to use."""
+
+
+class IntegerArgumentError(MShadowError, TypeError):
+    """A size, stride, index, bound or axis that must be an integer got another type (a
+    float bound such as ``slice_axis(t, 0, 0.5, 2)``); out-of-range integers are a
+    ShapeError."""
+
+
 class FreedTensorError(MShadowError, RuntimeError):
     """A tensor (or a view of one) is used after its memory was released."""
 

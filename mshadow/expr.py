@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _core, ir
 from .dtypes import CODE_BY_FLAG as _CODE_BY_FLAG, NP_BY_CODE as _NP_BY_CODE, INT_CODES
-from .errors import DTypeError, ShapeError
+from .errors import DTypeError, OperatorError, ShapeError
 from .ops_table import OPS_BY_NAME
 from .shape import Shape
 
@@ -128,13 +128,46 @@ def F(op, *args):
     name = getattr(op, "name", op)
     arity = getattr(op, "arity", None)
     if arity is None:
-        if name not in OPS_BY_NAME:
-            raise ValueError(f"F: unknown operator {op!r}")
+        if not isinstance(name, str) or name not in OPS_BY_NAME:
+            raise OperatorError(_unknown_operator(op, len(args)))
         arity = OPS_BY_NAME[name].arity
     if len(args) != arity:
         raise TypeError(f"F: operator {name} takes {arity} argument(s), got {len(args)}")
     # a defined operator goes into the IR node itself (mshadow/op.py UserOp)
     return make_map(op if getattr(op, "user", False) else name, args)
+
+
+# numpy ufuncs whose mshadow operator has another name
+_UFUNC_OPS = {"add": "plus", "subtract": "minus", "multiply": "mul", "divide": "div",
+              "true_divide": "div", "negative": "neg", "absolute": "abs", "fabs": "abs",
+              "greater": "gt", "less": "lt", "greater_equal": "ge", "less_equal": "le",
+              "equal": "eq", "not_equal": "ne", "fmax": "maximum", "fmin": "minimum"}
+
+
+def _unknown_operator(op, nargs):
+    """F's message for ``op`` that is not an operator: what to write instead."""
+    known = ", ".join(sorted(n for n in OPS_BY_NAME if n.isidentifier()))
+    args = ", ".join("xyz"[:nargs]) or "x"
+    if isinstance(op, np.ufunc):
+        mine = _UFUNC_OPS.get(op.__name__, op.__name__)
+        if mine in OPS_BY_NAME:
+            return (f"F: unknown operator {op!r}: numpy's ufuncs are not mshadow operators "
+                    f"(mshadow compiles its own); write ms.F(ms.op.{mine}, {args}) instead of "
+                    f"ms.F(np.{op.__name__}, {args})")
+        return (f"F: unknown operator {op!r}: numpy's ufuncs are not mshadow operators, and "
+                f"mshadow has no {op.__name__}. Define one: `@ms.op.define` above "
+                f"`def {op.__name__}(a): return np.{op.__name__}(a)`, then "
+                f"ms.F({op.__name__}, {args}) (it runs on numpy block by block). mshadow's "
+                f"operators are ms.op.{{{known}}}")
+    if callable(op):
+        fname = getattr(op, "__name__", "")
+        fname = fname if fname.isidentifier() else "fn"
+        return (f"F: unknown operator {op!r}: a plain Python function is not an operator; "
+                f"make it one with ms.op.define, which traces it once into a compiled "
+                f"operator: ms.F(ms.op.define({fname}), {args}), or `@ms.op.define` above "
+                f"its def")
+    return (f"F: unknown operator {op!r}; write one of ms.op.{{{known}}} (or its name as a "
+            f"string), or define one with @ms.op.define")
 
 
 def where(cond, a, b):

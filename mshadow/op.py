@@ -12,7 +12,10 @@ plan using it does (mshadow/engine.py's plan cache is bounded).
 """
 import inspect
 import itertools
+import operator
 import warnings
+
+import numpy as np
 
 from . import expr as _expr
 from .ir import SAVER_TABLE, SAVERS
@@ -59,6 +62,15 @@ class Sym:
     def __abs__(self): return Sym(("abs", self.tree))
     __hash__ = None
 
+    def __array_ufunc__(self, ufunc, method, *args, **kwargs):
+        # numpy's arithmetic on a symbol (np.float32(2) * a) is Python's operator, as
+        # numpy's object loop made it; any other ufunc (np.sin(a)) cannot be traced, so
+        # the operator runs on numpy per block (fallback.py)
+        fn = _UFUNC_OPERATORS.get(ufunc.__name__)
+        if method != "__call__" or kwargs or fn is None:
+            raise TraceError(f"numpy.{ufunc.__name__} is not an mshadow operator")
+        return fn(*[x.item() if isinstance(x, np.generic) else x for x in args])
+
     def __bool__(self):
         raise TraceError("an operator body branched on its input (if/and/or/min/max on a "
                          "value); use ms.where(cond, a, b) to trace it")
@@ -67,6 +79,15 @@ class Sym:
         raise TraceError("an operator body converted its input to a Python number")
 
     __int__ = __index__ = __float__
+
+
+_UFUNC_OPERATORS = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+                    "true_divide": operator.truediv, "divide": operator.truediv,
+                    "power": operator.pow, "negative": operator.neg,
+                    "positive": operator.pos, "absolute": operator.abs,
+                    "greater": operator.gt, "less": operator.lt, "greater_equal": operator.ge,
+                    "less_equal": operator.le, "equal": operator.eq,
+                    "not_equal": operator.ne}
 
 
 def _sym_tree(x):

@@ -3,15 +3,51 @@
 Mirrors mshadow's ``Shape<dim>`` (tensor.h): printed as a Python tuple without spaces,
 ``flat_to_2d`` collapses every leading dimension into rows.
 """
+import math
 import operator
+
+from .errors import IntegerArgumentError, ShapeError
+
+INDEX_MAX = 2**63 - 1   # the largest index_t (int64): sizes, strides and bounds fit in it
+
+
+def int_text(v):
+    """What to write instead of ``v`` where an integer is needed."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "an int"
+    if not math.isfinite(f):
+        return "a finite int"
+    if f == int(f):
+        return repr(int(f))
+    return f"an int such as {int(f)}" + ("" if int(f) == round(f) else f" or {round(f)}")
+
+
+def int_arg(value, where, what, lo=None, hi=INDEX_MAX):
+    """``value`` as a Python int in ``[lo, hi]``: argument ``what`` of ``where`` (a size,
+    stride, bound or axis). A float or other non-integer is an IntegerArgumentError, a value
+    out of range (a stride of 2**63 does not fit index_t) a ShapeError; both say what to write."""
+    if type(value) is int and (lo is None or lo <= value) and value <= hi:
+        return value
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise IntegerArgumentError(f"{where}: {what} must be an integer, got {value!r} "
+                                   f"({type(value).__name__}); write {int_text(value)}") from None
+    if not (-INDEX_MAX - 1 if lo is None else lo) <= v <= hi:
+        span = (f"from {'-2**63' if lo is None else lo} to "
+                f"{'2**63 - 1 (the largest index_t)' if hi == INDEX_MAX else hi}")
+        raise ShapeError(f"{where}: {what} = {v} is out of range: write an integer {span}")
+    return v
 
 
 def _check_dim(d, where="Shape"):
     try:
         v = operator.index(d)
     except TypeError:
-        raise TypeError(f"{where}: dimension {d!r} is not an integer "
-                        f"(expected a non-negative int)") from None
+        raise IntegerArgumentError(f"{where}: dimension {d!r} is not an integer "
+                                   f"(expected a non-negative int); write {int_text(d)}") from None
     if v < 0:
         raise ValueError(f"{where}: dimension {v} is negative (expected a non-negative int)")
     return v

@@ -201,7 +201,15 @@ def test_int_reading():
 def test_invalid_format_messages(key, text, type_name):
     with pytest.raises(ParamError) as e:
         make(**{key: text})
-    assert str(e.value) == f"Invalid Parameter format for {key} expect {type_name} but value='{text}'"
+    first, *rest = str(e.value).split("\n")
+    assert first == f"Invalid Parameter format for {key} expect {type_name} but value='{text}'"
+    # an integer too big for its type gets a second line with the range to write (not dmlc's)
+    assert rest == ([f"{key}: the number ({len(text)} digits) does not fit a "
+                     f"{'64' if key == 'l' else '32'}-bit "
+                     f"{'unsigned' if key == 'u' else 'signed'} integer; write one from "
+                     f"{0 if key == 'u' else -2**63 if key == 'l' else -2**31} to "
+                     f"{2**32 - 1 if key == 'u' else 2**63 - 1 if key == 'l' else 2**31 - 1}"]
+                    if text.isdigit() and key != "b" else [])
     assert isinstance(e.value, ValueError)
 
 

@@ -347,6 +347,11 @@ def test_arg_reductions_of_an_expression_run_in_chunks(shape, dtype, no_temporar
                 if not keep and len(shape) == 1:
                     continue
                 f = ms.reduce_keepdim if keep else ms.reduce_with_axis
+                if dtype == np.float16 and shape[axis] - 1 > 2048:
+                    # float16 holds every index only up to 2048: an error, not a rounded index
+                    with pytest.raises(ms.DTypeError, match="only up to 2048"):
+                        f(A * 2 - B, axis, red, True)
+                    continue
                 e = f(A * 2 - B, axis, red, True)
                 y = ms.new_tensor(e.shape, dtype=dtype)
                 y[:] = e

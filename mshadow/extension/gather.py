@@ -8,13 +8,16 @@ reads out of bounds), never a read outside the source. concat of two tensors is 
 assignment target, as in mshadow (``concat(a, b, 1)[:] = value`` splits value into a, b).
 """
 import math
+import numbers
 import operator
 import struct
 
+import numpy as np
+
 from .. import _core
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, IntegerArgumentError, ShapeError
 from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, tcast
-from ..shape import Shape
+from ..shape import Shape, int_arg
 from ..dtypes import as_dtype, type_flag
 from .build import GatherExp, _code, gather
 from .targets import Target, check_writable, checked_value, evaluate, whole_box, write_box
@@ -88,7 +91,8 @@ def _staged(src):
 def pad(src, py, px=None):
     """Zero padding of the last two axes: ``py`` rows above and below, ``px`` columns each side."""
     src = _tensor(src, "pad")
-    px = py if px is None else px
+    py = int_arg(py, "pad", "py", lo=0)
+    px = py if px is None else int_arg(px, "pad", "px", lo=0)
     if src.ndim < 2:
         raise ShapeError(f"pad needs at least 2 axes, got shape {src.shape}")
     if py < 0 or px < 0:
@@ -158,6 +162,7 @@ def mat_fill_row_element(src, val, index):
 def upsampling_nearest(src, scale):
     """Nearest-neighbour upsampling of the last two axes by an integer ``scale``."""
     src = _tensor(src, "upsampling_nearest")
+    scale = int_arg(scale, "upsampling_nearest", "scale")
     if src.ndim < 2 or scale < 1:
         raise ShapeError(f"upsampling_nearest needs >= 2 axes and scale >= 1, got {src.shape}, "
                          f"{scale}")
@@ -178,19 +183,37 @@ def one_hot_encode(index, num_choices, dtype=None):
 def range(start, stop, step=1, repeat=1, dtype=None):
     """``start + (i / repeat) * step`` for i in [0, length): mshadow's range<DType>."""
     dt = as_dtype("float32" if dtype is None else dtype)
+    for what, v in (("start", start), ("stop", stop), ("step", step)):
+        if not isinstance(v, numbers.Real):
+            raise IntegerArgumentError(f"range: {what} must be a real number, got {v!r} "
+                                       f"({type(v).__name__})")
+        if not math.isfinite(v):
+            raise ShapeError(f"range({start}, {stop}, {step}): {what} = {v} is not finite, so "
+                             f"the length (stop - start) / step is not a number of elements; "
+                             f"write a finite {what}, e.g. ms.range(0, n)")
+    repeat = int_arg(repeat, "range", "repeat")
     if step == 0:
-        raise ValueError("RangeExp does not support step=0, received 0")
+        raise ShapeError("RangeExp does not support step=0, received 0")
     if repeat <= 0:
-        raise ValueError(f"RangeExp only supports repeat > 0, received {repeat}")
+        raise ShapeError(f"RangeExp only supports repeat > 0, received {repeat}")
     if step > 0 and not start < stop:
-        raise ValueError(f"RangeExp does not support (start, stop, step) = ({start}, {stop}, "
+        raise ShapeError(f"RangeExp does not support (start, stop, step) = ({start}, {stop}, "
                          f"{step}): start must be < stop for a positive step")
     if step < 0 and not start > stop:
-        raise ValueError(f"RangeExp does not support (start, stop, step) = ({start}, {stop}, "
+        raise ShapeError(f"RangeExp does not support (start, stop, step) = ({start}, {stop}, "
                          f"{step}): start must be > stop for a negative step")
     # mshadow's float formula; for integers the count is the same but exact (mshadow's integer
     # formula is wrong for negative steps, quirk 10)
     n = repeat * int(math.ceil((stop - start) / step))
+    if dt.kind in "iu":   # every value must be one of the dtype's (no silent wrap)
+        info = np.iinfo(dt)
+        last = start + (n // repeat - 1) * step
+        for what, v in (("start", start), ("last value", last)):
+            if not info.min <= v <= info.max:
+                raise ShapeError(f"range({start}, {stop}, {step}, dtype={dt.name}): the {what} "
+                                 f"{v} does not fit {dt.name} [{info.min}, {info.max}]; write "
+                                 f"a smaller start, stop or step"
+                                 + ("" if dt == np.int64 else ", or dtype=ms.int64"))
     code = _CODE_BY_FLAG[type_flag(dt)]
     bits = [struct.unpack("<q", struct.pack("<d", float(v)))[0] for v in (start, step)]
     return gather("range", [], Shape(n), code, repeat=repeat, start_bits=bits[0],
@@ -263,17 +286,42 @@ class ConcatExp(GatherExp):
         self.args.check_sources(tuple(p if isinstance(p, Tensor) else None for p in self.parts))
 
 
+def _concat_error(a, b, dim):
+    """Why a and b cannot be joined along dim, and what to write instead."""
+    nd = len(a.shape)
+    dim = int_arg(dim, "concat", "dim")
+    if len(b.shape) != nd:
+        raise ShapeError(f"ConcatExp: shape mismatch: {a.shape} and {b.shape}: a has {nd} "
+                         f"axes and b has {len(b.shape)}; both operands need the same number "
+                         f"of axes (ms.reshape one of them)")
+    if not 0 <= dim < nd:
+        raise ShapeError(f"ConcatExp: axis {dim} is out of range for {nd}-D operands; write "
+                         f"an axis in 0..{nd - 1}")
+    if a.dtype != b.dtype:
+        raise DTypeError(f"ConcatExp: the operands' dtypes differ: {a.dtype} and {b.dtype} "
+                         f"(shapes {a.shape} and {b.shape}); cast one to the other's, e.g. "
+                         f"ms.concat(a, ms.tcast(ms.{a.dtype}, b), {dim})")
+    diff = [k for k in builtins_range(nd) if k != dim and a.shape[k] != b.shape[k]]
+    msg = (f"ConcatExp: shape mismatch: {a.shape} and {b.shape} along axis {dim}: every "
+           f"axis but {dim} must agree, and axis {diff[0]} differs "
+           f"({a.shape[diff[0]]} vs {b.shape[diff[0]]})")
+    if len(diff) == 1 and a.shape[dim] == b.shape[dim]:
+        msg += f"; to join them along axis {diff[0]}, write ms.concat(a, b, {diff[0]})"
+    raise ShapeError(msg)
+
+
 def concat(a, b, dim):
     """``concat<dim>(a, b)``: a and b joined along ``dim`` (any rank; mshadow only 4-D).
     Of two tensors, an assignment target (``concat(a, b, dim)[:] = value``)."""
     a = _view_operand(a, "concat")
     b = _view_operand(b, "concat")
+    dim = int_arg(dim, "concat", "dim")
     parts = (a, b) if all(isinstance(p, Tensor) or (isinstance(p, Target) and p._assignable())
                           for p in (a, b)) else None
     nd = len(a.shape)
     if len(b.shape) != nd or not 0 <= dim < nd or a.dtype != b.dtype or any(
             a.shape[k] != b.shape[k] for k in builtins_range(nd) if k != dim):
-        raise ShapeError(f"ConcatExp: shape mismatch: {a.shape} and {b.shape} along axis {dim}")
+        _concat_error(a, b, dim)
     shape = list(a.shape)
     shape[dim] += b.shape[dim]
     if dim == nd - 1:
@@ -295,7 +343,7 @@ def take_grad(index, src, input_dim):
     (mshadow drops it silently)."""
     index = _staged(_tensor(index, "take_grad", 1))
     src = _operand(_view_operand(src, "take_grad", 2), "take_grad", 2)   # a view in place
-    input_dim = operator.index(input_dim)
+    input_dim = int_arg(input_dim, "take_grad", "input_dim")
     if input_dim < 0:
         raise ShapeError(f"take_grad: input_dim must be >= 0, got {input_dim}")
     if index.shape[0] != src.shape[0]:

@@ -185,6 +185,8 @@ def _with_axis(src, axis, reducer, mask, keepdim, name):
     if mask and reducer.name not in _ARG:
         raise ValueError(f"{where}: mask=True returns the index of the maximum or minimum; "
                          f"it needs {reducer_names(_ARG)}, got ms.red.{reducer.name}")
+    if mask:
+        _check_index_fits(shape[a], code, a, reducer, name, where)
     if not keepdim and len(shape) == 1:
         raise ShapeError(f"{where}: a 1-D source would reduce to a 0-D result; use "
                          f"reduce_keepdim (shape (1,)) or reduce_except_dim")
@@ -195,6 +197,21 @@ def _with_axis(src, axis, reducer, mask, keepdim, name):
         del out[a]
     return _node(src, code, out, "keepdim" if keepdim else "with_axis", reducer, a,
                  bool(mask), where)
+
+
+def _check_index_fits(n, code, axis, reducer, name, where):
+    """The arg-mask's result is the index, stored as the source's dtype: every index of the
+    axis must be a value of that dtype (uint8 would turn index 299 into 43)."""
+    dt = np.dtype(_NP_BY_CODE[code])
+    top = np.iinfo(dt).max if dt.kind in "iu" else 2 ** (np.finfo(dt).nmant + 1)
+    if n - 1 > top:
+        wide = "int32" if n - 1 < 2**31 else "int64"
+        raise DTypeError(f"{where}: the index along axis {axis} goes up to {n - 1}, but the "
+                         f"index is stored as the source's dtype, {dt.name}, which holds "
+                         f"every whole number only up to {top}; reduce a wider copy of the "
+                         f"source: "
+                         f"ms.{name}(ms.tcast(ms.{wide}, x), {axis}, ms.red.{reducer.name}, "
+                         f"mask=True), assigned to an {wide} tensor")
 
 
 def reduce_with_axis(src, axis, reducer, mask=False):

@@ -1,13 +1,12 @@
 """Spatial extensions: pool/unpool, chpool/ch_unpool, unpack_patch2col (im2col), pack_col2patch.
 Each is a gather over a reader of mshadow/readers.py; shapes are checked here."""
-import operator
 
 from .. import readers
 from .._core import Exp, Tensor
 from ..expr import kComplex
 from ..errors import DTypeError, ShapeError
 from ..op import _Reducer, red, reducer_names
-from ..shape import as_shape
+from ..shape import INDEX_MAX, as_shape, int_arg
 from .gather import _code, _operand, gather, remap_leaves
 from .views import _source as _operand_of, _tensor
 
@@ -23,13 +22,13 @@ def _reducer(reducer, where):
 def _positive(where, **values):
     """Kernel sizes, strides and dilations: integers >= 1 (mshadow divides by them)."""
     for v in values.values():
-        if type(v) is not int or v < 1:
+        if type(v) is not int or not 1 <= v <= INDEX_MAX:
             break
     else:
         return values.values()
     out = []
     for name, v in values.items():
-        v = operator.index(v)
+        v = int_arg(v, where, name)     # an integer below 2**63
         if v < 1:
             raise ShapeError(f"{where}: {name} must be >= 1, got {v}")
         out.append(v)
@@ -109,7 +108,7 @@ def _channel_params(where, nsize, stride, pad, odd_check):
         if odd_check and nsize % 2 != 1:
             raise ShapeError("chpool: if no pad is specified, local size must be odd")
         pad = nsize // 2
-    pad = operator.index(pad)
+    pad = int_arg(pad, where, "pad")
     if pad < 0:
         raise ShapeError(f"{where}: pad must be >= 0, got {pad}")
     return nsize, stride, pad

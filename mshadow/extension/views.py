@@ -10,7 +10,6 @@ of an expression is the expression of the views of its leaves (``flip(a + b)`` r
 and nothing is copied or evaluated twice. A slice, box slice, flip or crop of a tensor is
 also an assignment target, as in mshadow (``flip(t, 0)[:] = e``; extension/targets.py).
 """
-import operator
 
 import numpy as np
 
@@ -18,7 +17,7 @@ from .. import _core, ir
 from ..errors import ShapeError
 from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, describe, kChainer, kComplex, \
     new_node, tcast
-from ..shape import Shape, as_shape
+from ..shape import Shape, as_shape, int_arg
 from ..expr import install_remap_transpose
 from .build import gather
 from .targets import Target, assign_view, box_of_view, compose_boxes, write_box
@@ -180,6 +179,7 @@ def view(src, shape, offset, strides, producer=None):
 
 
 def _axis(axis, nd, where):
+    axis = int_arg(axis, where, "axis")
     if not -nd <= axis < nd:
         raise ShapeError(f"{where}: axis {axis} out of range for {nd} dimensions")
     return axis % nd
@@ -309,8 +309,8 @@ def crop(src, oshape, start_h=None, start_w=None):
         raise ShapeError(f"crop needs at least 2 axes, got shape {src.shape}")
     h, w = as_shape(oshape)
     H, W = src.shape[-2], src.shape[-1]
-    sh = (H - h) // 2 if start_h is None else start_h
-    sw = (W - w) // 2 if start_w is None else start_w
+    sh = (H - h) // 2 if start_h is None else int_arg(start_h, "crop", "start_h")
+    sw = (W - w) // 2 if start_w is None else int_arg(start_w, "crop", "start_w")
     if not (0 <= sh and sh + h <= H and 0 <= sw and sw + w <= W):
         raise ShapeError(f"crop: window ({h},{w}) at ({sh},{sw}) does not fit in ({H},{W})")
     return _lvalue(_compose(src, "crop", lambda shape, st: (
@@ -321,6 +321,8 @@ def slice_axis(src, axis, begin, end):
     """``slice<sdim>(src, begin, end)``: indices [begin, end) of one axis."""
     src = _source(src, "slice")
     axis = _axis(axis, len(src.shape), "slice")
+    begin = int_arg(begin, "slice_axis", "begin")
+    end = int_arg(end, "slice_axis", "end")
     if not 0 <= begin <= end <= src.shape[axis]:
         raise ShapeError(f"The slice went out of range: [{begin}, {end}) of axis {axis} with "
                          f"size {src.shape[axis]}")
@@ -337,8 +339,8 @@ def slice_ex(src, begin, end):
     every axis k. mshadow checks nothing; here each range must lie in its axis."""
     src = _source(src, "slice_ex")
     nd = len(src.shape)
-    begin = tuple(operator.index(b) for b in begin)
-    end = tuple(operator.index(e) for e in end)
+    begin = tuple(int_arg(b, "slice_ex", f"begin[{k}]") for k, b in enumerate(begin))
+    end = tuple(int_arg(e, "slice_ex", f"end[{k}]") for k, e in enumerate(end))
     if len(begin) != nd or len(end) != nd:
         raise ShapeError(f"slice_ex: begin {begin} and end {end} need one entry per axis of "
                          f"the {nd}-D source {src.shape}")

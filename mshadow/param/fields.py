@@ -342,9 +342,14 @@ class Field:
         """dmlc's Set: parse text (or take a Python value) with this field's type rules."""
         try:
             return self._read(value)
-        except BadFormat:
+        except BadFormat as e:
+            shown = f"'{value}'"
+            if len(shown) > 200:   # dmlc echoes the whole value; a 5,000-digit one is noise
+                shown = f"'{shown[1:25]}...{shown[-9:-1]}' ({len(shown) - 2} characters)"
+            hint = getattr(e, "hint", None)
             raise ParamError(f"Invalid Parameter format for {self.name} expect {self.kind.name} "
-                             f"but value='{value}'", key=self.name, value=value) from None
+                             f"but value={shown}" + (f"\n{self.name}: {hint}" if hint else ""),
+                             key=self.name, value=value) from None
         except OutOfRange:
             raise ParamError(f"Out of range value for {self.name}, value='{value}'",
                              key=self.name, value=value) from None

@@ -19,7 +19,12 @@ DBL_MIN = 2.0 ** -1022
 
 
 class BadFormat(Exception):
-    """No value could be read (std::invalid_argument, or the istream's failbit)."""
+    """No value could be read (std::invalid_argument, or the istream's failbit); ``hint``,
+    when set, says what to write instead (a second line after dmlc's message)."""
+
+    def __init__(self, text, hint=None):
+        super().__init__(text)
+        self.hint = hint
 
 
 class OutOfRange(Exception):
@@ -180,10 +185,17 @@ def read_int(text, pos, bits, signed):
     if p == digits:
         raise BadFormat(text)
     negative = text[start] == "-"
-    magnitude = int(text[digits:p])
     limit = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
-    if magnitude > limit + (1 if signed and negative else 0):
-        raise BadFormat(text)
+    significant = text[digits:p].lstrip("0")
+    # more digits than the type holds is an overflow (failbit) without converting them: a
+    # Python int() of more than 4300 digits raises ValueError
+    if len(significant) > len(str(limit)) or int(significant or "0") > limit + (
+            1 if signed and negative else 0):
+        low = -(limit + 1) if signed else 0
+        raise BadFormat(text, f"the number ({len(significant)} digits) does not fit a "
+                              f"{bits}-bit {'signed' if signed else 'unsigned'} integer; "
+                              f"write one from {low} to {limit}")
+    magnitude = int(significant or "0")
     value = -magnitude if negative else magnitude
     return (value % (1 << bits) if not signed else value), p
 
