@@ -45,5 +45,7 @@ autodoc_docstring_signature = True
 autosummary_generate = False
 
 html_theme = "alabaster"
-html_static_path = []
+# a wider page; _static/custom.css (which alabaster links itself) wraps long code lines
+html_theme_options = {"page_width": "1100px"}
+html_static_path = ["_static"]
 html_title = f"mshadow for Python {release}"

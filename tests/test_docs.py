@@ -31,13 +31,55 @@ def test_architecture_listings_are_what_plan_for_prints():
     assert shown.group(2) == ms.plan_for(y, eval(shown.group(1))).disassemble() + "\n"
 
 
-def test_tutorial_code_runs_in_order(capsys):
-    code = re.findall(r"```python\n(.*?)```", _read("docs", "tutorial.md"), re.S)
-    assert len(code) >= 8
-    env = {}
-    for i, block in enumerate(code):
-        exec(compile(block, f"docs/tutorial.md block {i}", "exec"), env)
-    assert "chain_f32[" in capsys.readouterr().out      # the plan the last block prints
+def _code_blocks(text):
+    """The runnable fenced blocks of a page, in order: ```python blocks (run as a script)
+    and blocks that start with ``>>> `` (a doctest: each printed output is compared)."""
+    blocks = re.findall(r"^```([^\n`]*)\n(.*?)^```", text, re.S | re.M)
+    return [(info.strip(), body) for info, body in blocks
+            if info.strip() == "python" or body.startswith(">>> ")]
+
+
+# every page with code; each page's blocks run in order in one fresh namespace
+DOC_PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(
+    os.path.join(DOCS, "*.md")) if _code_blocks(_read(os.path.relpath(p, ROOT))))
+
+
+def test_doc_pages_with_code_are_all_run():
+    assert {"README.md", "docs/tutorial.md", "docs/architecture.md", "docs/dot.md",
+            "docs/extensions.md", "docs/io.md", "docs/param.md", "docs/ps.md",
+            "docs/reduce_nn.md", "docs/spatial.md"} <= set(DOC_PAGES)
+    # a block marked as another language is not run: only these may appear
+    for page in glob.glob(os.path.join(DOCS, "*.md")) + [os.path.join(ROOT, "README.md")]:
+        infos = {i.split()[0] if i else "" for i in re.findall(r"^```([^\n`]*)\n", _read(page),
+                                                               re.M)}
+        assert infos <= {"", "python", "bash", "{toctree}", "{include}"}, (page, infos)
+
+
+@pytest.mark.parametrize("page", DOC_PAGES)
+def test_doc_code_blocks_run_in_order(page, tmp_path, monkeypatch, capsys):
+    import doctest
+    import warnings
+    from mshadow.param.registry import registry
+    monkeypatch.chdir(tmp_path)          # pages that save files write them here
+    # a page registers its Parameters (param.md's MyParam) in a registry of its own, as a
+    # fresh interpreter would: not beside the test suite's classes of the same name
+    monkeypatch.setattr(registry, "_classes", {})
+    env = {"__name__": "__docs__"}
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    parser = doctest.DocTestParser()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # an untraced operator's notice
+        for i, (info, body) in enumerate(_code_blocks(_read(page))):
+            name = f"{page} block {i}"
+            if body.startswith(">>> "):
+                test = parser.get_doctest(body, env, name, page, 0)
+                result = runner.run(test, clear_globs=False, out=lambda s: pytest.fail(s))
+                assert result.attempted > 0 and result.failed == 0, name
+                env.update(test.globs)           # DocTest ran on a copy of the namespace
+            else:
+                exec(compile(body, name, "exec"), env)
+    if page == "docs/tutorial.md":
+        assert "chain_f32[" in capsys.readouterr().out      # the plan the last block prints
 
 
 def test_name_map_lists_every_alias():
@@ -83,3 +125,28 @@ def test_readme_keeps_the_two_setup_commands_first():
                                   "architecture"])
 def test_pages_are_in_the_sphinx_toctree(page):
     assert re.search(rf"^{page}$", _read("docs", "index.md"), re.M)
+
+
+@pytest.mark.parametrize("page", ["threads", "accuracy", "ps", "io", "param", "reduce_nn"])
+def test_guides_are_in_the_sphinx_toctree(page):
+    assert re.search(rf"^{page}$", _read("docs", "index.md"), re.M)
+
+
+def test_api_reference_documents_the_parameter_server():
+    assert re.search(r"^\.\. automodule:: mshadow\.ps$", _read("docs", "api.rst"), re.M)
+
+
+def test_sphinx_build_has_no_warnings(tmp_path):
+    # needs the [docs] extra (sphinx, myst-parser); about 10 s
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_parser")
+    import subprocess
+    r = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", DOCS,
+                        str(tmp_path / "html")], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "WARNING" not in r.stderr and "ERROR" not in r.stderr, r.stderr
+    # long code lines wrap (alabaster's own css cut them off)
+    css = (tmp_path / "html" / "_static" / "custom.css").read_text()
+    assert "pre-wrap" in css
+    assert "custom.css" in (tmp_path / "html" / "dot.html").read_text()
+
