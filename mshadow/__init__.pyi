@@ -27,8 +27,11 @@ from .device import delete_stream as DeleteStream, new_stream as NewStream
 from .errors import (BuildMismatchError as BuildMismatchError, CudaError as CudaError,
                      DeviceError as DeviceError, DTypeError as DTypeError,
                      FormatError as FormatError, FreedTensorError as FreedTensorError,
-                     MShadowError as MShadowError, ParamError as ParamError, PSError as PSError,
-                     ShapeError as ShapeError)
+                     IntegerArgumentError as IntegerArgumentError,
+                     LazyExpressionError as LazyExpressionError,
+                     MissingMethodError as MissingMethodError, MShadowError as MShadowError,
+                     OperatorError as OperatorError, ParamError as ParamError,
+                     PSError as PSError, ShapeError as ShapeError)
 from .op import _Reducer, red as red, sv as sv, types as type
 from .shape import (Shape as Shape, Shape1 as Shape1, Shape2 as Shape2, Shape3 as Shape3,
                     Shape4 as Shape4, Shape5 as Shape5, convert_layout as convert_layout,
