@@ -17,7 +17,7 @@ tar -tzf "$sdist" > "$work/contents.txt"     # a file, not a pipe: grep -q would
 for f in tests/conftest.py examples/basic.py docs/conf.py LICENSE; do
     grep -q "^mshadow-[^/]*/$f\$" "$work/contents.txt" || { echo "sdist lacks $f"; exit 1; }
 done
-if grep -E '\.(so|o)$|/mshadow/[^/]*\.c$|_build_info\.py$|kernels_gen\.h$' "$work/contents.txt"; then
+if grep -E '\.(so|o)$|/mshadow/[^/]*\.c$|_build_info\.py$|kernels_gen\.h$|dtypes_gen\.h$' "$work/contents.txt"; then
     echo "sdist carries build outputs"; exit 1
 fi
 
