@@ -352,7 +352,8 @@ _WIDTH = {("sse2", "f32"): 4, ("sse2", "f64"): 2, ("avx2", "f32"): 8, ("avx2", "
 
 def _chain_packet(code, ctype, isa, total=False):
     """A chain's SIMD body for one ISA. The U vectors of an iteration are named variables
-    (v0 .. v7), not an array, so they stay in registers across the step dispatch. With
+    (v0 .. v7), not an array, so they stay in registers across the step dispatch; what is
+    left after the last whole iteration goes to ms_chain_short (_chain_short). With
     ``total`` the chain ends in a sum instead of a store: element i goes to lane i % 16
     (REDUCE_LANES) and the block's lanes are added pairwise into args[nin], the order of the
     reduce_sum kernel, with no register between."""
@@ -437,7 +438,7 @@ def _chain_packet(code, ctype, isa, total=False):
         L += ["      }", "    }",
               "    " + each(lambda u: f"ms_{isa}_storeu_{code}(r + i + {u} * {W}, v{u});"),
               "  }",
-              f"  if (i < n && !vm) {{ ms_chain_plain_{code}(ch, args, n, i, NULL); return; }}",
+              f"  if (i < n && !vm) {{ ms_chain_short_{code}_{isa}(ch, args, n, i, NULL); return; }}",
               f"  for (; i + {W} <= n; i += {W}) {{"]
         L += one_vector("S + i", f"(const {ctype} *)args[ch->opd[s]] + i",
                         f"ms_{isa}_storeu_{code}(r + i, v0);")
@@ -476,7 +477,7 @@ def _chain_packet(code, ctype, isa, total=False):
                                for a in range(NA)) + " }")
     L += ["  }",
           "  " + " ".join(f"ms_{isa}_storeu_{code}(tot + {a} * {W}, lane{a});" for a in range(NA)),
-          f"  if (i < n) ms_chain_plain_{code}(ch, args, n, i, tot);",
+          f"  if (i < n) ms_chain_short_{code}_{isa}(ch, args, n, i, tot);",
           f"  for (w = {REDUCE_LANES} / 2; w > 0; w /= 2)",
           f"    for (l = 0; l < w; ++l) tot[l] = ({ctype})(tot[l] + tot[l + w]);",
           "  *r = tot[0];",
@@ -503,6 +504,78 @@ def _chain_vmath_steps(code, isa):
         f"static {_TARGET[isa]}__attribute__((noinline)) void "
         f"ms_{isa}_{op}1_{code}({V} *t) {{ *t = ms_{isa}_{op}_{code}(*t); }}"
         for op in sorted(_VMATH_NAMES & set(CHAIN_UNARY)))
+
+
+def _chain_short(code, ctype, isa):
+    """Elements [i, n) of a chain, fewer than CHAIN_UNROLL vectors: what is left of a block
+    after the unrolled loop, or all of a short row (take's rows of 64 float32 are 4 AVX-512
+    vectors, which the per-step loops of ms_chain_plain took 2.3x as long over). The k
+    whole vectors sit in an array and the m < W elements after them in another; each step
+    applies to both (one dispatch a step, not one a vector): the vectors with the unrolled
+    loop's packet operations, the elements with ms_chain_plain's C ones, which agree bit
+    for bit (IEEE operations, no contraction), so every level gives the same values. Out
+    of line, so the unrolled loop keeps its registers. Given ``tot`` (a summing chain)
+    element j adds into tot[j % 16] instead of being stored, in element order per lane as
+    the unrolled loop's lanes do."""
+    V, W, U = f"ms_{isa}_v_{code}", f"ms_{isa}_W_{code}", CHAIN_UNROLL
+    ld = f"ms_{isa}_loadu_{code}"
+    L = [f"static {_TARGET[isa]}__attribute__((noinline)) void ms_chain_short_{code}_{isa}("
+         f"const ms_chain *ch, char **args, npy_intp n, npy_intp i, {ctype} *tot) {{",
+         f"  {ctype} *r = ({ctype} *)args[ch->nin] + i;",
+         f"  const {ctype} *S = (const {ctype} *)args[0];",
+         f"  const npy_intp k = (n - i) / {W}, m = n - i - k * {W};",
+         "  npy_intp u, j;",
+         "  int s, code[MS_CHAIN_MAX];",
+         f"  {V} t[{U}];",
+         f"  {ctype} e[{_WIDTH[isa, code]}];",
+         "  ms_chain_codes(ch, args, code);",
+         "  if (ch->start_scalar) {",
+         f"    const {V} b0 = ms_{isa}_set1_{code}(S[0]);",
+         "    for (u = 0; u < k; ++u) t[u] = b0;",
+         "    for (j = 0; j < m; ++j) e[j] = S[0];",
+         "  } else {",
+         "    S += i;",
+         f"    for (u = 0; u < k; ++u) t[u] = {ld}(S + u * {W});",
+         f"    for (j = 0; j < m; ++j) e[j] = S[k * {W} + j];",
+         "  }",
+         "  for (s = 0; s < ch->nstep; ++s) {",
+         f"    const {ctype} *O = (const {ctype} *)args[ch->opd[s]];",
+         f"    const {ctype} o0 = O[0];   /* a scalar step's operand */",
+         f"    const {V} bs = ms_{isa}_set1_{code}(o0);",
+         f"    const {ctype} *Oe = O + i + k * {W};",
+         "    O += i;",
+         "    switch (code[s]) {"]
+    for c, op, swap, scalar in chain_steps():
+        d = OPS_BY_NAME[op]
+        form = re.sub(r"P\((\w+)\)", lambda m: f"ms_{isa}_{m.group(1)}_{code}", d.packet)
+        cform = _c_expr(d, code, ctype)
+        if op in _VMATH_NAMES:
+            vst = f"t[u] = ms_{isa}_{op}_{code}(t[u]);"
+        elif d.arity == 1:
+            vst = f"t[u] = {_subst(form, {'a': 't[u]'})};"
+        else:
+            o = "bs" if scalar else f"{ld}(O + u * {W})"
+            vst = f"t[u] = {_subst(form, {'a': o, 'b': 't[u]'} if swap else {'a': 't[u]', 'b': o})};"
+        if d.arity == 1:
+            est = f"{{ const {ctype} v = e[j]; e[j] = {_subst(cform, {'a': 'v'})}; }}"
+        else:
+            o = "o0" if scalar else "Oe[j]"
+            names = {"a": "o", "b": "v"} if swap else {"a": "v", "b": "o"}
+            est = f"{{ const {ctype} v = e[j], o = {o}; e[j] = {_subst(cform, names)}; }}"
+        L.append(f"      case {c}: for (u = 0; u < k; ++u) {vst} "
+                 f"for (j = 0; j < m; ++j) {est} break;")
+    L += ["    }", "  }",
+          "  if (tot) {",
+          f"    for (u = 0; u < k; ++u) {{ {ctype} *q = tot + (i + u * {W}) % {REDUCE_LANES}; "
+          f"ms_{isa}_storeu_{code}(q, ms_{isa}_add_{code}({ld}(q), t[u])); }}",
+          f"    for (j = 0; j < m; ++j) {{ {ctype} *q = tot + (i + k * {W} + j) % {REDUCE_LANES}; "
+          f"*q = ({ctype})(*q + e[j]); }}",
+          "  } else {",
+          f"    for (u = 0; u < k; ++u) ms_{isa}_storeu_{code}(r + u * {W}, t[u]);",
+          f"    for (j = 0; j < m; ++j) r[k * {W} + j] = e[j];",
+          "  }",
+          "}"]
+    return "\n".join(L)
 
 
 def _chain_plain(code, ctype):
@@ -550,28 +623,49 @@ def _chain_kernel(code, ctype):
     L = [_chain_plain(code, ctype), "#if MS_X86"]
     for isa in ISAS:
         L.append(_chain_vmath_steps(code, isa))
+        L.append(_chain_short(code, ctype, isa))
         L.append(_chain_packet(code, ctype, isa))
         L.append(_chain_packet(code, ctype, isa, total=True))
     for name in (f"ms_chain_{code}", f"ms_chain_sum_{code}"):
         L.append(f"static void (*const {name}_tab[4])(const ms_chain *, char **, npy_intp) = "
                  f"{{NULL, " + ", ".join(f"{name}_{isa}" for isa in ISAS) + "};")
+    L.append(f"static void (*const ms_chain_short_{code}_tab[4])(const ms_chain *, char **, "
+             f"npy_intp, npy_intp, {ctype} *) = {{NULL, "
+             + ", ".join(f"ms_chain_short_{code}_{isa}" for isa in ISAS) + "};")
+    L.append("/* elements of one unrolled iteration: a shorter run goes straight to the short loop */")
+    L.append(f"static const npy_intp ms_chain_unrolled_{code}[4] = {{0, "
+             + ", ".join(str(CHAIN_UNROLL * _WIDTH[isa, code]) for isa in ISAS) + "};")
     L.append("#endif")
     L.append(f"""static void ms_k_chain_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   (void)steps;   /* every operand is contiguous or a scalar: the plan only fuses such runs */
 #if MS_X86
-  if (ms_isa_level > 0) {{ ms_chain_{code}_tab[ms_isa_level]((const ms_chain *)data, args, dims[0]); return; }}
+  if (ms_isa_level > 0) {{
+    if (dims[0] >= ms_chain_unrolled_{code}[ms_isa_level])
+      ms_chain_{code}_tab[ms_isa_level]((const ms_chain *)data, args, dims[0]);
+    else
+      ms_chain_short_{code}_tab[ms_isa_level]((const ms_chain *)data, args, dims[0], 0, NULL);
+    return;
+  }}
 #endif
   ms_chain_plain_{code}((const ms_chain *)data, args, dims[0], 0, NULL);
 }}
 static void ms_k_chain_sum_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   (void)steps;
 #if MS_X86
-  if (ms_isa_level > 0) {{ ms_chain_sum_{code}_tab[ms_isa_level]((const ms_chain *)data, args, dims[0]); return; }}
+  if (ms_isa_level > 0 && dims[0] >= ms_chain_unrolled_{code}[ms_isa_level]) {{
+    ms_chain_sum_{code}_tab[ms_isa_level]((const ms_chain *)data, args, dims[0]);
+    return;
+  }}
 #endif
   {{
     {ctype} tot[{REDUCE_LANES}];
     int l, w;
     for (l = 0; l < {REDUCE_LANES}; ++l) tot[l] = 0;
+#if MS_X86
+    if (ms_isa_level > 0)
+      ms_chain_short_{code}_tab[ms_isa_level]((const ms_chain *)data, args, dims[0], 0, tot);
+    else
+#endif
     ms_chain_plain_{code}((const ms_chain *)data, args, dims[0], 0, tot);
     for (w = {REDUCE_LANES} / 2; w > 0; w /= 2)
       for (l = 0; l < w; ++l) tot[l] = ({ctype})(tot[l] + tot[l + w]);
