@@ -1,14 +1,18 @@
-"""Runs shorter than a chain's unrolled width (8 vectors: 128 float32 on AVX-512).
+"""Runs shorter than a chain's unrolled width (8 vectors: 128 float32 on AVX-512) and the
+gathers of a block emitted before its element-wise work.
 
 A chain kernel takes the run left after its unrolled loop, or a whole short row (take's rows,
 a short tensor, a pitched tensor's rows), step by step over its whole vectors and then the
-elements after the last one (codegen_cpu._chain_short). Values are checked against numpy,
-exactly where the operations are exact, and bit for bit across every SIMD level; no timing.
+elements after the last one (codegen_cpu._chain_short); a remap of an element-wise expression
+reads all its gathers first, then one chain (lower.cpu.gathers_first). Values are checked
+against numpy, exactly where the operations are exact, and bit for bit across every SIMD
+level; no timing.
 """
 import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.lower.cpu import GATHER_GROUP, GATHER_REGS_MAX
 from mshadow.testing import assert_exact, simd_levels
 
 LEVELS = simd_levels()
@@ -175,3 +179,69 @@ def test_pitched_rows(cols):
         y[:] = ms.F(ms.op.relu, A * 2 - B) + 1.0
         return y.numpy().copy()
     assert_exact(_every_level(run), _relu_ref(a[:, 2:2 + cols], b) + np.float32(1))
+
+
+def _listing(e, dst):
+    return ms.plan_for(dst, e).disassemble().splitlines()[1:]
+
+
+def test_take_of_an_expression_gathers_first_then_one_chain():
+    a = ms.from_numpy(_data((50, 64), np.float32, 1))
+    b = ms.from_numpy(_data((50, 64), np.float32, 2))
+    out = ms.new_tensor((20, 64))
+    for itype in (np.int32, np.float32):
+        I = ms.from_numpy(np.arange(20).astype(itype))
+        lines = _listing(ms.take(I, ms.F(ms.op.relu, a * 2 - b)), out)
+        assert lines == ["r0 = g_take_f32(L0)", "r1 = g_take_f32(L3)",
+                         "dst = chain_f32[r0 -> mul(_, s0) -> minus(_, r1) -> relu(_)]"]
+    lines = _listing(ms.take(I, ms.F(ms.op.exp, a) * 0.5 + ms.F(ms.op.tanh, b)), out)
+    assert lines == ["r0 = g_take_f32(L0)", "r1 = g_take_f32(L3)",
+                     "r0 = chain_f32[r0 -> exp(_) -> mul(_, s0)]",
+                     "dst = chain_f32[r1 -> tanh(_) -> plus(r0, _)]"]
+
+
+def test_gathers_first_keeps_values_with_casts_and_reuse():
+    """float16 (casts between the steps), a value read twice (a composite), a plusto saver:
+    moving the gathers renames registers and the values do not change."""
+    rng = np.random.default_rng(4)
+    for dtype in (np.float16, np.float32, np.float64):
+        a, b, c = (_data((30, 20), dtype, s) for s in (1, 2, 3))
+        A, B, C = map(ms.from_numpy, (a, b, c))
+        idx = rng.integers(0, 30, 11)
+        I = ms.from_numpy(idx.astype(np.int32))
+        out = ms.new_tensor((11, 20), dtype=dtype)
+        out[:] = ms.from_numpy(_data((11, 20), dtype, 9))
+        start = out.numpy().copy()
+        e = ms.F(ms.op.sigmoid, A * 0.25) * B + ms.F(ms.op.relu, C - A)
+        out += ms.take(I, e)
+        f = np.float32 if dtype is np.float16 else dtype
+        af, bf, cf = a.astype(f), b.astype(f), c.astype(f)
+        ref = (1 / (1 + np.exp(-(af * f(0.25))))) * bf + np.maximum(cf - af, 0)
+        want = start.astype(f) + ref[idx]
+        tol = 1e-2 if dtype is np.float16 else 1e-5
+        np.testing.assert_allclose(out.numpy().astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_gathers_first_moves_many_gathers_in_groups():
+    """More gathers than a group: each group goes up to its first gather, and a chain joins
+    each group's values."""
+    n = GATHER_GROUP + 4
+    ts = [ms.from_numpy(_data((10, 8), np.float32, s)) for s in range(n)]
+    e = ts[0] * 1.0
+    for t in ts[1:]:
+        e = e + t
+    I = ms.from_numpy(np.array([3, 1, 4], np.int32))
+    out = ms.new_tensor((3, 8))
+    prog = ms.plan_for(out, ms.take(I, e)).program
+    kinds = [i.kernel[1][:6] if i.kernel[0] == "k" else "chain" for i in prog.instrs]
+    assert kinds == ["g_take"] * GATHER_GROUP + ["chain"] + ["g_take"] * 4 + ["chain"]
+    assert prog.nreg <= GATHER_REGS_MAX
+    out[:] = ms.take(I, e)
+    want = ts[0].numpy()[[3, 1, 4]] * np.float32(1)
+    for t in ts[1:]:
+        want = want + t.numpy()[[3, 1, 4]]
+    assert_exact(out.numpy(), want)
+    # a few gathers: all first, one chain
+    e = ts[0] * 2.0 + ts[1] - ts[2]
+    lines = _listing(ms.take(I, e), out)
+    assert [l.split(" = ")[1][:6] for l in lines] == ["g_take"] * 3 + ["chain_"]

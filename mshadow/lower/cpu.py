@@ -478,6 +478,91 @@ def sum_chain(p):
     return p
 
 
+# registers a program may hold after gathers_first (the executor keeps 8 on a
+# single-threaded run's stack: MS_STACK_REGS in plan_exec.h), and the gathers it moves
+# together, leaving a register for the value they join
+GATHER_REGS_MAX = 8
+GATHER_GROUP = GATHER_REGS_MAX - 1
+
+
+def gathers_first(p):
+    """Emit the gathers of a block before the element-wise work that reads them.
+
+    The tree walk emits a gather where its value is first needed, so one between two
+    operators stops them joining one chain: take(i, a * 2 - b) read as take(i, a) * 2 -
+    take(i, b) was `r0 = g(a); r0 = mul(r0, s); r1 = g(b); chain[r0 -> minus(_, r1) ..]`,
+    and is `r0 = g(a); r1 = g(b); chain[r0 -> mul(_, s) -> minus(_, r1) ..]`: one kernel
+    call a block less. Gathers move in groups of GATHER_GROUP, each up to its first gather
+    (so a block with at most that many gathers does them all first). A gather reads only
+    its own leaf (its sources are read in place or staged before any block runs), so moving
+    it earlier changes no value; the registers are renamed (each value once, as in SSA) and
+    allocated again in the new order, by the tree walk's rule (an element-wise kernel may
+    write over an input only when widths match). Left as it was when nothing moves or the
+    new order would need more than GATHER_REGS_MAX registers (and more than before)."""
+    roles, instrs = p.leaf_roles, p.instrs
+
+    def is_gather(ins):
+        return (ins.kernel[0] == "k" and ins.out[0] == "reg" and len(ins.ins) == 1
+                and ins.ins[0][0] == "leaf" and roles[ins.ins[0][1]] == "gather")
+    gathers = [t for t, ins in enumerate(instrs) if is_gather(ins)]
+    groups = {grp[0]: grp for grp in (gathers[g:g + GATHER_GROUP]
+                                      for g in range(0, len(gathers), GATHER_GROUP))}
+    moved = set(gathers)
+    order = []
+    for t in range(len(instrs)):
+        if t in groups:
+            order += groups[t]
+        elif t not in moved:
+            order.append(t)
+    if order == list(range(len(instrs))):
+        return p   # nothing moves
+    # values: each instruction's result is a value of its own; operands name the value
+    cur, ins_vals, out_vals = {}, [], []
+    for t, ins in enumerate(instrs):
+        ins_vals.append([cur[o[1]] if o[0] == "reg" else None for o in ins.ins])
+        if ins.out[0] == "reg":
+            cur[ins.out[1]] = t
+        out_vals.append(t if ins.out[0] == "reg" else None)
+    last = {}
+    for pos, t in enumerate(order):
+        for v in ins_vals[t]:
+            if v is not None:
+                last[v] = pos
+    free, reg_of, codes, new = [], {}, [], []
+
+    def release(t, pos):
+        for v in ins_vals[t]:
+            if v is not None and last[v] == pos and reg_of[v] not in free:
+                free.append(reg_of[v])
+    for pos, t in enumerate(order):
+        ins = instrs[t]
+        v = out_vals[t]
+        same_width = all(BY_CODE[o[2]].size == BY_CODE[ins.out[2]].size for o in ins.ins)
+        if same_width:
+            release(t, pos)
+        out = ins.out
+        if v is not None:
+            if free:
+                r = free.pop()
+                codes[r] = out[2]
+            else:
+                r = len(codes)
+                codes.append(out[2])
+            reg_of[v] = r
+            out = ("reg", r, out[2])
+            if v not in last:   # never read (cannot happen for a gather): free again
+                free.append(r)
+        if not same_width:
+            release(t, pos)
+        opds = [o if o[0] != "reg" else ("reg", reg_of[ins_vals[t][k]], o[2])
+                for k, o in enumerate(ins.ins)]
+        new.append(Instr(ins.kernel, opds, out))
+    if len(codes) > max(GATHER_REGS_MAX, p.nreg):
+        return p
+    p.instrs, p.nreg, p.reg_codes = new, len(codes), codes
+    return p
+
+
 def fuse_chains(p):
     """Replace each run of instructions where every one consumes only its predecessor's
     result by one chain instruction: the same IEEE operations in the same order, one pass."""
@@ -580,7 +665,7 @@ def compile_plan(node, dst_code, saver):
     if saver in REDUCERS:
         c.p.dst_code = cc
     res = c.visit(node, (dst_code, cc))
-    prog = sum_chain(fuse_chains(c.finish(res)))
+    prog = sum_chain(fuse_chains(gathers_first(c.finish(res))))
     prog.const_values = c.consts
     prog.nbind, prog.nscalar_bind = c.nbind, c.nscalar
     prog.key = node
