@@ -58,16 +58,9 @@ def render():
 
 def write(path):
     import os
-    text = render()
+    from mshadow.codegen_types import write_if_changed
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        with open(path) as f:
-            if f.read() == text:
-                return
-    except OSError:
-        pass
-    with open(path, "w") as f:
-        f.write(text)
+    write_if_changed(path, render())
 
 
 if __name__ == "__main__":

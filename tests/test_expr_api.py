@@ -11,12 +11,7 @@ import mshadow.engine
 from mshadow.testing import ALL_DTYPES, assert_exact, assert_ulp, c_idiv, simd_levels
 
 
-@pytest.fixture(autouse=True)
-def _restore_engine_state():
-    level, threads = ms.simd_info()["active"], ms.get_num_threads()
-    yield
-    ms.set_simd_level(level)
-    ms.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("restore_engine_state")   # (conftest.py)
 
 
 def T(a):

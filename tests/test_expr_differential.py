@@ -27,12 +27,7 @@ EXT = {"checked": 0, "runs": 0, "with_ext": 0, "leaves": 0, "kinds": set(), "ali
 LEVELS = simd_levels()
 
 
-@pytest.fixture(autouse=True)
-def _restore_engine_state():
-    level, threads = ms.simd_info()["active"], ms.get_num_threads()
-    yield
-    ms.set_simd_level(level)
-    ms.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("restore_engine_state")   # (conftest.py)
 
 
 def _check_everywhere(case, count=True):

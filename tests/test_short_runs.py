@@ -24,12 +24,7 @@ FLOATS = (np.float16, np.float32, np.float64)
 DTYPES = FLOATS + (np.int32, np.int64, np.uint8)
 
 
-@pytest.fixture(autouse=True)
-def _restore_engine_state():
-    level, threads = ms.simd_info()["active"], ms.get_num_threads()
-    yield
-    ms.set_simd_level(level)
-    ms.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("restore_engine_state")   # (conftest.py)
 
 
 def _data(shape, dtype, seed):
