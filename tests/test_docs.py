@@ -118,7 +118,7 @@ def test_user_facing_text_names_no_issue_numbers():
 
 def test_readme_keeps_the_two_setup_commands_first():
     blocks = re.findall(r"```(?:bash|sh)?\n(.*?)```", _read("README.md"), re.S)
-    assert blocks[0].strip() == "python -m pip install -e . && python examples/basic.py"
+    assert blocks[0].strip() == 'python -m pip install -e ".[examples]" && python examples/basic.py'
     assert blocks[1].strip() == 'python -m pip install -e ".[test]" && python -m pytest -q tests'
 
 
