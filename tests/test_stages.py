@@ -1483,8 +1483,9 @@ def test_one_expression_shared_by_three_threads():
     assert errors == []
 
 
-def _three_schedules():
-    """(expression, numpy want) for a 'rows', a 'columns' and a 'whole' banded assignment."""
+def _schedule_cases():
+    """(expression, numpy want, schedule) for a 'rows', a 'columns' and a 'whole' banded
+    assignment, and a 'scatter' one."""
     x = _ints((4, 8, 128, 128), 41)
     X = ms.from_numpy(x)
     m = _ints((3000, 100), 42)
@@ -1499,13 +1500,17 @@ def _three_schedules():
         (ms.unpack_patch2col(ms.pad(ms.F(ms.op.relu, XS - 1), 1), 3, 3, 1),
          np_im2col(np_pad(np.maximum(xs - 1, 0), 1, 1), 3, 3, 1, 1, 1, 1), "columns"),
         (ms.take(idx, ms.F(ms.op.relu, M) * 2), np.maximum(m, 0)[ints] * 2, "whole"),
+        (ms.take_grad(idx * 0.1, ms.F(ms.op.relu, M) * 2, 300),   # integer sums: exact
+         _np_take_grad((ints.astype(np.float32) * np.float32(0.1)).astype(np.int64),
+                       np.maximum(m, 0) * 2, 300).astype(np.float32), "scatter"),
     ]
 
 
 def test_threads_running_every_schedule_at_once_get_their_values():
-    """Three threads, each cycling through a 'rows', a 'columns' and a 'whole' assignment
-    (a different one from the others at any moment): every thread's scratch is its own."""
-    cases = _three_schedules()
+    """Three threads, each cycling through a 'rows', a 'columns', a 'whole' and a
+    'scatter' assignment (a different one from the others at any moment): every thread's
+    scratch is its own."""
+    cases = _schedule_cases()
     for e, _, schedule in cases:
         assert schedule in _schedules(ms.new_tensor(e.shape), e)
     errors = []
@@ -1514,8 +1519,8 @@ def test_threads_running_every_schedule_at_once_get_their_values():
     def work(k):
         ys = [ms.new_tensor(e.shape) for e, _, _ in cases]
         barrier.wait()
-        for r in range(6):
-            j = (k + r) % 3
+        for r in range(8):
+            j = (k + r) % len(cases)
             e, want, schedule = cases[j]
             ys[j][:] = -7
             ys[j][:] = e
@@ -1577,7 +1582,7 @@ def test_building_expressions_over_a_big_source_allocates_nothing():
 def test_repeated_banded_assignments_keep_their_scratch_bounded():
     """The stages' scratch goes back to the thread's arena: running the same banded
     assignments again and again does not grow RSS."""
-    cases = _three_schedules()
+    cases = _schedule_cases()
     ys = [ms.new_tensor(e.shape) for e, _, _ in cases]
     for _ in range(3):                     # warm up: plans, arena, allocator
         for y, (e, _, _) in zip(ys, cases):
