@@ -1483,7 +1483,7 @@ def test_one_expression_shared_by_three_threads():
     assert errors == []
 
 
-def _schedule_cases():
+def _schedule_assignments():
     """(expression, numpy want, schedule) for a 'rows', a 'columns' and a 'whole' banded
     assignment, and a 'scatter' one."""
     x = _ints((4, 8, 128, 128), 41)
@@ -1510,7 +1510,7 @@ def test_threads_running_every_schedule_at_once_get_their_values():
     """Three threads, each cycling through a 'rows', a 'columns', a 'whole' and a
     'scatter' assignment (a different one from the others at any moment): every thread's
     scratch is its own."""
-    cases = _schedule_cases()
+    cases = _schedule_assignments()
     for e, _, schedule in cases:
         assert schedule in _schedules(ms.new_tensor(e.shape), e)
     errors = []
@@ -1582,7 +1582,7 @@ def test_building_expressions_over_a_big_source_allocates_nothing():
 def test_repeated_banded_assignments_keep_their_scratch_bounded():
     """The stages' scratch goes back to the thread's arena: running the same banded
     assignments again and again does not grow RSS."""
-    cases = _schedule_cases()
+    cases = _schedule_assignments()
     ys = [ms.new_tensor(e.shape) for e, _, _ in cases]
     for _ in range(3):                     # warm up: plans, arena, allocator
         for y, (e, _, _) in zip(ys, cases):
