@@ -569,7 +569,7 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
     plan's compute type. With ``by_rows`` it has shape[:-1] x blocks-per-row entries.
     Stages are evaluated whole first (the partials are numbered by block)."""
     shape = as_shape(shape)
-    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
+    cdef Py_ssize_t rows = _rows_of(shape), cols = shape[-1]
     cdef _Out o
     cdef _Run r = _open_run(plan, leaves, scalars, shape)
     try:
@@ -597,7 +597,7 @@ def evaluate_rows(expr, Plan plan, Py_ssize_t r0, Py_ssize_t r1, Tensor scratch)
     memory): a chunk of a source that is reduced a chunk at a time (an arg-reduction).
     Banded stages evaluate only what these rows read; every chunk is checked."""
     shape = as_shape(expr.shape)
-    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
+    cdef Py_ssize_t rows = _rows_of(shape), cols = shape[-1]
     if not (0 <= r0 <= r1 <= rows) or scratch.cols != cols or scratch.rows < r1 - r0:
         raise ValueError(f"evaluate_rows: rows [{r0}, {r1}) of {shape} into {scratch.shape}")
     cdef _Out o
@@ -632,7 +632,7 @@ def run_chunks(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t k,
     cdef Py_ssize_t nd = len(shape)
     if not 0 <= k < nd or per < 1:
         raise ValueError(f"run_chunks: axis {k}, {per} a chunk, of {shape}")
-    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[nd - 1]
+    cdef Py_ssize_t rows = _rows_of(shape), cols = shape[nd - 1]
     cdef Py_ssize_t outer = _prod(shape[:k]), n = shape[k], inner = _prod(shape[k + 1:])
     cdef Py_ssize_t isz = _CODE_SIZE[src.program.dst_code], p, i0, i1, r0, r1
     if rows * cols == 0:
@@ -823,10 +823,10 @@ def run_plan_view(Plan plan, ViewLeaf dst, tuple leaves, tuple scalars):
     if view_needs_strided_plan(dst) and not getattr(plan.program, "dst_strided", False):
         raise ValueError("run_plan_view: the view's last axis is not contiguous: it needs the "
                          "plan's strided form (engine.get_plan(..., strided=True))")
-    cdef Py_ssize_t rows = _prod(shape[:-1]), cols = shape[-1]
+    cdef Py_ssize_t rows = _rows_of(shape), cols = shape[-1]
     cdef _Out o
     cdef _Out view_out         # the view's address now, pinned with its tensor at once
-    _out_at(&view_out, NULL, 0, 0, _prod(shape[:-1]), shape[-1])
+    _out_at(&view_out, NULL, 0, 0, _rows_of(shape), shape[-1])
     _bind_view(&view_out.leaf, dst)
     cdef _Run r = _open_run(plan, leaves, scalars, shape, base)
     cdef bint elsewhere

@@ -75,6 +75,14 @@ cdef Allocation _take_scratch(Py_ssize_t nbytes):
     return _allocate(max(nbytes, 64))
 
 
+cdef Allocation _scratch_for(Allocation m, Py_ssize_t nbytes):
+    """``m`` if it holds ``nbytes``, else (``m`` back to the arena) one that does."""
+    if m is not None and m.nbytes >= nbytes:
+        return m
+    _give_scratch(m)
+    return _take_scratch(nbytes)
+
+
 cdef void _give_scratch(Allocation m) except *:
     """Return a run's scratch to this thread's arena (dropped past ARENA_BYTES)."""
     if m is None:
@@ -150,15 +158,11 @@ cdef class _StageRun:
         cdef ms_gather *g = &parent.gv[self.consumer]
         cdef _Out o
         cdef int rc = 0
-        if self.scratch is None or self.scratch.nbytes < nbytes:
-            _give_scratch(self.scratch)
-            self.scratch = _take_scratch(nbytes)
+        self.scratch = _scratch_for(self.scratch, nbytes)
         memset(self.scratch.ptr, 0, nbytes)
         band = max(1, min(n, BAND_ELEMS // max(cols, 1)))
         if n and cols:
-            if self.band is None or self.band.nbytes < band * cols * isz:
-                _give_scratch(self.band)
-                self.band = _take_scratch(band * cols * isz)
+            self.band = _scratch_for(self.band, band * cols * isz)
             i0 = 0
             while i0 < n:
                 i1 = min(n, i0 + band)
@@ -172,12 +176,7 @@ cdef class _StageRun:
                     raise IndexError("take_grad: an index read during evaluation was out of "
                                      "range")
                 i0 = i1
-        L = &parent.lv[self.consumer]
-        L.ptr = self.scratch.ptr
-        L.rowstep, L.colstep, L.inner = cols * isz, isz, cols
-        L.nmap = 0
-        L.per_block = 0
-        L.gather = NULL
+        _leaf_at(&parent.lv[self.consumer], self.scratch.ptr, cols * isz, isz, cols)
         return 0
 
     cdef int fill_box(self, _Bound parent, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t c0,
@@ -187,9 +186,7 @@ cdef class _StageRun:
         cdef Py_ssize_t width, isz = self.itemsize
         width = max(c1 - c0, 1)
         cdef Py_ssize_t nbytes = max(r1 - r0, 1) * width * isz
-        if self.scratch is None or self.scratch.nbytes < nbytes:
-            _give_scratch(self.scratch)
-            self.scratch = _take_scratch(nbytes)
+        self.scratch = _scratch_for(self.scratch, nbytes)
         cdef char *origin = self.scratch.ptr - r0 * width * isz - c0 * isz
         cdef _Out o
         if r1 > r0 and c1 > c0:
@@ -209,8 +206,6 @@ cdef class _StageRun:
             _bind_gemm_view(&parent.lv[self.consumer], self.view,
                             self.scratch.ptr + self.view.offset)
         return 0
-
-
 
 
 @cython.freelist(16)
@@ -295,9 +290,9 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
                       Py_ssize_t cols, Tensor dst, _Pins *pins, bint top, ms_leaf *lv,
                       ms_gather *gv, char *sv, bint *dense, bint *alias) except -1:
     """Bind ``plan``'s leaves and scalars (an expression of ``shape``: ``rows`` x ``cols``
-    flattened) into ``lv``, ``gv``
-    (its gathers' arguments; NULL when it has none) and ``sv``: check every leaf (alive, of
-    the right geometry, unchanged since built), take every address, store the scalars.
+    flattened) into ``lv``, ``gv`` (its gathers' arguments; NULL when it has none) and
+    ``sv``: check every leaf (alive, of the right geometry, unchanged since built), take
+    every address, store the scalars.
     Every allocation read is pinned the moment its address is taken (no Python code runs in
     between, so no other thread can free it first) and kept in ``pins``, for the caller to
     unpin when the run ends. ``dense``: every leaf a dense tensor read in place. With
@@ -433,7 +428,7 @@ cdef int _bind_stages(_Bound b, tuple leaves, tuple scalars, Tensor dst, _Pins *
             st.view = leaves[plan.leaf_bind[st.consumer]]
             pshape = st.view.src.shape      # the dense tensor the view's strides address
         st.nd = len(pshape)
-        st.rows, st.cols = _prod(pshape[:-1]), pshape[-1]
+        st.rows, st.cols = _rows_of(pshape), pshape[-1]
         sub = plan.stage_plans[j]
         st.child = _bind(sub, leaves[l0:l1], scalars[s0:s1], pshape, dst, pins, False,
                          b.flags)
@@ -478,16 +473,22 @@ cdef object _scratch_array(_StageRun st):
     return arr
 
 
+cdef inline void _leaf_at(ms_leaf *L, char *ptr, Py_ssize_t rowstep, Py_ssize_t colstep,
+                          Py_ssize_t inner) noexcept:
+    """A leaf read (or written) at ptr + y * rowstep + x * colstep, ``inner`` columns a row."""
+    L.ptr = ptr
+    L.rowstep = rowstep
+    L.colstep = colstep
+    L.inner = inner
+    L.nmap = 0
+    L.per_block = 0
+    L.gather = NULL
+
+
 cdef void _out_at(_Out *o, char *origin, Py_ssize_t rowstep, Py_ssize_t colstep,
                   Py_ssize_t rows, Py_ssize_t cols) noexcept:
     """Results stored element by element: element (y, x) at origin + y*rowstep + x*colstep."""
-    o.leaf.ptr = origin
-    o.leaf.rowstep = rowstep
-    o.leaf.colstep = colstep
-    o.leaf.inner = cols
-    o.leaf.nmap = 0
-    o.leaf.per_block = 0
-    o.leaf.gather = NULL
+    _leaf_at(&o.leaf, origin, rowstep, colstep, cols)
     o.rows, o.cols = rows, cols
     o.contiguous = False
     o.gB, o.gM, o.gR = 0, 1, 1
@@ -544,12 +545,7 @@ cdef int _bind_tensor(ms_leaf *L, Tensor t, bint transposed, _Pins *pins) except
 
 cdef int _bind_gemm_view(ms_leaf *L, ViewLeaf v, char *ptr) except -1:
     """A 2-D view as an implicit_dot operand: row y at ptr + y * rowstep, columns by colstep."""
-    L.ptr = ptr
-    L.rowstep, L.colstep = v.strides
-    L.inner = v.shape[1]
-    L.nmap = 0
-    L.per_block = 0
-    L.gather = NULL
+    _leaf_at(L, ptr, v.strides[0], v.strides[1], v.shape[1])
     return 0
 
 

@@ -10,7 +10,6 @@ from cpython.buffer cimport (PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRID
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GET_ITEM
-from cpython.long cimport PyLong_AsSsize_t
 
 from .shape import Shape, as_shape, int_text as _shape_int_text
 from .dtypes import as_dtype, type_flag as _type_flag, dtype_from_flag
@@ -155,7 +154,7 @@ cdef Py_ssize_t _rows_of(object shape) except -1:
     if not PyTuple_Check(shape):
         shape = tuple(shape)
     for k in range(PyTuple_GET_SIZE(shape) - 1):
-        n *= PyLong_AsSsize_t(<object> PyTuple_GET_ITEM(shape, k))
+        n *= <Py_ssize_t> <object> PyTuple_GET_ITEM(shape, k)
     return n
 
 
@@ -190,7 +189,7 @@ cdef class Tensor:
         self.stream = _check_stream(stream)
         self.stride = shape[-1]
         self.cols = shape[-1]
-        self.rows = _prod(shape[:-1])
+        self.rows = _rows_of(shape)
         self.mem = None
 
     cdef char *data(self) except NULL:
@@ -216,7 +215,7 @@ cdef class Tensor:
         v.stream = self.stream
         v.readonly = self.readonly
         v.cols = shape[-1]
-        v.rows = _prod(shape[:-1])
+        v.rows = _rows_of(shape)
         return v
 
     # ---- properties -------------------------------------------------------------
@@ -877,7 +876,7 @@ cdef class TensorContainer(Tensor):
         """
         _check_extent(shape, self.itemsize)
         cdef Py_ssize_t cols = shape[-1]
-        cdef Py_ssize_t rows = _prod(shape[:-1])
+        cdef Py_ssize_t rows = _rows_of(shape)
         cdef Py_ssize_t row_bytes = cols * self.itemsize
         cdef Py_ssize_t pitch = ms_upper_align(row_bytes) if (self.pad and len(shape) > 1) \
             else row_bytes

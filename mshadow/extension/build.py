@@ -1,7 +1,7 @@
 """The node builder of the gathering extensions: ``gather()`` (the core's) makes the
-expression of a row of the readers table (mshadow/readers.py) over its sources. Shared by every family
-(extension/gather.py, spatial.py, complex.py, views.py's reshape, reduce.py's chainer
-form); it imports nothing of them.
+expression of a row of the readers table (mshadow/readers.py) over its sources. Shared by
+every family (extension/gather.py, spatial.py, complex.py, views.py's reshape, reduce.py's
+chainer form); it imports nothing of them.
 """
 from .. import _core
 from ..expr import _CODE_BY_FLAG
