@@ -132,6 +132,17 @@ def loadavg():
         return "?"
 
 
+def print_machine(warning=None):
+    """Print the machine line every benchmark opens with (CPU, cores, load, how busy the
+    CPUs are with other work) and, when they are busy, ``warning``; returns that share."""
+    busy = busy_elsewhere()
+    print(f"machine : {cpu_model()}, {nproc()} cores (nproc), load avg {loadavg()}, "
+          f"{busy * 100:.0f}% of the CPUs busy with other work at start")
+    if busy > 0.1 and warning:
+        print(f"WARNING : other processes are using the CPUs; {warning}")
+    return busy
+
+
 def git_rev(path):
     """The short commit of the checkout at ``path`` (``+dirty`` with local changes), or "?"."""
     try:

@@ -23,8 +23,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (aligned_empty, best_of, busy_elsewhere, cpu_model, fmt_ratio,  # noqa: E402
-                     fmt_time, loadavg, nproc, print_table)
+from _common import (aligned_empty, best_of, busy_elsewhere, fmt_ratio,  # noqa: E402
+                     fmt_time, print_machine, print_table)
 
 try:
     import mshadow as ms
@@ -440,14 +440,9 @@ def main():
         lib = {name: getattr(lib, name) for name in
                [f"{e}_{SHORT[d]}{r}" for e in ("e1", "e2", "tr") for d in DTYPES
                 for r in ("", "_rep") if not (e == "tr" and r)]}
-        ncores = nproc()
         print("mshadow element-wise benchmark" + (" (--quick)" if args.quick else ""))
-        busy = busy_elsewhere()
-        print(f"machine : {ncores} cores (nproc), {cpu_model()}, load avg {loadavg()}, "
-              f"{busy * 100:.0f}% of the CPUs busy with other work at start")
-        if busy > 0.1:
-            print("WARNING : other processes are using the CPUs; threaded timings will be "
-                  "inflated (an OpenMP team waits for a descheduled thread). Rerun when idle.")
+        print_machine("threaded timings will be inflated (an OpenMP team waits for a "
+                      "descheduled thread). Rerun when idle.")
         print(f"mshadow : {getattr(ms, '__version__', '?')} from {os.path.dirname(ms.__file__)}  "
               f"simd_info={ms.simd_info()}")
         print(f"threads : mshadow {nt} (ms.get_num_threads()), C loop {nt}, numexpr "

@@ -41,8 +41,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _common import (aligned_empty, busy_elsewhere, cpu_model, fmt_ratio, fmt_time, git_rev,  # noqa: E402
-                     loadavg, nproc, print_table)
+from _common import (aligned_empty, busy_elsewhere, fmt_ratio, fmt_time, git_rev,  # noqa: E402
+                     print_machine, print_table)
 
 try:
     import mshadow as ms
@@ -655,12 +655,8 @@ def main():
 
     print("mshadow IR benchmark: expressions across the engine's boundaries"
           + (" (--quick)" if args.quick else ""))
-    busy = busy_elsewhere()
-    print(f"machine : {nproc()} cores (nproc), {cpu_model()}, load avg {loadavg()}, "
-          f"{busy * 100:.0f}% of the CPUs busy with other work at start")
-    if busy > 0.1:
-        print("WARNING : other processes are using the CPUs; threaded timings will be "
-              "inflated (an OpenMP team waits for a descheduled thread). Rerun when idle.")
+    print_machine("threaded timings will be inflated (an OpenMP team waits for a "
+                  "descheduled thread). Rerun when idle.")
     msdir = os.path.dirname(ms.__file__)
     simd = ms.simd_info() if hasattr(ms, "simd_info") else "?"
     print(f"mshadow : {getattr(ms, '__version__', '?')} from {msdir} (git {git_rev(msdir)})  "

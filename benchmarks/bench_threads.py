@@ -32,7 +32,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import busy_elsewhere, cpu_model, fmt_time, loadavg, nproc, print_table  # noqa: E402
+from _common import busy_elsewhere, fmt_time, print_machine, print_table  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -141,11 +141,9 @@ def main():
     signal.signal(signal.SIGTERM, _raise_exit)   # so the finally below kills the spinner
 
     import numpy as np
-    busy0 = busy_elsewhere()
     print("mshadow OpenMP wait-policy benchmark: E1 float32, 1 vs 2 threads"
           + (" (--quick)" if args.quick else ""))
-    print(f"machine : {cpu_model()}, {nproc()} cores (nproc), load avg {loadavg()}, "
-          f"{busy0 * 100:.0f}% of the CPUs busy with other work at start")
+    print_machine()
     print(f"numpy {np.__version__}; libgomp from the compiled mshadow core; children: "
           f"{sys.executable} -c ... (mshadow from {ROOT})")
     print(f"times: median over {args.rounds} rounds (1 and 2 threads alternate), each sample "

@@ -36,8 +36,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (aligned_empty, busy_elsewhere, cpu_model, fmt_ratio, fmt_time,  # noqa: E402
-                     loadavg, nproc, print_table)
+from _common import (aligned_empty, busy_elsewhere, fmt_ratio, fmt_time,  # noqa: E402
+                     print_machine, print_table)
 
 try:
     import mshadow as ms
@@ -237,10 +237,8 @@ def main():
             pass
     engines = ["mshadow", "numpy"] + (["numexpr"] if ne else []) + (["torch"] if torch else [])
 
-    busy = busy_elsewhere()
     print("mshadow transcendental benchmark, one thread" + (" (--quick)" if args.quick else ""))
-    print(f"machine : {cpu_model()}, {nproc()} cores (nproc), load avg {loadavg()}, "
-          f"{busy * 100:.0f}% of the CPUs busy with other work at start")
+    print_machine()
     print(f"mshadow : {getattr(ms, '__version__', '?')} from {os.path.dirname(ms.__file__)}, "
           f"threads {ms.get_num_threads()}, simd_info={ms.simd_info()}")
     tv = "not installed"

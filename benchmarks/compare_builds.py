@@ -562,7 +562,7 @@ def main():
         return child_main(args)
 
     sys.path.insert(0, HERE)
-    from _common import busy_elsewhere, cpu_model, loadavg, nproc
+    from _common import busy_elsewhere, loadavg, print_machine
     sizes = [int(float(s)) for s in (args.sizes or ("1e3,1e5,1e6" if args.quick else
                                                      "1e3,1e5,1e6,1e7")).split(",") if s.strip()]
     cases = select(case_list(sizes), args.cases)
@@ -581,12 +581,8 @@ def main():
 
     print("mshadow across builds: the same statements, interleaved rounds, one thread"
           + (" (--quick)" if args.quick else ""))
-    busy = busy_elsewhere()
-    print(f"machine : {cpu_model()}, {nproc()} cores (nproc), load avg {loadavg()}, "
-          f"{busy * 100:.0f}% of the CPUs busy with other work at start")
-    if busy > 0.1:
-        print("WARNING : other processes are using the CPUs; expect noisier rounds (the ratios "
-              "within a child are the steadier figures)")
+    print_machine("expect noisier rounds (the ratios within a child are the steadier "
+                  "figures)")
     t_start = time.time()
     with tempfile.TemporaryDirectory(prefix="ms_cmp_") as tmp:
         cloop = build_cloop(tmp)
