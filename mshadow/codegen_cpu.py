@@ -350,6 +350,17 @@ _WIDTH = {("sse2", "f32"): 4, ("sse2", "f64"): 2, ("avx2", "f32"): 8, ("avx2", "
           ("avx512", "f32"): 16, ("avx512", "f64"): 8}
 
 
+def _packet_step(d, isa, code, swap, value, operand):
+    """``value = op(value[, operand])`` in ``op``'s packet form at ``isa`` (``operand`` a
+    vector expression; ``swap``: the value is the right operand): one chain step on one
+    vector, for the unrolled loop, the one-vector tails and the short runs alike."""
+    form = re.sub(r"P\((\w+)\)", lambda m: f"ms_{isa}_{m.group(1)}_{code}", d.packet)
+    if d.arity == 1:
+        return f"{value} = {_subst(form, {'a': value})};"
+    names = {"a": operand, "b": value} if swap else {"a": value, "b": operand}
+    return f"{value} = {_subst(form, names)};"
+
+
 def _chain_packet(code, ctype, isa, total=False):
     """A chain's SIMD body for one ISA. The U vectors of an iteration are named variables
     (v0 .. v7), not an array, so they stay in registers across the step dispatch; what is
@@ -403,26 +414,19 @@ def _chain_packet(code, ctype, isa, total=False):
     cases1 = []   # the same dispatch on one vector v0, operand at O (the tail loops)
     for c, op, swap, scalar in chain_steps():
         d = OPS_BY_NAME[op]
-        form = re.sub(r"P\((\w+)\)", lambda m: f"ms_{isa}_{m.group(1)}_{code}", d.packet)
+        def load(at):
+            return "bs" if scalar else f"ms_{isa}_loadu_{code}({at})"
         if op in _VMATH_NAMES:
             one = f"ms_{isa}_{op}1_{code}(&v0);"
-        elif d.arity == 1:
-            one = f"v0 = {_subst(form, {'a': 'v0'})};"
         else:
-            o = "bs" if scalar else f"ms_{isa}_loadu_{code}(O)"
-            one = f"v0 = {_subst(form, {'a': o, 'b': 'v0'} if swap else {'a': 'v0', 'b': o})};"
+            one = _packet_step(d, isa, code, swap, "v0", load("O"))
         cases1.append(f"          case {c}: {one} break;")
         if op in _VMATH_NAMES:   # out of line: see _chain_vmath_steps
             body = (f"{{ {V} t[{U}] = {{{', '.join(vs)}}}; ms_{isa}_{op}{U}_{code}(t); "
                     + each(lambda u: f"v{u} = t[{u}];") + " }")
-        elif d.arity == 1:
-            body = each(lambda u: f"v{u} = {_subst(form, {'a': f'v{u}'})};")
         else:
-            def stmt(u):
-                o = "bs" if scalar else f"ms_{isa}_loadu_{code}(O + {u} * {W})"
-                names = {"a": o, "b": f"v{u}"} if swap else {"a": f"v{u}", "b": o}
-                return f"v{u} = {_subst(form, names)};"
-            body = each(stmt)
+            body = each(lambda u: _packet_step(d, isa, code, swap, f"v{u}",
+                                               load(f"O + {u} * {W}")))
         L.append(f"        case {c}: {body} break;")
     def one_vector(start, operand, finish):
         """One vector through the steps: the last full vectors after the unrolled loop, and
@@ -547,15 +551,11 @@ def _chain_short(code, ctype, isa):
          "    switch (code[s]) {"]
     for c, op, swap, scalar in chain_steps():
         d = OPS_BY_NAME[op]
-        form = re.sub(r"P\((\w+)\)", lambda m: f"ms_{isa}_{m.group(1)}_{code}", d.packet)
         cform = _c_expr(d, code, ctype)
         if op in _VMATH_NAMES:
             vst = f"t[u] = ms_{isa}_{op}_{code}(t[u]);"
-        elif d.arity == 1:
-            vst = f"t[u] = {_subst(form, {'a': 't[u]'})};"
         else:
-            o = "bs" if scalar else f"{ld}(O + u * {W})"
-            vst = f"t[u] = {_subst(form, {'a': o, 'b': 't[u]'} if swap else {'a': 't[u]', 'b': o})};"
+            vst = _packet_step(d, isa, code, swap, "t[u]", "bs" if scalar else f"{ld}(O + u * {W})")
         if d.arity == 1:
             est = f"{{ const {ctype} v = e[j]; e[j] = {_subst(cform, {'a': 'v'})}; }}"
         else:
