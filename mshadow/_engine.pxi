@@ -309,9 +309,12 @@ cdef class Plan:
     cdef tuple stage_info
     cdef frozenset staged_leaves          # consumer leaves (1-based) a stage fills, not a gather
     cdef dict gather_binds                # gather leaf (1-based) -> per source: binding or -1
+    cdef int small                        # 1: every stage may run on the stack (_small_run),
+                                          # 0: not, -1: not yet known (_is_small)
 
     def __cinit__(self, program):
         self.program = program
+        self.small = -1
         self.ninst = len(program.instrs)
         self.nreg = program.nreg
         self.nleaf = len(program.leaf_codes)
@@ -487,6 +490,11 @@ cdef bint _same_elements(Tensor a, Tensor b) except -1:
 # What a run binds (mshadow/_stages.pxi binds it; run_plan's fast path on its stack)
 DEF INLINE_LEAVES = 8      # a plan of up to 7 leaves and 8 scalars binds with no malloc
 DEF PINS_INLINE = 8        # allocations a run pins before it needs a list
+DEF SMALL_STAGES = 4       # stages of one level a small run holds (_small_run)
+DEF SMALL_DEPTH = 6        # and levels of stages below the destination
+DEF SMALL_NOT = 0          # _small_run's outcomes: not small (nothing stored),
+DEF SMALL_DONE = 1         # evaluated and stored,
+DEF SMALL_ALIAS = 2        # reads the destination at other positions (nothing stored)
 
 
 ctypedef struct _Pins:     # the allocations a run has pinned, each with a reference it owns
@@ -535,6 +543,22 @@ cpdef bint run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars) except -
             _unpin(&pins)
         _warn_flags(flags)
         return True
+    cdef int done
+    if plan.small == 1 or (plan.small == -1 and _is_small(plan, 0)):
+        # small stages, each evaluated whole into scratch of its own, bound on the stack
+        pins.n = 0
+        pins.extra = NULL
+        _pin_now(dst.mem, &pins)
+        try:
+            done = _small_run(plan, leaves, scalars, shape, rows, cols, dst, &pins, True,
+                              &flags, &o, 0)
+        finally:
+            _unpin(&pins)
+        if done == SMALL_ALIAS:
+            return False
+        if done == SMALL_DONE:
+            _warn_flags(flags)
+            return True
     cdef _Run r = _open_run(plan, leaves, scalars, shape, dst, True)
     b = r.bound
     try:

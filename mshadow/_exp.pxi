@@ -16,7 +16,7 @@ from .ops_table import OPS_BY_NAME as _OPS_BY_NAME
 from .errors import LazyExpressionError, MissingMethodError
 
 from cpython.object cimport PyTypeObject
-from cpython.tuple cimport PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_SET_ITEM, PyTuple_New
 from cpython.ref cimport Py_INCREF
 
 cdef extern from "Python.h":

@@ -9,6 +9,8 @@ cdef class GatherArgs:
     """Parameters, output and source shapes of one gather (mshadow/include/mshadow/gather.h)."""
     cdef readonly str kernel          # the kernel's name in ms_reader_table ("g_take_f32", ...)
     cdef readonly tuple params
+    cdef npy_intp p[12]               # the parameters, as ms_gather's p holds them
+    cdef int nparams
     cdef readonly object shape        # the output's shape
     cdef readonly tuple src_shapes    # each source's shape (a Shape)
     cdef readonly tuple index         # (source position, exclusive bound) of an index source
@@ -35,20 +37,24 @@ cdef class GatherArgs:
     cpdef check_sources(self, tuple srcs):
         """The sources read in place (Tensor or ViewLeaf; None for a staged source) alive
         and unchanged since the expression was built."""
-        cdef Tensor t
         for k, src in enumerate(srcs):
-            if src is None:
-                continue
-            if isinstance(src, ViewLeaf):   # raises if its tensor was freed or changed
-                (<ViewLeaf> src).data()
-                continue
-            t = <Tensor> src
-            t.data()
-            snap = self.snapshot[k]
-            if snap is not None and (t.shape, t.stride) != snap:
-                raise ShapeError(f"a source of {self.name} changed from shape {snap[0]} "
-                                 f"(stride {snap[1]}) to {t.shape} (stride {t.stride}) since the "
-                                 f"expression was built")
+            if src is not None:
+                self._check_source(k, src)
+
+    cdef char *_check_source(self, Py_ssize_t k, object src) except NULL:
+        """Source ``k`` (a Tensor or ViewLeaf read in place) alive and unchanged since the
+        expression was built; its address now."""
+        cdef Tensor t
+        if isinstance(src, ViewLeaf):   # raises if its tensor was freed or changed
+            return (<ViewLeaf> src).data()
+        t = <Tensor> src
+        cdef char *p = t.data()
+        snap = self.snapshot[k]
+        if snap is not None and (t.shape != (<tuple> snap)[0] or t.stride != (<tuple> snap)[1]):
+            raise ShapeError(f"a source of {self.name} changed from shape {snap[0]} "
+                             f"(stride {snap[1]}) to {t.shape} (stride {t.stride}) since the "
+                             f"expression was built")
+        return p
 
     def check_index(self, values):
         """Every index value (a numpy array) in [0, bound): the kernels never read out of
@@ -63,33 +69,40 @@ cdef class GatherArgs:
                 raise IndexError(f"{self.name}: index values must lie in [0, {bound}), "
                                  f"got [{lo}, {hi}]")
 
-    cdef int bind(self, ms_gather *g, tuple srcs) except -1:
-        """Parameters and the sources read in place; a staged source (None) is placed by
-        the executor, band by band (its pointer is left NULL here)."""
+    cdef int bind(self, ms_gather *g, tuple srcs, _Pins *pins, Tensor dst,
+                  bint *alias) except -1:
+        """Parameters and the sources read in place, in one pass: each checked (alive,
+        unchanged), its address taken and its allocation pinned at once (``pins``), and
+        ``alias`` set when it overlaps ``dst``. A staged source (None) is placed by the
+        executor, band by band (its pointer is left NULL here)."""
         cdef Tensor t
-        cdef int i
+        cdef Py_ssize_t i
         cdef ViewLeaf vl
+        cdef char *p
         for i in range(3):
             g.src[i] = NULL
             g.rowstep[i] = g.colstep[i] = 0
             g.code[i] = 0
-        for i, src in enumerate(srcs):
+        for i in range(len(srcs)):
+            src = srcs[i]
             if src is None:
                 continue
+            p = self._check_source(i, src)
             if isinstance(src, ViewLeaf):          # read in place through its strides
                 vl = <ViewLeaf> src
-                g.src[i] = vl.data()
+                t = vl.src
                 g.rowstep[i], g.colstep[i] = vl.strides
-                g.code[i] = vl.src.type_flag
-                continue
-            t = <Tensor> src
-            g.colstep[i] = t.itemsize
+            else:
+                t = <Tensor> src
+                g.colstep[i] = t.itemsize
+                # a 1-D source (an index or a value vector) is read one element per "row"
+                g.rowstep[i] = (t.stride if len(t.shape) > 1 else 1) * t.itemsize
+            g.src[i] = p
             g.code[i] = t.type_flag
-            g.src[i] = t.data()
-            # a 1-D source (an index or a value vector) is read one element per "row"
-            g.rowstep[i] = (t.stride if len(t.shape) > 1 else 1) * t.itemsize
-        for i, v in enumerate(self.params):
-            g.p[i] = v
+            _pin_now(t.mem, pins)
+            if dst is not None and _overlaps(t, dst):
+                alias[0] = True
+        memcpy(g.p, self.p, self.nparams * sizeof(npy_intp))
         return 0
 
     def __repr__(self):
@@ -136,11 +149,19 @@ cdef _Row _row(str name):
 cdef tuple _pack(_Row row, dict params):
     """The row's parameters in its kernel's order (readers.Reader.pack, which also says
     what is missing or unknown)."""
-    if len(params) == len(row.params):
-        try:
-            return tuple([int(params[p]) for p in row.params])
-        except KeyError:
-            pass
+    cdef Py_ssize_t n = len(row.params), k
+    cdef tuple out
+    if len(params) == n:
+        out = PyTuple_New(n)
+        for k in range(n):
+            v = params.get(row.params[k])
+            if type(v) is not int:
+                if v is None:
+                    return row.reader.pack(**params)
+                v = int(v)
+            Py_INCREF(v)
+            PyTuple_SET_ITEM(out, k, v)
+        return out
     return row.reader.pack(**params)
 
 
@@ -161,37 +182,42 @@ def gather(str reader, srcs, shape, str code, index=None, cls=None, **params):
     cdef _Row row = _row(reader)
     if len(srcs) != len(row.sources):
         raise TypeError(f"reader {reader} takes sources {row.sources}, got {len(srcs)}")
-    cdef list keys = [], leaves = []
+    cdef Py_ssize_t n = len(srcs), k
+    cdef tuple keys = PyTuple_New(n)
+    cdef tuple leaves = ()
     cdef tuple scalars = ()
     cdef Exp e
     cdef ViewLeaf vl
-    for s in srcs:
+    for k in range(n):
+        s = srcs[k]
         if isinstance(s, Tensor):
-            keys.append(_LEAF_KEY[(<Tensor> s).type_flag])
-            leaves.append(s)
+            key = _LEAF_KEY[(<Tensor> s).type_flag]
+            leaves += (s,)
         elif isinstance(s, ViewLeaf):
             if not row.views:
                 raise TypeError(f"reader {reader} reads tensors only (its row has "
                                 f"views=False)")
             vl = <ViewLeaf> s
-            keys.append(_new_ir_node(_IRView, "V", _CODE_BY_FLAG[vl.src.type_flag],
-                                     view_step_kind(vl.strides[-1], vl.itemsize), ()))
-            leaves.append(s)
+            key = _new_ir_node(_IRView, "V", _CODE_BY_FLAG[vl.src.type_flag],
+                               view_step_kind(vl.strides[-1], vl.itemsize), ())
+            leaves += (s,)
         else:
             e = <Exp?> s
-            keys.append(e.key)
-            leaves.extend(e.leaves)
+            key = e.key
+            leaves += e.leaves
             if e.scalars:
                 scalars += e.scalars
+        Py_INCREF(key)
+        PyTuple_SET_ITEM(keys, k, key)
     kernel = row.kernels.get(code)
     if kernel is None:
         raise ValueError(f"reader {reader} has no kernel for storage code {code!r}")
     args = _gather_args(kernel, srcs, _pack(row, params), shape, index)
     node = <Exp?> cls()
-    node.key = _new_ir_node(_IRGather, "X", reader, code, tuple(keys))
+    node.key = _new_ir_node(_IRGather, "X", reader, code, keys)
     node.shape = args.shape
     node.code = code
-    node.leaves = (args,) + tuple(leaves)
+    node.leaves = (args,) + leaves
     node.scalars = scalars
     node.exp_type = kChainer
     (<object> node).args = args
@@ -212,28 +238,36 @@ cdef GatherArgs _gather_args(str kernel, tuple srcs, tuple params, shape, index)
     if len(srcs) > 3 or len(params) > MS_GATHER_PARAMS:
         raise ValueError(f"a gather takes at most 3 sources and {MS_GATHER_PARAMS} parameters")
     cdef GatherArgs g = GatherArgs.__new__(GatherArgs)
+    cdef Py_ssize_t n = len(srcs), k
     g.kernel = kernel
     g.params = params
+    g.nparams = len(params)
+    for k in range(g.nparams):
+        g.p[k] = params[k]
     g.shape = _fast_shape(shape)
     g.index = index
-    cdef list shapes = [], snapshot = [], in_place = []
-    cdef Py_ssize_t k
-    for k in range(len(srcs)):
+    cdef tuple shapes = PyTuple_New(n), snapshot = PyTuple_New(n)
+    for k in range(n):
         src = srcs[k]
         if isinstance(src, Tensor):
-            snapshot.append(((<Tensor> src).shape, (<Tensor> src).stride))
-            in_place.append(src)
+            snap = ((<Tensor> src).shape, (<Tensor> src).stride)
         else:
             if isinstance(src, ViewLeaf) and (len((<ViewLeaf> src).shape) != 2
                                               or (index is not None and k == index[0])):
                 raise ValueError(f"{kernel}: a view source must be 2-D and not the index, "
                                  f"got {src!r}")
-            snapshot.append(None)
-            in_place.append(src if isinstance(src, ViewLeaf) else None)
-        shapes.append(_fast_shape(src.shape))
-    g.src_shapes = tuple(shapes)
-    g.snapshot = tuple(snapshot)
-    g.check_sources(tuple(in_place))
+            snap = None
+        Py_INCREF(snap)
+        PyTuple_SET_ITEM(snapshot, k, snap)
+        shape_k = _fast_shape(src.shape)
+        Py_INCREF(shape_k)
+        PyTuple_SET_ITEM(shapes, k, shape_k)
+    g.src_shapes = shapes
+    g.snapshot = snapshot
+    for k in range(n):                # read in place: alive now
+        src = srcs[k]
+        if isinstance(src, (Tensor, ViewLeaf)):
+            g._check_source(k, src)
     if index is not None and isinstance(srcs[index[0]], Tensor):
         g.check_index((<Tensor> srcs[index[0]]).numpy())
     return g

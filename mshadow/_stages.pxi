@@ -327,15 +327,8 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
             if ga.shape != shape:
                 raise ShapeError(f"Assignment: {ga.name} of shape {ga.shape} does not "
                                  f"match target {shape}")
-            srcs = tuple([leaves[i] if i >= 0 else None for i in plan.gather_binds[k]])
-            ga.check_sources(srcs)
-            ga.bind(&gv[k], srcs)
-            for src in srcs:
-                if src is not None:
-                    t = (<ViewLeaf> src).src if isinstance(src, ViewLeaf) else src
-                    _pin_now((<Tensor> t).mem, pins)
-                    if dst is not None and _overlaps(<Tensor> t, dst):
-                        alias[0] = True
+            srcs = _gather_sources(leaves, <tuple> plan.gather_binds[k])
+            ga.bind(&gv[k], srcs, pins, dst, alias)
             if role == ROLE_GATHER:         # (a scatter's leaf is its stage's values)
                 L.gather = &gv[k]
             if ga.index is not None and srcs[ga.index[0]] is not None:
@@ -400,6 +393,18 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
         _store_scalar(sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
                       plan.const_value[k] if a < 0 else scalars[a])
     return 0
+
+
+cdef tuple _gather_sources(tuple leaves, tuple binds):
+    """A gather's sources: the leaf bound at each position, None for a staged one."""
+    cdef Py_ssize_t n = len(binds), k, i
+    cdef tuple out = PyTuple_New(n)
+    for k in range(n):
+        i = <Py_ssize_t> binds[k]
+        src = leaves[i] if i >= 0 else None
+        Py_INCREF(src)
+        PyTuple_SET_ITEM(out, k, src)
+    return out
 
 
 cdef int _bind_stages(_Bound b, tuple leaves, tuple scalars, Tensor dst, _Pins *pins) except -1:
@@ -586,6 +591,97 @@ cdef void _unpin(_Pins *pins) noexcept:
 
 
 # ---- evaluation ----------------------------------------------------------------------------
+cdef bint _is_small(Plan plan, int depth) except -1:
+    """Whether every stage of ``plan``, and of the plans below it, fills a gather's source or
+    a view (the stages a small run can hold: not a scatter, a chunk or an implicit_dot
+    operand), at most SMALL_STAGES a level and SMALL_DEPTH levels deep, each level's leaves
+    and scalars fitting the stack. Whether the stages are small enough is known only when
+    a run binds them. Cached in ``plan.small``."""
+    cdef bint ok = (depth < SMALL_DEPTH and len(plan.stage_info) <= SMALL_STAGES
+                    and plan.nleaf + 1 <= INLINE_LEAVES and plan.nscalar <= INLINE_LEAVES)
+    cdef int consumer
+    if ok:
+        for j, info in enumerate(plan.stage_info):
+            consumer = info[1]
+            if (info[0] == SCHED_SCATTER or consumer < 1
+                    or plan.leaf_role[consumer] not in (ROLE_GATHER, ROLE_VIEW)
+                    or not _is_small(<Plan> plan.stage_plans[j], depth + 1)):
+                ok = False
+                break
+    if depth == 0:
+        plan.small = ok
+    return ok
+
+
+cdef int _small_run(Plan plan, tuple leaves, tuple scalars, object shape, Py_ssize_t rows,
+                    Py_ssize_t cols, Tensor dst, _Pins *pins, bint top, int *flags, _Out *o,
+                    int depth) except -1:
+    """Evaluate ``plan`` (_is_small) into ``o`` with everything bound on the C stack: each
+    stage's producer (of at most SMALL_STAGE elements) evaluated whole into scratch of its
+    own, below its consumer, before anything is stored; then ``plan`` itself. What a _Bound,
+    its _StageRuns and the arena cost is a small statement's largest part. Returns
+    SMALL_DONE; SMALL_NOT when a stage is larger or reads an index (the caller runs the plan
+    through _bind: nothing was stored); SMALL_ALIAS when a leaf reads the destination at
+    other positions than written (nothing stored). Allocations read are pinned in ``pins``."""
+    cdef ms_leaf lv[INLINE_LEAVES]
+    cdef ms_gather gv[INLINE_LEAVES]
+    cdef char sv[16 * INLINE_LEAVES]
+    cdef char *scratch[SMALL_STAGES]
+    cdef bint dense, alias
+    cdef Py_ssize_t j, nd, n, srows, scols, isz, l0, l1, s0, s1
+    cdef Py_ssize_t nst = len(plan.stage_info)
+    cdef int schedule, consumer, pos, type_flag, done = SMALL_DONE
+    cdef GatherArgs args = None
+    cdef ViewLeaf view = None
+    cdef ms_gather *g
+    cdef _Out so
+    _bind_leaves(plan, leaves, scalars, shape, rows, cols, dst, pins, top, lv, gv, sv, &dense,
+                 &alias)
+    if alias:
+        return SMALL_ALIAS
+    for j in range(nst):
+        scratch[j] = NULL
+    try:
+        for j in range(nst):
+            schedule, consumer, pos, l0, l1, s0, s1, isz, type_flag = plan.stage_info[j]
+            if plan.leaf_role[consumer] == ROLE_GATHER:
+                args = <GatherArgs> leaves[plan.leaf_bind[consumer]]
+                if args.index is not None and args.index[0] == pos:
+                    return SMALL_NOT      # an index a stage holds: checked by _fill_whole
+                pshape = args.src_shapes[pos]
+            else:
+                view = <ViewLeaf> leaves[plan.leaf_bind[consumer]]
+                pshape = view.src.shape   # the dense tensor the view's strides address
+            nd = len(pshape)
+            srows, scols = _rows_of(pshape), pshape[nd - 1]
+            n = srows * scols
+            if n > SMALL_STAGE:
+                return SMALL_NOT
+            scratch[j] = <char *> ms_aligned_malloc(<size_t> max(n * isz, 64))
+            if scratch[j] == NULL:
+                raise MemoryError()
+            _out_at(&so, scratch[j], scols * isz, isz, srows, scols)
+            so.contiguous = True          # (the producer's leaves say whether they are)
+            done = _small_run(<Plan> plan.stage_plans[j], leaves[l0:l1], scalars[s0:s1],
+                              pshape, srows, scols, dst, pins, False, flags, &so, depth + 1)
+            if done != SMALL_DONE:
+                return done
+            if plan.leaf_role[consumer] == ROLE_GATHER:   # as _StageRun.fill_box points it
+                g = &gv[consumer]
+                g.src[pos] = scratch[j]
+                g.rowstep[pos] = (scols if nd > 1 else 1) * isz
+                g.colstep[pos] = isz
+                g.code[pos] = type_flag
+            else:
+                _bind_view_at(&lv[consumer], view, scratch[j] + view.offset)
+        o.contiguous = o.contiguous and dense
+        _exec_bound(plan, lv, sv, flags, o, 0, rows, 0, cols)
+    finally:
+        for j in range(nst):
+            ms_aligned_free(scratch[j])
+    return SMALL_DONE
+
+
 cdef int _run_staged(_Bound b, _Out *o, Py_ssize_t y_start, Py_ssize_t y_end,
                      Py_ssize_t x_start, Py_ssize_t x_end) except -1:
     """Rows [y_start, y_end) and columns [x_start, x_end) of ``b`` into ``o``: directly when

@@ -1745,3 +1745,74 @@ def test_take_grad_of_a_tensor_or_view_is_scattered_too():
         assert "stage 0: scatter" in ms.plan_for(out, e).disassemble()
         out[:] = e
         np.testing.assert_allclose(out.numpy(), _np_take_grad(i.numpy(), ref, 5), rtol=1e-5)
+
+
+# ---- small runs: every stage whole, bound on the stack --------------------------------------
+
+def _small_cases(x, a, b, idx):
+    """(expression, numpy value) pairs whose stages each hold at most SMALL_STAGE (4096)
+    elements: one stage, two at one level, three levels, a view of a stage, an index read
+    in place under a stage's consumer."""
+    X, A, B, I = (t.numpy().astype(np.float64) for t in (x, a, b, idx))
+    relu = lambda v: np.maximum(v, 0)
+    return [
+        (ms.pool(ms.F(ms.op.relu, x * 2), 2, 2, 2, 2), np_pool(relu(X * 2), 2, 2, 2, 2, "max")),
+        (ms.pool(ms.pad(ms.pool(x + 1, 2, 2, 2, 2), 1), 3, 3, 1, 1) * 0.5,
+         np_pool(np_pad(np_pool(X + 1, 2, 2, 2, 2, "max"), 1, 1), 3, 3, 1, 1, "max") * 0.5),
+        (ms.concat(a + 1, b * b, 0), np.concatenate([A + 1, B * B], 0)),
+        (ms.take(idx, ms.pad(a - b, 1, 0)), np_pad(A - B, 1, 0)[I.astype(int)]),
+        (ms.slice_axis(ms.pad(a * 3, 1), 0, 1, 4) + 1, np_pad(A * 3, 1, 1)[1:4] + 1),
+    ]
+
+
+def test_small_stages_run_on_the_stack_with_numpys_values():
+    """Stages this small are evaluated whole into scratch of the run's own (_small_run):
+    the thread's arena is never used. The values are numpy's."""
+    x = ms.from_numpy(_ints((2, 3, 8, 8), 60))
+    a = ms.from_numpy(_ints((6, 10), 61))
+    b = ms.from_numpy(_ints((6, 10), 62))
+    idx = ms.from_numpy(np.array([5, 0, 2, 2, 1], np.float32))
+    ms._core.release_scratch()
+    for e, want in _small_cases(x, a, b, idx):
+        assert "stage 0" in ms.plan_for(ms.new_tensor(e.shape), e).disassemble()
+        for _ in range(2):                          # first run compiles, second is cached
+            y = ms.new_tensor(e.shape)
+            y[:] = e
+            np.testing.assert_array_equal(y.numpy(), want.astype(np.float32))
+    assert ms._core.scratch_held() == []
+
+
+def test_a_stage_above_the_small_size_runs_through_the_arena():
+    """The boundary: a stage of 4,097 elements takes the banded path and leaves its scratch
+    in the arena (the values are the same)."""
+    x = ms.from_numpy(_ints((1, 1, 17, 241), 63))     # 4,097 elements
+    ms._core.release_scratch()
+    y = ms.new_tensor((1, 1, 8, 120))
+    y[:] = ms.pool(x * 2, 2, 2, 2, 2)
+    np.testing.assert_array_equal(y.numpy(), np_pool(x.numpy() * 2, 2, 2, 2, 2, "max"))
+    assert ms._core.scratch_held() != []
+    ms._core.release_scratch()
+
+
+def test_small_run_reading_its_destination_goes_through_a_temporary():
+    """The destination read under a small stage: nothing is stored before every stage has
+    read it (the run is redone through a temporary), for a tensor and a second wrapper."""
+    for foreign in (False, True):
+        old = _ints((6, 6), 64)
+        t = ms.from_numpy(old.copy())
+        src = ms.from_numpy(t.numpy()) if foreign else t
+        t[:] = ms.pad(ms.slice_axis(src * 2, 0, 1, 5), 1, 0) + ms.flip(src, 0) * 0
+        want = np_pad(old[1:5] * 2, 1, 0)
+        np.testing.assert_array_equal(t.numpy(), want)
+
+
+def test_small_run_deeper_than_the_stack_limit_falls_back():
+    """Eight levels of stages (the stack holds six): the general executor, same values."""
+    x = ms.from_numpy(_ints((1, 1, 9, 9), 65))
+    e, want = x * 1, x.numpy().astype(np.float64)
+    for _ in range(8):
+        e = ms.pad(e, 0, 0) + 1                    # a gather over an expression each level
+        want = want + 1
+    y = ms.new_tensor((1, 1, 9, 9))
+    y[:] = e
+    np.testing.assert_array_equal(y.numpy(), want)
