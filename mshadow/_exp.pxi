@@ -28,6 +28,12 @@ cdef extern from "Python.h":
 cdef object _tuple_new = tuple.__new__
 
 
+cdef inline void _tuple_put(tuple t, Py_ssize_t i, object item) noexcept:
+    """Item ``i`` of a tuple just made by PyTuple_New (a new reference to ``item``)."""
+    Py_INCREF(item)
+    PyTuple_SET_ITEM(t, i, item)
+
+
 cdef object _new_map_node(object name, str code, tuple keys):
     """ir.Map(name, code, *keys)."""
     return _new_ir_node(_IRMap, "M", name, code, keys)
@@ -476,19 +482,38 @@ cpdef object make_map(object name, tuple args):
             _operand(a, str(name))   # raises the TypeError
     if code is None:
         return _fold_fn(name, args)
-    # pass 2: key, leaves and scalars in argument order (the plan's binding order)
+    # pass 2: key, leaves and scalars in argument order (the plan's binding order), each
+    # tuple allocated once at its size (concatenating a tuple per operand was a third of
+    # building a node)
+    cdef Py_ssize_t nl = 0, ns = 0, il = 0, js = 0, j
+    for i in range(n):
+        a = args[i]
+        if isinstance(a, Tensor):
+            nl += 1
+        elif isinstance(a, Exp):
+            nl += len((<Exp> a).leaves)
+            ns += len((<Exp> a).scalars)
+        else:
+            ns += 1
+    keys = PyTuple_New(n)
+    leaves = PyTuple_New(nl)
+    scalars = PyTuple_New(ns) if ns else ()
     for i in range(n):
         a = args[i]
         if isinstance(a, Tensor):
             t = <Tensor> a
-            keys = keys + (_LEAF_KEY[t.type_flag],)
-            leaves = leaves + (t,)
+            _tuple_put(keys, i, _LEAF_KEY[t.type_flag])
+            _tuple_put(leaves, il, t)
+            il += 1
         elif isinstance(a, Exp):
             e = <Exp> a
-            keys = keys + (e.key,)
-            leaves = leaves + e.leaves
-            if e.scalars:
-                scalars = scalars + e.scalars
+            _tuple_put(keys, i, e.key)
+            for j in range(len(e.leaves)):
+                _tuple_put(leaves, il, e.leaves[j])
+                il += 1
+            for j in range(len(e.scalars)):
+                _tuple_put(scalars, js, e.scalars[j])
+                js += 1
             exp_type |= e.exp_type
         else:
             if isinstance(a, _ScalarExp):
@@ -496,11 +521,12 @@ cpdef object make_map(object name, tuple args):
                     raise DTypeError(f"{name}: scalar of dtype {a.dtype} meets an expression of "
                                      f"dtype {np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
                 a = a.value
-            keys = keys + (_SCALAR_KEY,)
+            _tuple_put(keys, i, _SCALAR_KEY)
             if type(a) is float and code in _FLOAT_CODES:
-                scalars = scalars + (a,)
+                _tuple_put(scalars, js, a)
             else:
-                scalars = scalars + (_scalar_value(a, code, str(name)),)
+                _tuple_put(scalars, js, _scalar_value(a, code, str(name)))
+            js += 1
     cdef MapExp node
     if n == 2:
         node = BinaryMapExp.__new__(BinaryMapExp)

@@ -159,8 +159,7 @@ cdef tuple _pack(_Row row, dict params):
                 if v is None:
                     return row.reader.pack(**params)
                 v = int(v)
-            Py_INCREF(v)
-            PyTuple_SET_ITEM(out, k, v)
+            _tuple_put(out, k, v)
         return out
     return row.reader.pack(**params)
 
@@ -207,8 +206,7 @@ def gather(str reader, srcs, shape, str code, index=None, cls=None, **params):
             leaves += e.leaves
             if e.scalars:
                 scalars += e.scalars
-        Py_INCREF(key)
-        PyTuple_SET_ITEM(keys, k, key)
+        _tuple_put(keys, k, key)
     kernel = row.kernels.get(code)
     if kernel is None:
         raise ValueError(f"reader {reader} has no kernel for storage code {code!r}")
@@ -257,11 +255,9 @@ cdef GatherArgs _gather_args(str kernel, tuple srcs, tuple params, shape, index)
                 raise ValueError(f"{kernel}: a view source must be 2-D and not the index, "
                                  f"got {src!r}")
             snap = None
-        Py_INCREF(snap)
-        PyTuple_SET_ITEM(snapshot, k, snap)
+        _tuple_put(snapshot, k, snap)
         shape_k = _fast_shape(src.shape)
-        Py_INCREF(shape_k)
-        PyTuple_SET_ITEM(shapes, k, shape_k)
+        _tuple_put(shapes, k, shape_k)
     g.src_shapes = shapes
     g.snapshot = snapshot
     for k in range(n):                # read in place: alive now

@@ -402,8 +402,7 @@ cdef tuple _gather_sources(tuple leaves, tuple binds):
     for k in range(n):
         i = <Py_ssize_t> binds[k]
         src = leaves[i] if i >= 0 else None
-        Py_INCREF(src)
-        PyTuple_SET_ITEM(out, k, src)
+        _tuple_put(out, k, src)
     return out
 
 

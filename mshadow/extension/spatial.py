@@ -19,15 +19,16 @@ def _reducer(reducer, where):
     return _REDUCER_ID[reducer.name]
 
 
-def _positive(where, **values):
-    """Kernel sizes, strides and dilations: integers >= 1 (mshadow divides by them)."""
-    for v in values.values():
+def _positive(where, names, *values):
+    """Kernel sizes, strides and dilations (named by ``names``, space-separated): integers
+    >= 1 (mshadow divides by them). Positional: a keyword dict cost half of pool's checks."""
+    for v in values:
         if type(v) is not int or not 1 <= v <= INDEX_MAX:
             break
     else:
-        return values.values()
+        return values
     out = []
-    for name, v in values.items():
+    for name, v in zip(names.split(), values):
         v = int_arg(v, where, name)     # an integer below 2**63
         if v < 1:
             raise ShapeError(f"{where}: {name} must be >= 1, got {v}")
@@ -65,7 +66,7 @@ def pool(src, ky, kx, sy, sx, reducer=red.maximum, pshape=None):
     """
     r = _reducer(reducer, "pool")
     src = _source(src, "pool", 2)
-    ky, kx, sy, sx = _positive("pool", ky=ky, kx=kx, sy=sy, sx=sx)
+    ky, kx, sy, sx = _positive("pool", "ky kx sy sx", ky, kx, sy, sx)
     H, W = src.shape[-2], src.shape[-1]
     if not (W >= kx and H >= ky):
         raise ShapeError("PoolingExp: kernel must be smaller than image")
@@ -88,7 +89,7 @@ def unpool(data_src, data_pooled, grad_pooled, ky, kx, sy, sx, reducer=red.maxim
     data_pooled = _source(data_pooled, "unpool", 2)
     grad_pooled = _source(grad_pooled, "unpool", 2)
     _same_dtype("unpool", data_src, data_pooled, grad_pooled)
-    ky, kx, sy, sx = _positive("unpool", ky=ky, kx=kx, sy=sy, sx=sx)
+    ky, kx, sy, sx = _positive("unpool", "ky kx sy sx", ky, kx, sy, sx)
     if tuple(grad_pooled.shape) != tuple(data_pooled.shape):
         raise ShapeError("UnPoolingExp: pooled shape mismatch")
     if (data_pooled.ndim != data_src.ndim
@@ -103,7 +104,7 @@ def unpool(data_src, data_pooled, grad_pooled, ky, kx, sy, sx, reducer=red.maxim
 # ---- channel_pool.h / channel_unpool.h ----------------------------------------------------
 
 def _channel_params(where, nsize, stride, pad, odd_check):
-    nsize, stride = _positive(where, nsize=nsize, stride=stride)
+    nsize, stride = _positive(where, "nsize stride", nsize, stride)
     if pad is None:
         if odd_check and nsize % 2 != 1:
             raise ShapeError("chpool: if no pad is specified, local size must be odd")
@@ -163,7 +164,7 @@ def ch_unpool(data_src, data_pooled, grad_pooled, nsize, reducer, stride=1, pad=
 def _patch_params(where, ky, kx, sy, sx, dy, dx):
     sx = sy if sx is None else sx
     dx = dy if dx is None else dx
-    return _positive(where, ky=ky, kx=kx, sy=sy, sx=sx, dy=dy, dx=dx)
+    return _positive(where, "ky kx sy sx dy dx", ky, kx, sy, sx, dy, dx)
 
 
 def _out_extent(size, k, s, d):
