@@ -687,47 +687,109 @@ static void ms_k_chain_sum_{code}(char **args, npy_intp const *dims, npy_intp co
 REDUCE_LANES = 16
 
 
-def _reduce_sum(code, ctype):
-    """The sum of one block: element i goes to lane i % 16, lanes combined pairwise; the
-    same order for every step, ISA and thread count (integers wrap, as in C++). The lanes
-    are independent, so each ISA's compile of the same C vectorises it the same way."""
+def reducer_init(r, code):
+    """The C value a fold of reducer row ``r`` (readers.REDUCER_TABLE) starts from, for the
+    storage type ``code``: its number; "-inf" / "+inf": -INFINITY / INFINITY for floats,
+    the <stdint.h> limits of an integer type (0 for an unsigned one's minimum)."""
+    if r.init not in ("-inf", "+inf"):
+        return str(r.init)
+    cc = compute_code(code)
+    if cc in FLOAT_CODES:
+        return "-INFINITY" if r.init == "-inf" else "INFINITY"
+    v = _CTYPE[cc]
+    limit = v[:-2].upper()           # int8_t -> INT8_MIN / INT8_MAX, uint8_t -> 0 / UINT8_MAX
+    if r.init == "+inf":
+        return limit + "_MAX"
+    return "0" if v.startswith("u") else limit + "_MIN"
+
+
+def reducer_fold(r, code, a="a", b="b"):
+    """The C fold of reducer row ``r`` on the compute type of ``code``, of the value held
+    ``a`` and the new value ``b``: the row's own ``c``, else its ops_table combine's C form."""
+    cc = compute_code(code)
+    form = r.c if r.c is not None else _c_expr(OPS_BY_NAME[r.combine], cc, _CTYPE[cc])
+    return re.sub(r"\b[ab]\b", lambda m: a if m.group() == "a" else b, form)
+
+
+REDUCE_LANES = 16
+
+
+def _reduce_lanes(r, code, ctype):
+    """The fold of one block for an arithmetic reducer (``lanes``): element i goes to lane
+    i % 16, lanes combined pairwise; the same order for every step, ISA and thread count
+    (integers wrap, as in C++). The lanes are independent, so each ISA's compile of the same
+    C vectorises it the same way. ms.sum's order."""
     L = REDUCE_LANES
     sig = "(const char *a, npy_intp n, npy_intp sa)"
     body = f"""  {ctype} acc[{L}];
   npy_intp i = 0;
   int l, w;
-  for (l = 0; l < {L}; ++l) acc[l] = 0;
+  for (l = 0; l < {L}; ++l) acc[l] = {reducer_init(r, code)};
   if (sa == (npy_intp)sizeof({ctype})) {{
     const {ctype} *x = (const {ctype} *)a;
     for (; i + {L} <= n; i += {L})
-      for (l = 0; l < {L}; ++l) acc[l] = ({ctype})(acc[l] + x[i + l]);
+      for (l = 0; l < {L}; ++l) acc[l] = ({ctype})({reducer_fold(r, code, "acc[l]", "x[i + l]")});
   }}
-  for (; i < n; ++i) acc[i % {L}] = ({ctype})(acc[i % {L}] + *(const {ctype} *)(a + i * sa));
+  for (; i < n; ++i) acc[i % {L}] = ({ctype})({reducer_fold(r, code, f"acc[i % {L}]", f"*(const {ctype} *)(a + i * sa)")});
   for (w = {L} / 2; w > 0; w /= 2)
-    for (l = 0; l < w; ++l) acc[l] = ({ctype})(acc[l] + acc[l + w]);
+    for (l = 0; l < w; ++l) acc[l] = ({ctype})({reducer_fold(r, code, "acc[l]", "acc[l + w]")});
   return acc[0];"""
-    out = _per_isa(f"ms_rsum_{code}", ctype, sig, body)
-    out.append(f"""static void ms_k_reduce_sum_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+    fn = f"ms_r{r.block}_{code}"
+    out = _per_isa(fn, ctype, sig, body)
+    out.append(f"""static void ms_k_reduce_{r.block}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   (void)data;
 #if MS_X86
-  *({ctype} *)args[1] = ms_rsum_{code}_tab[ms_isa_level](args[0], dims[0], steps[0]);
+  *({ctype} *)args[1] = {fn}_tab[ms_isa_level](args[0], dims[0], steps[0]);
 #else
-  *({ctype} *)args[1] = ms_rsum_{code}_plain(args[0], dims[0], steps[0]);
+  *({ctype} *)args[1] = {fn}_plain(args[0], dims[0], steps[0]);
 #endif
 }}""")
     return "\n".join(out)
 
 
+def _reduce_in_order(r, code, ctype):
+    """The fold of one block for a selecting reducer (not ``lanes``): element by element
+    from the row's init value (which of +0 / -0 a maximum keeps depends on the order)."""
+    # the fold as a macro: an integer's NaN test (a == a) then raises no self-comparison warning
+    return f"""#define MS_FOLD(a, b) ({reducer_fold(r, code, "(a)", "(b)")})
+static void ms_k_reduce_{r.block}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+  {ctype} res = ({ctype})({reducer_init(r, code)});
+  npy_intp i;
+  (void)data;
+  for (i = 0; i < dims[0]; ++i) {{
+    const {ctype} v = *(const {ctype} *)(args[0] + i * steps[0]);
+    res = MS_FOLD(res, v);
+  }}
+  *({ctype} *)args[1] = res;
+}}
+#undef MS_FOLD"""
+
+
+def _reducer_kernels(code, ctype):
+    """Per row of readers.REDUCER_TABLE: reduce_<block>_<code> (one block to one value, the
+    fused reductions' reducing saver) and, for a row with its own C fold (its accumulating
+    saver then cannot be an ordinary one: ir.ACCUMULATORS), acc_<block>_<code> (out =
+    fold(dst, value), element-wise: the column accumulation of a fused reduction)."""
+    out, names = [], []
+    for r in readers.REDUCER_TABLE:
+        if r.c is not None:
+            out.append(_loop_kernel(f"acc_{r.block}_{code}", 2, [ctype, ctype], ctype,
+                                    reducer_fold(r, code)))
+            names.append(f"acc_{r.block}_{code}")
+        out.append(_reduce_lanes(r, code, ctype) if r.lanes else _reduce_in_order(r, code, ctype))
+        names.append(f"reduce_{r.block}_{code}")
+    return out, names
+
+
+_CTYPE = {c: t for c, t, _ in STORAGE_TYPES}
+
+
 def _reader_types(code):
-    """The value type V, sum accumulator A and the maximum/minimum init values of the readers
-    (mshadow/readers.py) for a storage type: V its compute type; floats sum in it, from
-    -inf/+inf; integers sum in uint64 (wrapping), from their <stdint.h> limits."""
-    ctype = dict((c, t) for c, t, _ in STORAGE_TYPES)
-    v = ctype[compute_code(code)]
-    if compute_code(code) in FLOAT_CODES:
-        return v, v, "-INFINITY", "INFINITY"
-    limit = v[:-2].upper()           # int8_t -> INT8_MIN / INT8_MAX, uint8_t -> 0 / UINT8_MAX
-    return v, "uint64_t", "0" if v.startswith("u") else limit + "_MIN", limit + "_MAX"
+    """The value type V and the gradient sums' accumulator A of the readers
+    (mshadow/readers.py) for a storage type: V its compute type; floats sum in it, integers
+    in uint64 (wrapping)."""
+    v = _CTYPE[compute_code(code)]
+    return v, (v if compute_code(code) in FLOAT_CODES else "uint64_t")
 
 
 _READER_TYPES = {code: _reader_types(code) for code, _, _ in STORAGE_TYPES}
@@ -791,19 +853,23 @@ def _readers(names):
     out = ["/* ---- readers (mshadow/readers.py): the gather contract of mshadow/gather.h ---- */",
            "#define IDX(k, r) ms_read_index(src##k + (r) * rs##k, g->code[k])",
            "#define BAD_INDEX (ms_gather_error = 1)",
-           "#define REDUCE(red, res, v) MS_REDUCE(red, res, v)",
            "#define PREFETCH(k, r, c, cnt) do { const char *pf_ = src##k + (r) * rs##k + (c) * "
            "(npy_intp)sizeof(T); npy_intp pb_ = (cnt) * (npy_intp)sizeof(T), o_; "
            "if (pb_ > 1024) pb_ = 1024; for (o_ = 0; o_ < pb_; o_ += 64) ms_prefetch(pf_ + o_); "
            "} while (0)"]
     entries = []
     for code, ctype, _ in STORAGE_TYPES:
-        V, A, low, high = _READER_TYPES[code]
+        V, A = _READER_TYPES[code]
         load = "ms_half_to_float(t)" if code == "f16" else "(V)t"
         store = "ms_float_to_half((float)v)" if code == "f16" else "(T)v"
         out += [f"#define T {ctype}", f"#define V {V}", f"#define A {A}",
-                f"#define LOW ({low})", f"#define HIGH ({high})", "#define ZERO ((V)0)",
-                f"static inline V ms_rd_{code}(const char *p) {{ T t; memcpy(&t, p, sizeof t); "
+                "#define ZERO ((V)0)"]
+        # each reducer's init value and fold in V (readers._fold_over switches over them)
+        for red in readers.REDUCER_TABLE:
+            R = red.name.upper()
+            out += [f"#define INIT_{R} ((V)({reducer_init(red, code)}))",
+                    f"#define FOLD_{R}(a, b) ((V)({reducer_fold(red, code, '(a)', '(b)')}))"]
+        out += [f"static inline V ms_rd_{code}(const char *p) {{ T t; memcpy(&t, p, sizeof t); "
                 f"return {load}; }}",
                 f"static inline void ms_wr_{code}(char *p, V v) {{ T t = {store}; "
                 f"memcpy(p, &t, sizeof t); }}",
@@ -811,42 +877,14 @@ def _readers(names):
         for r in readers.READERS:
             out.append(_reader_kernel(r, code))
             entries.append(r.kernel(code))
-        out += ["#undef T", "#undef V", "#undef A", "#undef LOW", "#undef HIGH", "#undef ZERO",
-                "#undef LD"]
-    out += ["#undef IDX", "#undef BAD_INDEX", "#undef REDUCE", "#undef PREFETCH",
+        out += ["#undef T", "#undef V", "#undef A", "#undef ZERO", "#undef LD"]
+        out += [f"#undef {m}_{red.name.upper()}" for red in readers.REDUCER_TABLE
+                for m in ("INIT", "FOLD")]
+    out += ["#undef IDX", "#undef BAD_INDEX", "#undef PREFETCH",
             "static const ms_kernel_entry ms_reader_table[] = {"]
     out += [f'  {{"{n}", ms_k_{n}}},' for n in entries]
     out.append("  {NULL, NULL}\n};")
     return "\n".join(out)
-
-
-# maximum / minimum as the reductions take them (MXNet's red::maximum, mshadow/gather.h's
-# MS_REDUCE): a NaN already held sticks and a NaN value is taken, so NaN propagates.
-_MINMAX = {"max": "((a == a && !(a >= b)) ? b : a)", "min": "((a == a && !(a <= b)) ? b : a)"}
-
-
-def _minmax_kernels(code, ctype):
-    """acc_max/acc_min (out = red(dst, value), element-wise: the column accumulation of a
-    fused reduction) and reduce_max/reduce_min (one block to one value, from the reducer's
-    init value: -inf/+inf, the integer types' limits)."""
-    _, _, low, high = _READER_TYPES[code]
-    out, names = [], []
-    for red, form in _MINMAX.items():
-        out.append(_loop_kernel(f"acc_{red}_{code}", 2, [ctype, ctype], ctype, form))
-        init = low if red == "max" else high
-        op = "MS_RED_MAXIMUM" if red == "max" else "MS_RED_MINIMUM"
-        out.append(f"""static void ms_k_reduce_{red}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
-  {ctype} res = ({ctype})({init});
-  npy_intp i;
-  (void)data;
-  for (i = 0; i < dims[0]; ++i) {{
-    const {ctype} v = *(const {ctype} *)(args[0] + i * steps[0]);
-    MS_REDUCE({op}, res, v);
-  }}
-  *({ctype} *)args[1] = res;
-}}""")
-        names += [f"acc_{red}_{code}", f"reduce_{red}_{code}"]
-    return out, names
 
 
 def _cast_expr(src, dst, dst_ctype):
@@ -925,9 +963,7 @@ def generate():
     for code, ctype, _ in COMPUTE_TYPES:
         out.append(_implicit_gemm(code, ctype))
         names.append(f"implicit_gemm_{code}")
-        out.append(_reduce_sum(code, ctype))
-        names.append(f"reduce_sum_{code}")
-        kernels, knames = _minmax_kernels(code, ctype)
+        kernels, knames = _reducer_kernels(code, ctype)
         out += kernels
         names += knames
     for src, sct, _ in STORAGE_TYPES:

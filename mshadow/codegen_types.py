@@ -28,7 +28,7 @@ def const_name(d):
 
 
 def reducer_const(name):
-    """The C name of a reducer id: MS_RED_SUM, MS_RED_MAXIMUM, ..."""
+    """The C name of a reducer id: ``MS_RED_`` and the name in capitals."""
     return "MS_RED_" + name.upper()
 
 

@@ -215,8 +215,8 @@ def reducer_names(names=None):
 
 
 class _Reducers:
-    """``ms.red``: reducers for reductions and pooling (sum, maximum, minimum): one
-    attribute per row of readers.REDUCER_TABLE."""
+    """``ms.red``: reducers for reductions and pooling (sum, maximum, minimum, product):
+    one attribute per row of readers.REDUCER_TABLE."""
 
     def __init__(self):
         self.__dict__.update((r.name, _Reducer(r.name, r.combine, r.init))

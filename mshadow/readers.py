@@ -12,39 +12,89 @@ leading axis, columns x of the last axis) and is written in three parts, all C:
 
 Inside them: the parameters by name (``npy_intp``), ``LD(k, r, c)`` (source k's element
 at row r, column c, loaded as the value type V), ``IDX(k, r)`` (element r of the index
-source k, truncated toward zero as mshadow's casts), ``ZERO``, ``LOW`` / ``HIGH`` (the
-maximum's and minimum's init values), ``red`` compared with ``MS_RED_SUM`` /
-``MS_RED_MAXIMUM`` / ``MS_RED_MINIMUM`` (REDUCER_TABLE's ids, never their numbers),
-``REDUCE(red, acc, v)`` (maximum/minimum, NaN propagating) and ``BAD_INDEX`` (records an out-of-range index: the engine raises
+source k, truncated toward zero as mshadow's casts), ``ZERO``, for each row of
+REDUCER_TABLE ``INIT_<NAME>`` and ``FOLD_<NAME>(a, b)`` (its init value and its combine,
+in V; a reader that takes a ``red`` parameter writes its fold with ``_fold_over``, which
+switches on ``red`` over every row, so a new row needs no C here), ``MS_RED_<NAME>`` (the
+rows' ids, never their numbers) and ``BAD_INDEX`` (records an out-of-range index: the engine raises
 IndexError; indices are also checked before anything is stored). ``V`` is the type values
-are compared in (float for float16), ``A`` the sum accumulator (float for float16, uint64
+are folded in (float for float16: integer sums and products wrap in it), ``A`` the
+accumulator of the gradient sums (float for float16, uint64
 for integers: wrapping, which equals mshadow's result modulo the type's width). A row is
 compiled for every storage type; its kernel is named ``g_<name>_<code>``.
 
 Adding a gathering extension is one row here, its constructor (a few lines building the
 GatherExp with ``gather`` in extension/gather.py) and its tests.
 """
+import re
 from collections import namedtuple
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
-# THE reducer table (ms.red.*), one row each: ``id`` is the value of a reader's ``red``
-# parameter (``MS_RED_<NAME>`` in C, emitted into dtypes_gen.h by codegen_types.py),
-# ``combine`` the ops_table operator that folds a value in, ``init`` where it starts (0;
-# "-inf" / "+inf": for an integer type its minimum / maximum), ``ufunc`` numpy's combining
-# ufunc (by name), ``block`` the reducing saver of the fused reduction (one partial per
-# block: ir.REDUCERS, kernels reduce_<block>_<code>), ``acc`` its accumulating saver (a
-# running row: ir.ACCUMULATORS, kernels acc_<block>_<code>, or an ordinary saver) and
-# ``arg`` numpy's index-of function for mask=True (None: no mask form). ms.red, the
-# reductions, pool/unpool and the kernels' reducer ids all read it.
-ReducerDef = namedtuple("ReducerDef", "name id combine init ufunc block acc arg")
+# THE reducer table (ms.red.*), one row each (docs/architecture.md, "A reducer"):
+#   name     ms.red.<name>, and MS_RED_<NAME> in C (emitted into dtypes_gen.h by codegen_types.py)
+#   id       the value of a reader's ``red`` parameter
+#   combine  the ops_table operator that folds a value in; its C form (ops_table's ``c``, in
+#            ``a`` the value held and ``b`` the new one) is the kernels' fold unless ``c``
+#   c        the fold's own C form where it differs from combine's: MXNet's red::maximum
+#            propagates NaN (a NaN held sticks, a NaN value is taken), ops_table's maximum not
+#   init     where a fold starts: a number, or "-inf" / "+inf" (an integer type's minimum /
+#            maximum); per dtype in C (codegen_cpu.reducer_init) and numpy (reduce.init_value)
+#   ufunc    numpy's combining ufunc, by name: the oracle, and how partial results combine
+#   block    the reducing saver of the fused reduction (one partial per block: ir.REDUCERS,
+#            kernels reduce_<block>_<code>)
+#   acc      its accumulating saver (a running row: an ordinary saver of ir.SAVER_TABLE, or
+#            ir.ACCUMULATORS and kernels acc_<block>_<code>)
+#   arg      numpy's index-of function for mask=True (None: no mask form; the readers take the
+#            first value the fold keeps over every other, a NaN first of all)
+#   grad     mshadow's PartialGrad(redres, redsrc) in C, what unpool / ch_unpool multiply the
+#            gradient by (None: no gradient form; they refuse the reducer)
+#   lanes    an arithmetic fold (True): a block folds element i into lane i % 16 and combines
+#            the lanes pairwise (ms.sum's order, which vectorises), float partials combine in
+#            float64 and half values fold in float32 (as every float16 computes), integers
+#            wrap. False: a selecting fold, in element order in the value's own type (which of
+#            +0 / -0 it keeps depends on the order)
+# ms.red, the reductions, ms.sum, pool/unpool/chpool, the readers' C and the fused kernels
+# all read it: adding a reducer is one row plus its tests.
+ReducerDef = namedtuple("ReducerDef", "name id combine c init ufunc block acc arg grad lanes")
+_NAN_MAX = "((a == a && !(a >= b)) ? b : a)"
+_NAN_MIN = "((a == a && !(a <= b)) ? b : a)"
+_TIED = "(redres == redsrc ? 1 : 0)"
 REDUCER_TABLE = (
-    ReducerDef("sum", 0, "plus", 0, "add", "sum", "plusto", None),
-    ReducerDef("maximum", 1, "maximum", "-inf", "maximum", "max", "maxto", "argmax"),
-    ReducerDef("minimum", 2, "minimum", "+inf", "minimum", "min", "minto", "argmin"),
+    ReducerDef("sum", 0, "plus", None, 0, "add", "sum", "plusto", None, "1", True),
+    ReducerDef("maximum", 1, "maximum", _NAN_MAX, "-inf", "maximum", "max", "maxto", "argmax",
+               _TIED, False),
+    ReducerDef("minimum", 2, "minimum", _NAN_MIN, "+inf", "minimum", "min", "minto", "argmin",
+               _TIED, False),
 )
 REDUCER_IDS = {r.name: r.id for r in REDUCER_TABLE}          # by ms.red name
 REDUCER_BY_NAME = {r.name: r for r in REDUCER_TABLE}
+
+
+def _each_reducer(body, rows=REDUCER_TABLE):
+    """C: ``switch (red)`` with one case per reducer row, ``body`` with @ replaced by the
+    row's upper-case name (INIT_@, FOLD_@(a, b): the fold's init and combine, defined
+    per storage type by codegen_cpu.py from the row). Any other id leaves ``v`` ZERO (the
+    constructors pass table ids only)."""
+    cases = "".join(f"\n        case MS_RED_{r.name.upper()}: {{ "
+                    + body.replace("@", r.name.upper()) + " break; }" for r in rows)
+    return "switch (red) {" + cases + "\n        default: v = ZERO;\n      }"
+
+
+def _fold_over(loop, value):
+    """C: ``v`` = the fold of ``value`` over ``loop`` (a C loop header), from the reducer's
+    init value, in the value type V."""
+    return _each_reducer(f"V res = INIT_@; {loop} {{ const V t = {value}; "
+                         f"res = FOLD_@(res, t); }} v = res;")
+
+
+def _partial_grad(redres, redsrc):
+    """C: mshadow's Reducer::PartialGrad(redres, redsrc) of the reducer ``red``, as A."""
+    out = "(A)0"
+    for r in reversed([r for r in REDUCER_TABLE if r.grad is not None]):
+        g = re.sub(r"\bredres\b", redres, re.sub(r"\bredsrc\b", redsrc, r.grad))
+        out = f"(red == MS_RED_{r.name.upper()} ? (A)({g}) : {out})"
+    return out
 
 
 @dataclass(frozen=True)
@@ -73,6 +123,9 @@ class Reader:
     # bands into an accumulator (a "scatter" stage) instead of running the gather kernel,
     # which would need the whole source (take_grad)
     scatter: bool = False
+    # the REDUCER_TABLE column its ``red`` parameter's row must fill ("grad": unpool and
+    # ch_unpool multiply by PartialGrad): its constructor refuses the other reducers
+    red_needs: str = ""
     # (optional, C, after ``row``) the row of source 0 whose columns [x0, x0 + n) the block
     # is, verbatim, or -1: the kernel then copies the bytes (memcpy) instead of the element
     # loop, where the columns are contiguous (take: 1.35x faster than the loop)
@@ -181,16 +234,8 @@ def _ch_unpool_rows(p, y0, y1):
     return y0 // per_img * pooled, ((y1 - 1) // per_img + 1) * pooled
 
 
-_WINDOW_REDUCE = """
-      if (red == MS_RED_SUM) {
-        A acc = 0;
-        for (a = ys; a < ye; ++a) for (b = xs; b < xe; ++b) acc += (A)LD(0, base + a, b);
-        v = (V)acc;
-      } else {
-        V res = red == MS_RED_MAXIMUM ? LOW : HIGH;
-        for (a = ys; a < ye; ++a) for (b = xs; b < xe; ++b) { const V t = LD(0, base + a, b); REDUCE(red, res, t); }
-        v = res;
-      }"""
+_WINDOW_REDUCE = "\n      " + _fold_over("for (a = ys; a < ye; ++a) for (b = xs; b < xe; ++b)",
+                                          "LD(0, base + a, b)")
 
 READERS = (
     Reader("pad", "zero padding of the last two axes: out(lead, oh, ow) = src(lead, oh - py, "
@@ -271,11 +316,11 @@ READERS = (
                 "      A acc = 0;\n"
                 "      for (a = pymin; a < pymax; ++a) for (b = pxmin; b < pxmax; ++b) {\n"
                 "        /* PartialGrad times grad, as mshadow: a 0 partial still multiplies */\n"
-                "        const A pg = (red == MS_RED_SUM || vsrc == LD(1, prow + a, b)) ? 1 : 0;\n"
+                f"        const A pg = {_partial_grad('vsrc', 'LD(1, prow + a, b)')};\n"
                 "        acc += pg * (A)LD(2, prow + a, b);\n"
                 "      }\n"
                 "      v = (V)acc;",
-           src_rows=(_same_rows, _unpool_rows, _unpool_rows)),
+           src_rows=(_same_rows, _unpool_rows, _unpool_rows), red_needs="grad"),
     Reader("chpool", "chpool: out(n, c, h, w) = reduce over channels [c*stride - pad, +nsize), "
            "clipped by the output channel count (quirk 11) and by C",
            ("src",), ("red", "C", "oC", "H", "nsize", "stride", "pad"),
@@ -283,16 +328,7 @@ READERS = (
                "  const npy_intp cs = MS_MAX(c * stride - pad, 0);\n"
                "  const npy_intp ce = MS_MIN(MS_MIN(c * stride - pad + nsize, oC), C);\n"
                "  npy_intp k;",
-           elem="if (red == MS_RED_SUM) {\n"
-                "        A acc = 0;\n"
-                "        for (k = cs; k < ce; ++k) acc += (A)LD(0, (img * C + k) * H + h, x);\n"
-                "        v = (V)acc;\n"
-                "      } else {\n"
-                "        V res = red == MS_RED_MAXIMUM ? LOW : HIGH;\n"
-                "        for (k = cs; k < ce; ++k) { const V t = LD(0, (img * C + k) * H + h, x); "
-                "REDUCE(red, res, t); }\n"
-                "        v = res;\n"
-                "      }",
+           elem=_fold_over("for (k = cs; k < ce; ++k)", "LD(0, (img * C + k) * H + h, x)"),
            src_rows=lambda p, y0, y1: (y0 // (p["oC"] * p["H"]) * p["C"] * p["H"],
                                        ((y1 - 1) // (p["oC"] * p["H"]) + 1) * p["C"] * p["H"])),
     Reader("ch_unpool", "ch_unpool: the gradient of chpool (mshadow's window formula, its end "
@@ -305,11 +341,11 @@ READERS = (
                 "      A acc = 0;\n"
                 "      for (k = cs; k < ce; ++k) {\n"
                 "        const npy_intp prow = (img * pC + k) * H + h;\n"
-                "        const A pg = (red == MS_RED_SUM || vsrc == LD(1, prow, x)) ? 1 : 0;\n"
+                f"        const A pg = {_partial_grad('vsrc', 'LD(1, prow, x)')};\n"
                 "        acc += pg * (A)LD(2, prow, x);\n"
                 "      }\n"
                 "      v = (V)acc;",
-           src_rows=(_same_rows, _ch_unpool_rows, _ch_unpool_rows)),
+           src_rows=(_same_rows, _ch_unpool_rows, _ch_unpool_rows), red_needs="grad"),
     Reader("col2im", "pack_col2patch: out(n, c, h, w) = sum of the column entries "
            "unpack_patch2col reads from (h, w), windows in mshadow's order, each tap found exactly",
            ("mat",), ("C", "H", "ky", "kx", "sy", "sx", "dy", "dx", "oh", "ow"),
@@ -334,25 +370,17 @@ READERS = (
 # from the reducer's init value; with ``mask`` the index of the first maximum (minimum),
 # a NaN counting as the extreme (numpy's argmax). A root reduction (``y[:] =
 # reduce_with_axis(...)``) is evaluated by the fused reduction engine instead.
-_AXIS_REDUCE = """
+_AXIS_REDUCE = ("""
       if (mask) {
         V best = ZERO; npy_intp arg = 0;
-        for (b = 0; b < N; ++b) {
-          const V t = LD(0, ROW(b), COL(b));
-          if (b == 0 || (best == best && (t != t || (red == MS_RED_MAXIMUM ? t > best : t < best)))) {
-            best = t; arg = b;
-          }
-        }
+        """ + _each_reducer("for (b = 0; b < N; ++b) { const V t = LD(0, ROW(b), COL(b)); "
+                            "if (b == 0 || (best == best && FOLD_@(best, t) != best)) "
+                            "{ best = t; arg = b; } }", [r for r in REDUCER_TABLE if r.arg])
+                + """
         v = (V)arg;
-      } else if (red == MS_RED_SUM) {
-        A acc = 0;
-        for (b = 0; b < N; ++b) acc += (A)LD(0, ROW(b), COL(b));
-        v = (V)acc;
       } else {
-        V res = red == MS_RED_MAXIMUM ? LOW : HIGH;
-        for (b = 0; b < N; ++b) { const V t = LD(0, ROW(b), COL(b)); REDUCE(red, res, t); }
-        v = res;
-      }"""
+        """ + _fold_over("for (b = 0; b < N; ++b)", "LD(0, ROW(b), COL(b))") + """
+      }""")
 READERS += (
     Reader("reduce_axis", "reduce_with_axis over a leading axis: out(a, m, x) = reduce over b "
            "of src(a, b, m, x), rows (a, b, m) of the source's 2-D flattening",

@@ -154,7 +154,7 @@ def reduce_except_dim(exp, dimkeep, reducer):
 
     Keeping the last axis follows MapReduceKeepLowest (starts from row 0, so an empty
     source is a ShapeError); any other axis MapReduceKeepHighDim (starts from the
-    reducer's init value: 0, -inf, +inf; integer types their min/max).
+    reducer's init value: 0, -inf, +inf, 1; integer types their min/max).
     """
     check_reducer(reducer, "reduce_except_dim")
     return _except_dim(exp, dimkeep, reducer, f"reduce_except_dim<{dimkeep}, red::{reducer.name}>")
@@ -258,8 +258,9 @@ def _array(src):
     return tmp.numpy()
 
 
-def _init_value(name, dtype):
-    """The reducer's SetInitValue (MXNet's: -inf/+inf for floats, the type's limits for ints)."""
+def init_value(name, dtype):
+    """The reducer's SetInitValue for a numpy dtype, from its row's init (MXNet's: -inf/+inf
+    for floats, the type's limits for ints); codegen_cpu.reducer_init spells it in C."""
     init = REDUCER_BY_NAME[name].init
     if init not in ("-inf", "+inf"):
         return init
@@ -293,9 +294,6 @@ def _fusable(src):
 
 ROWS_PER_GROUP = 64   # rows a column reduction adds in order before the next accumulator
 
-# reducer -> (its per-block reducing saver, its accumulating saver, numpy's combining ufunc)
-_FUSED = {r.name: (r.block, r.acc, _UFUNC[r.name]) for r in REDUCER_TABLE}
-
 
 def fused_reduce(src, form, reducer_name, axis):
     """The reduction of the expression ``src`` over the reduced axes, evaluated and reduced
@@ -307,9 +305,10 @@ def fused_reduce(src, form, reducer_name, axis):
     axes = _reduced_axes(form, axis, nd)
     if not axes:         # nothing to reduce (except_dim of a 1-D source): the values themselves
         return None
-    block_saver, acc_saver, ufunc = _FUSED[reducer_name]
+    row = REDUCER_BY_NAME[reducer_name]
+    block_saver, acc_saver, ufunc = row.block, row.acc, _UFUNC[reducer_name]
     wide = np.dtype(_NP_BY_CODE[cc])
-    if reducer_name == "sum" and wide.kind == "f":
+    if row.lanes and wide.kind == "f":   # an arithmetic fold: float partials in float64
         wide = np.dtype(np.float64)
     if nd - 1 in axes:   # the last axis is reduced: per-block partial results of each row
         plan = get_plan(src.key, code, block_saver)
@@ -325,7 +324,7 @@ def fused_reduce(src, form, reducer_name, axis):
             return None
         first = axes[0]
         acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP,
-                                   _init_value(reducer_name, np.dtype(_NP_BY_CODE[cc])))
+                                   init_value(reducer_name, np.dtype(_NP_BY_CODE[cc])))
         res = ufunc.reduce(acc, axis=2, dtype=wide)            # (A, M, cols)
         res = res.reshape(shape[:first] + shape[first + 1:])
         rest = tuple(k - 1 for k in axes[1:])                 # except_dim: the other leading axes
@@ -385,10 +384,10 @@ def chunked_reduce(src, form, reducer_name, axis, mask):
         res = res.reshape(_result_shape(shape, "keepdim" if form == "keepdim" else "with_axis",
                                         axis))
         return res.astype(_NP_BY_CODE[cc])
-    ufunc = _FUSED[reducer_name][2]
+    ufunc = _UFUNC[reducer_name]
     cdt = np.dtype(_NP_BY_CODE[cc])
     acc = np.full(tuple(1 if j in axes else shape[j] for j in range(nd)),
-                  _init_value(reducer_name, cdt), dtype=cdt)
+                  init_value(reducer_name, cdt), dtype=cdt)
     local = tuple(j - k for j in axes if j >= k)          # the chunk's reduced axes
     whole_k = k in axes
 
@@ -416,9 +415,10 @@ def plan_of(exp):
     shape = tuple(src.shape)
     if reduce_schedule(shape, exp.form, exp.axis, exp.mask) == "chunk":
         return get_plan(exp.key, src.code, "saveto")
+    row = REDUCER_BY_NAME[exp.reducer.name]
     if len(shape) - 1 in _reduced_axes(exp.form, exp.axis, len(shape)):
-        return get_plan(src.key, src.code, _FUSED[exp.reducer.name][0])
-    return get_plan(src.key, compute_code(src.code), _FUSED[exp.reducer.name][1])
+        return get_plan(src.key, src.code, row.block)
+    return get_plan(src.key, compute_code(src.code), row.acc)
 
 
 def compute(a, code, form, reducer_name, axis, mask, scale):
@@ -445,11 +445,15 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
         else:
             # argmax/argmin: first occurrence wins; a NaN counts as the extreme (first NaN)
             res = _ARG[reducer_name](a, axis=axis, keepdims=keep).astype(acc)
-    elif reducer_name == "sum":
-        res = np.add.reduce(a, axis=axes, dtype=acc, keepdims=keep)
     else:
-        res = _UFUNC[reducer_name].reduce(a, axis=axes, keepdims=keep,
-                                          initial=_init_value(reducer_name, dtype))
+        ufunc = _UFUNC[reducer_name]
+        init = init_value(reducer_name, dtype)
+        # numpy starts from the first value where its identity is the init value (the
+        # order of its pairwise sums, and a sum of -0.0 alone stays -0.0); an arithmetic
+        # fold runs in acc (float16 in float32, integers wrap in their own type)
+        kw = {} if ufunc.identity is not None and ufunc.identity == init else {"initial": init}
+        res = ufunc.reduce(a, axis=axes, keepdims=keep,
+                           dtype=acc if REDUCER_BY_NAME[reducer_name].lanes else None, **kw)
         res = np.asarray(res, dtype=acc)
     return _finish(np.ascontiguousarray(res), scale, acc, dtype)
 
@@ -548,7 +552,7 @@ def sum(exp):  # noqa: A001  ms.sum, as numpy's; `from mshadow import *` leaves 
                             f"reduced in the same pass; assign it to a tensor first")
         key, shape, code, leaves, scalars = exp.key, exp.shape, exp.code, exp.leaves, exp.scalars
     dtype = np.dtype(_NP_BY_CODE[code])
-    plan = get_plan(key, code, "sum")
+    plan = get_plan(key, code, REDUCER_BY_NAME["sum"].block)
     if not isinstance(plan, _core.Plan):   # an untraceable operator: evaluate it first
         tmp = _core.TensorContainer(shape, init=None, pad=False, dtype=dtype)
         assign(tmp, exp, "saveto")

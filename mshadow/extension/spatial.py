@@ -14,8 +14,14 @@ _REDUCER_ID = readers.REDUCER_IDS
 
 
 def _reducer(reducer, where):
-    if not isinstance(reducer, _Reducer) or reducer.name not in _REDUCER_ID:
-        raise TypeError(f"{where}: reducer must be {reducer_names()}, got {reducer!r}")
+    """The id of ``reducer`` for the reader named ``where``: a row of readers.REDUCER_TABLE
+    that fills the column the reader needs (unpool's PartialGrad: Reader.red_needs)."""
+    need = readers.READERS_BY_NAME[where].red_needs
+    ok = [r.name for r in readers.REDUCER_TABLE if not need or getattr(r, need) is not None]
+    if not isinstance(reducer, _Reducer) or reducer.name not in ok:
+        why = (f" (the reducers with a PartialGrad, which {where} multiplies the gradient by)"
+               if len(ok) < len(_REDUCER_ID) else "")
+        raise TypeError(f"{where}: reducer must be {reducer_names(ok)}{why}, got {reducer!r}")
     return _REDUCER_ID[reducer.name]
 
 

@@ -78,13 +78,4 @@ static inline npy_intp ms_imax(npy_intp a, npy_intp b) { return a > b ? a : b; }
 #define MS_MIN(a, b) ms_imin((a), (b))
 #define MS_MAX(a, b) ms_imax((a), (b))
 
-/* MXNet's red::maximum (MS_RED_MAXIMUM) / minimum (MS_RED_MINIMUM): a NaN already held
- * sticks, a NaN value is taken (`!(res >= v)` is true for it), so NaN propagates whatever
- * the order. */
-#define MS_REDUCE(red, res, v)                                                                  \
-  do {                                                                                          \
-    if ((red) == MS_RED_MAXIMUM) { if ((res) == (res) && !((res) >= (v))) (res) = (v); }        \
-    else { if ((res) == (res) && !((res) <= (v))) (res) = (v); }                                \
-  } while (0)
-
 #endif  /* MSHADOW_GATHER_H_ */
