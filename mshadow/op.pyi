@@ -83,6 +83,7 @@ class _Reducers:
     sum: _Reducer
     maximum: _Reducer
     minimum: _Reducer
+    product: _Reducer
 
 class _Types:
     """``ms.type``: the expression type lattice."""

@@ -66,6 +66,9 @@ REDUCER_TABLE = (
                _TIED, False),
     ReducerDef("minimum", 2, "minimum", _NAN_MIN, "+inf", "minimum", "min", "minto", "argmin",
                _TIED, False),
+    # MXNet's red::product (src/operator/mshadow_op.h): dst *= src from 1. No gradient form:
+    # its PartialGrad, redres / redsrc, divides by every zero input
+    ReducerDef("product", 3, "mul", None, 1, "multiply", "prod", "multo", None, None, True),
 )
 REDUCER_IDS = {r.name: r.id for r in REDUCER_TABLE}          # by ms.red name
 REDUCER_BY_NAME = {r.name: r for r in REDUCER_TABLE}

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.op import reducer_names   # every row of readers.REDUCER_TABLE
 from mshadow.testing import padded, tensor as T
 
 RED = {"sum": ms.red.sum, "maximum": ms.red.maximum, "minimum": ms.red.minimum}
@@ -410,7 +411,7 @@ def _errors():
         (lambda: ms.pool(x2, 2, 2, 0, 1), ms.ShapeError, "pool: sy must be >= 1, got 0"),
         (lambda: ms.pool(x2, 0, 2, 1, 1), ms.ShapeError, "pool: ky must be >= 1, got 0"),
         (lambda: ms.pool(x2, 2, 2, 1, 1, "max"), TypeError,
-         "pool: reducer must be ms.red.sum, ms.red.maximum or ms.red.minimum, got 'max'"),
+         f"pool: reducer must be {reducer_names()}, got 'max'"),
         (lambda: ms.pool(x2, 2, 2, 1, 1, pshape=(1, 2, 3)), ms.ShapeError,
          r"pool: pshape must have 2 entries, got \(1, 2, 3\)"),
         (lambda: ms.unpool(x2, p22, p33, 2, 2, 2, 2), ms.ShapeError,
