@@ -1,4 +1,5 @@
-"""Build of the compiled core: two Cython extensions with OpenMP where the compiler has it.
+"""Build of the compiled core: the Cython extensions _core and _blas, with OpenMP where the
+compiler has it, and mshadow.cuda._cuda, which needs no CUDA to build (it opens CUDA at run time).
 
 Nothing is generated or cythonized when this file is merely imported: the kernel header,
 cythonize and the compiler all run inside the build commands. A build whose inputs have not
@@ -153,13 +154,23 @@ def _kernels():
 
 
 def _extensions():
-    """The two extensions, described lazily (numpy's include dir is read at build time)."""
+    """The extensions, described lazily (numpy's include dir is read at build time)."""
     headers = sorted(glob.glob(os.path.join("mshadow", "include", "mshadow", "**", "*.h"),
                                recursive=True))
     common = dict(include_dirs=["mshadow/include"], depends=headers,
                   define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
+    # mshadow.cuda._cuda opens the CUDA libraries at run time (dlopen): no CUDA header or
+    # library at build time, only libdl where glibc keeps dlopen apart (before 2.34)
+    cuda = Extension("mshadow.cuda._cuda", sources=["mshadow/cuda/_cuda.pyx"],
+                     depends=sorted(glob.glob(os.path.join("mshadow", "cuda", "*.pxd"))
+                                    + glob.glob(os.path.join("mshadow", "cuda", "*.pxi"))),
+                     libraries=["dl"] if sys.platform.startswith("linux") else [])
     return [Extension("mshadow._core", sources=["mshadow/_core.pyx"], **common),
-            Extension("mshadow._blas", sources=["mshadow/_blas.pyx"], **common)]
+            Extension("mshadow._blas", sources=["mshadow/_blas.pyx"], **common), cuda]
+
+
+# extensions without OpenMP loops (no -fopenmp, no libgomp to link)
+_SERIAL = {"mshadow.cuda._cuda"}
 
 
 class BuildPy(build_py):
@@ -201,12 +212,13 @@ class BuildExt(build_ext):
                 settings_changed = json.load(f) != want
         except (OSError, ValueError):
             settings_changed = True
-        ours = [p for pat in ("*.pyx", "*.pxi", "*.pxd")
-                for p in glob.glob(os.path.join(HERE, "mshadow", pat))]
-        newest_source = max(os.path.getmtime(p) for p in ours)
         for ext in self.extensions:
             base = os.path.splitext(ext.sources[0])[0]
             c_file, ext.sources[0] = base + ".c", base + ".pyx"
+            # an extension's Cython sources are the .pyx/.pxi/.pxd files of its directory
+            ours = [p for pat in ("*.pyx", "*.pxi", "*.pxd")
+                    for p in glob.glob(os.path.join(HERE, os.path.dirname(base), pat))]
+            newest_source = max(os.path.getmtime(p) for p in ours)
             if (self.force or settings_changed or not os.path.exists(c_file)
                     or os.path.getmtime(c_file) < newest_source):
                 _say(f"cythonize {base}.pyx (Cython {cython_version})")
@@ -230,7 +242,7 @@ class BuildExt(build_ext):
         for ext in self.extensions:
             if msvc:
                 ext.extra_compile_args += ["/O2"]
-                if os.environ.get("MSHADOW_NO_OPENMP") != "1":
+                if os.environ.get("MSHADOW_NO_OPENMP") != "1" and ext.name not in _SERIAL:
                     ext.extra_compile_args += ["/openmp"]
                     self._openmp = True
                 continue
@@ -245,6 +257,8 @@ class BuildExt(build_ext):
                                        "-Wno-unused-function", "-Wno-unused-variable"]
             if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386"):
                 ext.extra_compile_args += ["-msse2"]
+            if ext.name in _SERIAL:
+                continue
             if os.environ.get("MSHADOW_NO_OPENMP") != "1" and cc and _compiler_accepts(cc, ["-fopenmp"]):
                 ext.extra_compile_args += ["-fopenmp"]
                 ext.extra_link_args += ["-fopenmp"]

@@ -157,6 +157,7 @@ def _cuda():
             if r is not None:
                 reason = r() if callable(r) else r
                 break
+        reason = " ".join(str(reason).split()) if reason else None    # one line of output
         return "not available" + (f" ({reason})" if reason else "")
     parts = []
     for label, attr in (("driver", "driver_version"), ("NVRTC", "nvrtc_version"),
