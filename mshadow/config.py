@@ -167,7 +167,7 @@ def _cuda():
             try:
                 parts.append(f"{label} {fn() if callable(fn) else fn}")
             except Exception as e:
-                parts.append(f"{label} unknown ({e})")
+                parts.append(f"{label} unknown ({' '.join(str(e).split())})")
     return "available" + (": " + ", ".join(parts) if parts else "")
 
 
