@@ -125,12 +125,13 @@ def _as_operand(x, where):
 
 def F(op, *args):
     """``F(op, a[, b[, c]])``: apply an operator (a name, an ms.op entry or a defined op)."""
-    name = getattr(op, "name", op)
     arity = getattr(op, "arity", None)
-    if arity is None:
-        if not isinstance(name, str) or name not in OPS_BY_NAME:
+    if arity is None:                   # an operator by name
+        if not isinstance(op, str) or op not in OPS_BY_NAME:
             raise OperatorError(_unknown_operator(op, len(args)))
-        arity = OPS_BY_NAME[name].arity
+        name, arity = op, OPS_BY_NAME[op].arity
+    else:                               # an ms.op entry, or a defined operator
+        name = op.name
     if len(args) != arity:
         raise TypeError(f"F: operator {name} takes {arity} argument(s), got {len(args)}")
     # a defined operator goes into the IR node itself (mshadow/op.py UserOp)
