@@ -462,13 +462,17 @@ cdef int streamSynchronize(CUstream stream) except -1:
     return check_status(st, b"cuStreamSynchronize")
 
 
-cdef bint streamQuery(CUstream stream) except -1:
-    init()
-    cdef CUresult st = _cuStreamQuery(stream)
+cdef bint _done(CUresult st, const char *what) except -1:
+    """A query's answer: False while the work is pending, True once it is done."""
     if st == CUDA_ERROR_NOT_READY:
         return False
-    check_status(st, b"cuStreamQuery")
+    check_status(st, what)
     return True
+
+
+cdef bint streamQuery(CUstream stream) except -1:
+    init()
+    return _done(_cuStreamQuery(stream), b"cuStreamQuery")
 
 
 cdef int streamWaitEvent(CUstream stream, CUevent event) except -1:
@@ -503,11 +507,7 @@ cdef int eventSynchronize(CUevent event) except -1:
 
 cdef bint eventQuery(CUevent event) except -1:
     init()
-    cdef CUresult st = _cuEventQuery(event)
-    if st == CUDA_ERROR_NOT_READY:
-        return False
-    check_status(st, b"cuEventQuery")
-    return True
+    return _done(_cuEventQuery(event), b"cuEventQuery")
 
 
 cdef float eventElapsedTime(CUevent start, CUevent end) except? -1:
