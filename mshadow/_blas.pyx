@@ -23,6 +23,7 @@ from mshadow._tables cimport (MS_TYPEFLAG_FLOAT32, MS_TYPEFLAG_FLOAT64, MS_TYPEF
                               MS_TYPEFLAG_INT64)
 from .dtypes import DTYPES
 from .errors import ShapeError, DTypeError
+from .device import cpu as _CPU
 
 cdef extern from "mshadow/half.h":
     float ms_half_to_float(uint16_t h) nogil
@@ -337,9 +338,10 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
     if k != k2 or mc.rows != m or mc.cols != n:
         raise ShapeError(f"dot-gemm: matrix shape mismatch: ({m}, {k}) x ({k2}, {n}) "
                          f"into {c.shape}")
-    for v, what in ((m, "rows"), (n, "cols"), (k, "inner size"),
-                    (ma.ld, "lda"), (mb.ld, "ldb"), (mc.ld, "ldc")):
-        _check_int(v, what)
+    if max(m, n, k, ma.ld, mb.ld, mc.ld) > INT_MAX:
+        for v, what in ((m, "rows"), (n, "cols"), (k, "inner size"),
+                        (ma.ld, "lda"), (mb.ld, "ldb"), (mc.ld, "ldc")):
+            _check_int(v, what)
     fa, fb, ia, ib = _scalars(flag, alpha, beta)
     _pin3(a, b, c)   # the memory outlives a free_space or resize from another thread
     try:
@@ -359,6 +361,25 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
         raise DTypeError(f"dot: no product for dtype {_NAMES[flag]}")
     if rc != 0:
         raise MemoryError("dot: could not allocate scratch memory")
+
+
+def product(dst, exp, tuple sign_beta, int nthreads):
+    """``dst <saver> exp`` for a DotExp or BatchDotExp (mshadow/dot.py), ``sign_beta`` the
+    saver's (sign of alpha, beta): True when done; False, having done nothing, when ``dst``
+    is not a CPU tensor of the product's dtype and shape (dot.py then raises the error that
+    says which). The per-call path of a small product, compiled."""
+    if not isinstance(dst, Tensor):
+        return False
+    cdef Tensor d = <Tensor> dst, a = exp.lhs, b = exp.rhs
+    if (d.type_flag != a.type_flag or d.device is not _CPU or a.device is not _CPU
+            or d.shape != exp.shape):
+        return False
+    alpha = sign_beta[0] * exp.scale
+    if exp.key[0] == "dot":
+        gemm(d, a, exp.ltrans, b, exp.rtrans, alpha, sign_beta[1], nthreads)
+    else:
+        batch_gemm(d, a, exp.ltrans, b, exp.rtrans, alpha, sign_beta[1], nthreads)
+    return True
 
 
 def batch_gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthreads=1):

@@ -41,6 +41,12 @@ def check_devices(where, dst=None, srcs=()):
     """The device check, made here only: the destination's device ``dst`` (None when there
     is none) and every operand's in ``srcs`` must be one device (a DeviceError names them),
     and one this build evaluates on: the CPU (the CUDA backend is not built yet)."""
+    if dst is None or dst is cpu:                # the common case, without building sets
+        for d in srcs:
+            if d is not cpu:
+                break
+        else:
+            return
     devices = set(srcs) | ({dst} if dst is not None else set())
     if len(devices) > 1:
         names = ", ".join(sorted(d.name for d in set(srcs)))

@@ -673,3 +673,22 @@ def test_device_checks_come_first():
     with pytest.raises(ms.DeviceError, match="CUDA backend"):
         c = ms.Tensor((3, 5), device=ms.gpu)
         c[:] = ms.dot(gpu_a, gpu_b)
+
+
+def test_what_the_compiled_product_path_refuses_raises_the_layers_errors():
+    """_blas.product stores only into a CPU tensor of the product's dtype and shape; every
+    other destination gets dot.py's error, and nothing is written."""
+    a, b = _mats()
+    c64 = ms.new_tensor((3, 5), init=7, dtype=np.float64)
+    with pytest.raises(DTypeError, match="product of dtype float32 into a tensor of dtype float64"):
+        c64[:] = ms.dot(a, b)
+    np.testing.assert_array_equal(c64.numpy(), 7)
+    with pytest.raises(TypeError, match="destination must be a Tensor"):
+        ms.engine.assign(np.zeros((3, 5), np.float32), ms.dot(a, b), "saveto")
+    out = ms.new_tensor((2, 3, 3), init=7)
+    with pytest.raises(ShapeError, match=r"BatchGEMM: matrix shape mismatch: destination \(2, 3, 3\)"):
+        out[:] = ms.batch_dot(ms.new_tensor((2, 3, 4)), ms.new_tensor((2, 4, 5)))
+    np.testing.assert_array_equal(out.numpy(), 7)
+    c = ms.new_tensor((3, 5))
+    c[:] = ms.dot(a, b) * 2                                 # and the path itself
+    np.testing.assert_allclose(c.numpy(), 2 * a.numpy() @ b.numpy(), rtol=1e-6)
