@@ -526,51 +526,46 @@ cpdef bint run_plan(Plan plan, Tensor dst, tuple leaves, tuple scalars) except -
     cdef char sv[16 * INLINE_LEAVES]
     cdef _Pins pins
     cdef bint dense, alias
-    cdef int flags = 0
-    if (not plan.stage_plans and plan.nleaf + 1 <= INLINE_LEAVES
-            and plan.nscalar <= INLINE_LEAVES):
-        pins.n = 0
-        pins.extra = NULL
-        _pin_now(dst.mem, &pins)
-        try:
-            _bind_leaves(plan, leaves, scalars, shape, rows, cols, dst, &pins, True, lv, gv, sv,
-                         &dense, &alias)
+    cdef int flags = 0, done = SMALL_NOT
+    cdef _Run r
+    # o's memory stays pinned until the run has ended, whichever path runs it: a small run
+    # that gives way to the general one has run Python code (an index check) meanwhile
+    pins.n = 0
+    pins.extra = NULL
+    _pin_now(dst.mem, &pins)
+    try:
+        if (not plan.stage_plans and plan.nleaf + 1 <= INLINE_LEAVES
+                and plan.nscalar <= INLINE_LEAVES):
+            _bind_leaves(plan, leaves, scalars, shape, rows, cols, dst, &pins, True, lv, gv,
+                         sv, &dense, &alias)
             if alias:
                 return False
             o.contiguous = dense and dense_dst
             _exec_bound(plan, lv, sv, &flags, &o, 0, rows, 0, cols)
-        finally:
-            _unpin(&pins)
-        _warn_flags(flags)
-        return True
-    cdef int done
-    if plan.small == 1 or (plan.small == -1 and _is_small(plan, 0)):
-        # small stages, each evaluated whole into scratch of its own, bound on the stack
-        pins.n = 0
-        pins.extra = NULL
-        _pin_now(dst.mem, &pins)
-        try:
+            done = SMALL_DONE
+        elif plan.small == 1 or (plan.small == -1 and _is_small(plan, 0)):
+            # small stages, each evaluated whole into scratch of its own, bound on the stack
             done = _small_run(plan, leaves, scalars, shape, rows, cols, dst, &pins, True,
                               &flags, &o, 0)
-        finally:
-            _unpin(&pins)
-        if done == SMALL_ALIAS:
-            return False
-        if done == SMALL_DONE:
-            _warn_flags(flags)
-            return True
-    cdef _Run r = _open_run(plan, leaves, scalars, shape, dst, True)
-    b = r.bound
-    try:
-        if not b.alias:
-            _fill_whole(b, False)
-            o.contiguous = b.dense and dense_dst
-            _run_staged(b, &o, 0, rows, 0, cols)
-    except BaseException:
-        _close_run(r, False)
-        raise
-    _close_run(r, True)
-    return not b.alias
+            if done == SMALL_ALIAS:
+                return False
+        if done == SMALL_NOT:
+            r = _open_run(plan, leaves, scalars, shape, dst, True)
+            b = r.bound
+            try:
+                if not b.alias:
+                    _fill_whole(b, False)
+                    o.contiguous = b.dense and dense_dst
+                    _run_staged(b, &o, 0, rows, 0, cols)
+            except BaseException:
+                _close_run(r, False)
+                raise
+            _close_run(r, True)
+            return not b.alias
+    finally:
+        _unpin(&pins)
+    _warn_flags(flags)
+    return True
 
 
 def run_through_temporary(Plan to_tmp, Plan from_tmp, Tensor dst, tuple leaves,

@@ -420,15 +420,10 @@ def test_float16_product_overflows_to_inf_only_at_the_end():
                            want)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "extension/reduce.py: a reduction of a tensor source runs numpy outside np.errstate "
-    "(ufunc.reduce at :455, _finish's astype at :473), so numpy's RuntimeWarning ('overflow "
-    "encountered in cast' for a float16 product past 65504, 'invalid value encountered in "
-    "reduce' for 0 * inf) reaches the caller, where the same reduction of an expression "
-    "(tensor * 1, the C fold) and C++ mshadow say nothing; with -W error the statement "
-    "fails. Pre-existing for ms.red.sum (inf + -inf), everyday with ms.red.product"))
 @pytest.mark.parametrize("case", ["float16_overflow", "zero_times_inf"])
 def test_product_of_a_tensor_warns_as_the_product_of_an_expression(case):
+    """Regression: numpy's reduce and cast of a tensor source ran outside np.errstate, so
+    its RuntimeWarnings reached the caller where the C fold (and C++ mshadow) say nothing."""
     a = (np.array([[300, 300], [2, 3]], np.float16) if case == "float16_overflow"
          else np.array([[0, np.inf], [2, 3]], np.float32))
     got = {}
@@ -574,18 +569,12 @@ _FALLBACKS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_engine.pxi run_plan: the small branch takes dst's address and geometry once "
-    "(_out_tensor -> o, rows, cols, shape at :518), pins dst for _small_run and unpins it in "
-    "`finally` (:555) before it falls back to _open_run (:562) on SMALL_NOT (_stages.pxi "
-    ":649, :658). A reallocation of the destination (TensorContainer.release/resize by "
-    "another thread while the small run's binding ran Python code, e.g. check_index's numpy "
-    "calls) was deferred by that pin and frees the old memory at that unpin; the general run "
-    "then stores through the stale `o`: a write after free that overwrites an unrelated "
-    "tensor or corrupts the heap (glibc 'corrupted double-linked list', SIGSEGV). Keeping "
-    "the small run's pins until the general run has ended makes this test pass"))
 @pytest.mark.parametrize("fallback", sorted(_FALLBACKS))
 def test_a_small_run_that_falls_back_keeps_the_destination_it_bound(fallback):
+    """Regression: run_plan unpinned the destination after a small run gave way to the
+    general one, which then stored through the address taken before; a release/resize of
+    the container meanwhile (while an index check ran Python code) made that a write after
+    free. The pin now lasts the whole run."""
     trigger, expr = _FALLBACKS[fallback]
     out = run_child(_FALLBACK_CHILD.replace("{trigger}", trigger).replace("{expr}", expr))
     assert out.strip() == "ok"

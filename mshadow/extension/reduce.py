@@ -452,8 +452,9 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
         # order of its pairwise sums, and a sum of -0.0 alone stays -0.0); an arithmetic
         # fold runs in acc (float16 in float32, integers wrap in their own type)
         kw = {} if ufunc.identity is not None and ufunc.identity == init else {"initial": init}
-        res = ufunc.reduce(a, axis=axes, keepdims=keep,
-                           dtype=acc if REDUCER_BY_NAME[reducer_name].lanes else None, **kw)
+        with np.errstate(over="ignore", invalid="ignore"):   # silent, as the C fold is
+            res = ufunc.reduce(a, axis=axes, keepdims=keep,
+                               dtype=acc if REDUCER_BY_NAME[reducer_name].lanes else None, **kw)
         res = np.asarray(res, dtype=acc)
     return _finish(np.ascontiguousarray(res), scale, acc, dtype)
 
@@ -467,10 +468,10 @@ class _Fused:
 
 
 def _finish(res, scale, acc, dtype):
-    if scale != 1:
-        with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):   # (float16: a cast past 65504 is inf)
+        if scale != 1:
             np.multiply(res, np.asarray(scale).astype(acc), out=res)
-    return res.astype(dtype, copy=False)
+        return res.astype(dtype, copy=False)
 
 
 def check_dst(dst, exp_code, devices, where):
