@@ -77,3 +77,21 @@ class BuildMismatchError(MShadowError, ImportError):
 class PSError(MShadowError, RuntimeError):
     """The parameter server (mshadow.ps) cannot go on: a peer rank died or stopped answering
     within the timeout, or an MPI call failed. The model on this rank was not half-updated."""
+
+
+class UnsupportedNodeError(MShadowError, NotImplementedError):
+    """A backend's lowering met an IR node it does not lower yet (the CUDA emitter and a
+    View, Gather or reduction); ``node`` is the node."""
+
+    def __init__(self, message, node=None):
+        super().__init__(message)
+        self.node = node
+
+
+class UntracedOperatorError(MShadowError, TypeError):
+    """A defined operator whose body could not be traced has no compiled form: it runs on
+    numpy on the CPU, and cannot run on a GPU; ``op`` is the operator."""
+
+    def __init__(self, message, op=None):
+        super().__init__(message)
+        self.op = op

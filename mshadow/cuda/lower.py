@@ -1,0 +1,448 @@
+"""CUDA lowering: an element-wise IR node -> the CUDA C source of one kernel. Pure Python.
+
+Design:
+    Input is what keys a compiled plan: the IR node (mshadow/ir.py), the destination's
+    storage code and the saver (ir.SAVER_TABLE). Output is CUDA C text, the kernel's name (a
+    hash of the text) and its Binding (which tensor and scalar each parameter takes). The
+    emitter reads the IR and the tables only: ops_table (each operator's C form, its
+    composite, whether it is float-only), dtypes (C types, compute types), vmath (the
+    transcendentals' bodies) and the saver table. It never reads what the CPU lowering made.
+
+    Each node's per-element Eval(y, x) is inlined into one loop body: a leaf is a load at
+    (y, x), or (x, y) when transposed, each leaf with its own row pitch; a scalar is a kernel
+    parameter of its compute type; an operator is its ops_table C form on the compute type;
+    a defined operator (mshadow/op.py UserOp) is its traced body, inlined. The kernel walks
+    the rows x cols range with a grid-stride loop in both dimensions (blockIdx.y over rows,
+    blockIdx.x * blockDim.x + threadIdx.x over columns), so any grid within the device's
+    limits covers it.
+
+    Same bits as the CPU (compile with --fmad=false, the defaults of --prec-div,
+    --prec-sqrt and --ftz): the operators are the same C expressions in the same order;
+    exp, log, log1p and tanh are the vmath bodies (their scalar member, as the CPU's plain
+    path runs them); float16 is computed in float and rounded to half after every operator
+    (mshadow's half_t), by conversions written here (NVRTC ships no cuda_fp16.h) with the
+    rounding of include/mshadow/half.h; float -> integer conversions that C leaves undefined
+    (NaN, out of range) give what x86's cvtt instructions give (the integer's minimum; a
+    narrower type then keeps the low bits of the int32 result), as the CPU kernels do.
+
+    Not handled yet (UnsupportedNodeError names the node): View, Gather, ImplicitDot,
+    reductions and products (they need stages: a later step). A defined operator that could
+    not be traced runs on numpy on the CPU only: UntracedOperatorError.
+
+Every helper the source needs sits in its own #ifndef block, so several emitted sources can
+be concatenated into one translation unit (the host test harness does).
+"""
+import hashlib
+import re
+import struct
+from collections import namedtuple
+
+from .. import ir, vmath
+from ..dtypes import BY_CODE, FLOAT_CODES, compute_code
+from ..errors import UnsupportedNodeError, UntracedOperatorError
+from ..ops_table import OPS_BY_NAME
+
+__all__ = ["emit", "Binding", "Emitted", "KERNEL_PREFIX"]
+
+KERNEL_PREFIX = "ms_ew_"
+
+# What a launcher passes, in kernel parameter order after (rows, cols, dst, dst_pitch):
+# per leaf (code, transposed) a pointer and a row pitch in elements, then per scalar
+# (storage code, compute code) its value, rounded to the storage type and passed as the
+# compute type (a float16 scalar is a float holding what a half holds). ``params`` is the
+# whole list as (name, C type).
+Binding = namedtuple("Binding", "leaves scalars params")
+Emitted = namedtuple("Emitted", "source name binding")
+
+_CTYPE = {d.code: d.ctype for d in BY_CODE.values()}
+_INT_MIN = {"i8": "INT32", "u8": "INT32", "i32": "INT32", "i64": "INT64"}
+
+# ---- helpers: each a guarded block of the prelude ------------------------------------------
+
+_STDINT = """typedef unsigned char uint8_t;
+typedef signed char int8_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;"""
+
+# bit casts: CUDA's intrinsics (the host harness's shim defines them with memcpy)
+_BITS = """#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fc00000)
+#endif
+static __device__ __forceinline__ uint32_t ms_f32_bits(float f) { return __float_as_uint(f); }
+static __device__ __forceinline__ float ms_bits_f32(uint32_t u) { return __uint_as_float(u); }
+static __device__ __forceinline__ uint64_t ms_f64_bits(double d) {
+  return (uint64_t)__double_as_longlong(d); }
+static __device__ __forceinline__ double ms_bits_f64(uint64_t u) {
+  return __longlong_as_double((long long)u); }"""
+
+# float16 <-> float32 / float64: round to nearest even, NaN kept a NaN with its payload's
+# top bits, subnormals exact; the same results as include/mshadow/half.h (and numpy's).
+_HALF = """static __device__ __forceinline__ float ms_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1fu) bits = sign | 0x7f800000u | (man << 13);
+  else if (exp != 0) bits = sign | ((exp + 112u) << 23) | (man << 13);
+  else if (man != 0) {
+    exp = 113;
+    while ((man & 0x400u) == 0) { man <<= 1; exp--; }
+    bits = sign | (exp << 23) | ((man & 0x3ffu) << 13);
+  } else bits = sign;
+  return ms_bits_f32(bits);
+}
+static __device__ __forceinline__ uint16_t ms_float_to_half(float f) {
+  const uint32_t x = ms_f32_bits(f);
+  const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  const uint32_t fexp = x & 0x7f800000u;
+  uint32_t fman = x & 0x007fffffu;
+  if (fexp >= 0x47800000u) {
+    if (fexp == 0x7f800000u && fman) {
+      const uint16_t m = (uint16_t)(fman >> 13);
+      return (uint16_t)(sign | 0x7c00u | (m ? m : 1u));
+    }
+    return (uint16_t)(sign | 0x7c00u);
+  }
+  if (fexp <= 0x38000000u) {
+    if (fexp < 0x33000000u) return sign;
+    const uint32_t shift = 126u - (fexp >> 23);
+    fman |= 0x00800000u;
+    uint32_t m = fman >> shift;
+    const uint32_t rem = fman & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (m & 1u))) m++;
+    return (uint16_t)(sign | m);
+  }
+  uint32_t h = ((fexp - 0x38000000u) >> 13) | (fman >> 13);
+  const uint32_t rem = fman & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (uint16_t)(sign | h);
+}
+static __device__ __forceinline__ uint16_t ms_double_to_half(double d) {
+  const uint64_t x = ms_f64_bits(d);
+  const uint16_t sign = (uint16_t)((x >> 48) & 0x8000u);
+  const uint64_t dexp = (x >> 52) & 0x7ffu, dman = x & 0xfffffffffffffull;
+  if (dexp == 0x7ffu) {
+    if (dman) {
+      const uint16_t m = (uint16_t)(dman >> 42);
+      return (uint16_t)(sign | 0x7c00u | (m ? m : 1u));
+    }
+    return (uint16_t)(sign | 0x7c00u);
+  }
+  const int e = (int)dexp - 1023;
+  if (e >= 16) return (uint16_t)(sign | 0x7c00u);
+  if (e < -25) return sign;
+  const uint64_t m = dman | (1ull << 52);
+  const int shift = e >= -14 ? 42 : 28 - e;
+  uint64_t q = m >> shift;
+  const uint64_t rem = m & ((1ull << shift) - 1), halfway = 1ull << (shift - 1);
+  if (rem > halfway || (rem == halfway && (q & 1u))) q++;
+  return (uint16_t)(sign | (e >= -14 ? (uint16_t)((uint32_t)(e + 14) << 10) + q : q));
+}"""
+
+# The vmath primitives on one value (the scalar member of include/mshadow/packet/: the same
+# arithmetic, so the bodies give the same bits). T: the type, U: its bits, ms_bits_t.
+_VMATH_PRIMS = """static __device__ __forceinline__ T ms_s_add_t(T a, T b) { return a + b; }
+static __device__ __forceinline__ T ms_s_sub_t(T a, T b) { return a - b; }
+static __device__ __forceinline__ T ms_s_mul_t(T a, T b) { return a * b; }
+static __device__ __forceinline__ T ms_s_div_t(T a, T b) { return a / b; }
+static __device__ __forceinline__ T ms_s_max_t(T a, T b) { return a > b ? a : b; }
+static __device__ __forceinline__ T ms_s_min_t(T a, T b) { return a < b ? a : b; }
+static __device__ __forceinline__ T ms_s_neg_t(T a) { return -a; }
+static __device__ __forceinline__ T ms_s_abs_t(T a) {
+  return ms_bits_t(ms_t_bits(a) & ~((U)1 << (SIGN))); }
+static __device__ __forceinline__ int ms_s_lt_t(T a, T b) { return a < b; }
+static __device__ __forceinline__ int ms_s_gt_t(T a, T b) { return a > b; }
+static __device__ __forceinline__ int ms_s_eq_t(T a, T b) { return a == b; }
+static __device__ __forceinline__ int ms_s_isnan_t(T a) { return a != a; }
+static __device__ __forceinline__ int ms_s_mor_t(int a, int b) { return a | b; }
+static __device__ __forceinline__ T ms_s_sel_t(int m, T a, T b) { return m ? a : b; }
+static __device__ __forceinline__ T ms_s_pow2i_t(T n) {
+  const U mb = (U)(MAGIC);
+  n = n + ms_bits_t(mb);
+  return ms_bits_t((ms_t_bits(n) + (U)(EBIAS) - mb) << IBITS); }
+static __device__ __forceinline__ T ms_s_frexpe_t(T x) {
+  const U mb = (U)(MAGIC);
+  return ms_bits_t((ms_t_bits(x) >> IBITS) + mb - (U)(EBIAS) + 1) - ms_bits_t(mb); }
+static __device__ __forceinline__ T ms_s_frexpm_t(T x) {
+  return ms_bits_t((ms_t_bits(x) & (((U)1 << IBITS) - 1)) | ms_t_bits((T)0.5)); }
+static __device__ __forceinline__ T ms_s_ldexp_t(T p, T n) {
+  const T magic = ms_bits_t((U)(MAGIC));
+  const T n1 = (n * (T)0.5 + magic) - magic;
+  return (p * ms_s_pow2i_t(n1)) * ms_s_pow2i_t(n - n1); }
+static __device__ __forceinline__ T ms_s_copysign_t(T a, T b) {
+  const U s = (U)1 << (SIGN);
+  return ms_bits_t((ms_t_bits(a) & ~s) | (ms_t_bits(b) & s)); }"""
+_PRIM_PARAMS = {"f32": dict(T="float", U="uint32_t", SIGN="31", IBITS="23", EBIAS="127",
+                            MAGIC="0x4B400000u"),
+                "f64": dict(T="double", U="uint64_t", SIGN="63", IBITS="52", EBIAS="1023",
+                            MAGIC="0x4338000000000000ull")}
+_TABLE_PRIMS = """static __device__ __forceinline__ int32_t ms_s_bucket_f32(float v, uint32_t base) {
+  return (int32_t)((ms_f32_bits(v) - base) >> 22); }
+static __device__ __forceinline__ float ms_s_tab_f32(const float *t, int32_t i) { return t[i]; }"""
+
+
+def _prims(code):
+    p = _PRIM_PARAMS[code]
+    text = re.sub(r"\b(T|U|SIGN|IBITS|EBIAS|MAGIC)\b", lambda m: p[m.group(1)], _VMATH_PRIMS)
+    text = re.sub(r"\bms_(\w+?)_t\b", lambda m: f"ms_{m.group(1)}_{code}", text)
+    text = text.replace("ms_t_bits", f"ms_{code}_bits")
+    return text + ("\n" + _TABLE_PRIMS if code == "f32" else "")
+
+
+def _vmath_functions(code):
+    """Every vmath body of type ``code``, as CUDA C on one value (ms_s_<fn>_<code>)."""
+    ctype = _CTYPE[code]
+    fns = [f[0] for f in vmath.FUNCTIONS]
+    out = []
+    if code == "f32":
+        for name, values in vmath.TABLES.items():   # float32 values: exact as hex literals
+            out.append(f"static __device__ const float ms_tab_{name}[16] = {{"
+                       + ", ".join(f"{v.hex()}f" for v in values) + "};")
+
+    def c(expr):
+        expr = re.sub(r"\bk\(", f"(({ctype})", expr)
+        expr = re.sub(r"\btab\((\w+),", r"tab(ms_tab_\1,", expr)
+        return re.sub(r"\b([a-z][a-z0-9]*)\(",
+                      lambda m: (f"ms_s_{m.group(1)}_{code}(" if m.group(1) != "k" else m.group()),
+                      expr)
+    for name, arity, bodies in vmath.FUNCTIONS:
+        params = ", ".join(f"{ctype} {a}" for a in "xy"[:arity])
+        lines = [f"static __device__ __forceinline__ {ctype} ms_s_{name}_{code}({params}) {{"]
+        seen = set()
+        for line in filter(None, (t.strip() for t in bodies[code].splitlines())):
+            if line.startswith("return "):
+                lines.append(f"  return {c(line[7:])};")
+                continue
+            var, expr = (t.strip() for t in line.split("=", 1))
+            kind = {"m_": "int", "i_": "int32_t"}.get(var[:2], ctype)
+            lines.append(f"  {'' if var in seen else kind + ' '}{var} = {c(expr)};")
+            seen.add(var)
+        lines.append("}")
+        out.append("\n".join(lines))
+    assert all(f"ms_s_{f}_{code}" in "\n".join(out) for f in fns)
+    return "\n".join(out)
+
+
+def _int_helpers(code):
+    """Integer division (x / 0 -> 0, MIN / -1 -> MIN) and power, as the CPU kernels define
+    them (codegen_cpu's; the GPU has no error flag to raise for a division by zero)."""
+    t = _CTYPE[code]
+    unsigned = code.startswith("u")
+    neg1 = "" if unsigned else f"  if (b == ({t})-1) return ({t})(0 - (uint64_t)a);\n"
+    negpow = "" if unsigned else (
+        f"  if (b < 0) return (a == 1) ? 1 : (a == ({t})-1 ? ((b & 1) ? ({t})-1 : 1) : 0);\n")
+    return (f"static __device__ __forceinline__ {t} ms_idiv_{code}({t} a, {t} b) {{\n"
+            f"  if (b == 0) return 0;\n{neg1}  return ({t})(a / b);\n}}\n"
+            f"static __device__ __forceinline__ {t} ms_ipow_{code}({t} a, {t} b) {{\n"
+            f"  {t} r = 1;\n{negpow}"
+            f"  while (b) {{ if (b & 1) r = ({t})((uint64_t)r * (uint64_t)a); "
+            f"a = ({t})((uint64_t)a * (uint64_t)a); b = ({t})(b >> 1); }}\n"
+            f"  return r;\n}}")
+
+
+def _f2i(src, dst):
+    """Float -> integer conversion with x86's answer where C has none (NaN, out of range):
+    the minimum of int32 (int64 for an int64), a narrower type keeping its low bits."""
+    s, d = _CTYPE[src], _CTYPE[dst]
+    wide = "int64_t" if dst == "i64" else "int32_t"
+    lim = "9223372036854775808.0" if dst == "i64" else "2147483648.0"
+    mn = "(int64_t)0x8000000000000000ull" if dst == "i64" else "(int32_t)0x80000000u"
+    return (f"static __device__ __forceinline__ {d} ms_cvt_{src}_{dst}({s} a) {{\n"
+            f"  return ({d})((a >= -({s}){lim} && a < ({s}){lim}) ? ({wide})a : {mn});\n}}")
+
+
+# ---- the emitter ---------------------------------------------------------------------------
+
+def _parse_composite(text):
+    """An ops_table composite ('div(1, plus(1, exp(neg(a))))') as the tree form a traced
+    operator has: (name, *args) with 'a'..'c' for the arguments and floats for constants."""
+    names = {n: (lambda *args, n=n: (n,) + args) for n in OPS_BY_NAME}
+    tree = eval(text, {"__builtins__": {}}, dict(names, a="a", b="b", c="c"))  # noqa: S307
+
+    def floats(t):
+        if isinstance(t, tuple):
+            return (t[0],) + tuple(floats(x) for x in t[1:])
+        return t if isinstance(t, str) else float(t)
+    return floats(tree)
+
+
+_COMPOSITES = {op.name: _parse_composite(op.composite) for op in OPS_BY_NAME.values()
+               if op.composite}
+_F32_LIBM = {"sqrt": "sqrtf", "fabs": "fabsf", "pow": "powf"}
+
+
+class _Emitter(ir.Visitor):
+    def __init__(self):
+        self.lines = []        # the loop body
+        self.params = []       # leaf and scalar parameters: (name, C type)
+        self.leaves = []
+        self.scalars = []
+        self.needs = {}        # prelude block name -> text (ordered)
+        self.nval = 0
+
+    def need(self, name, text):
+        self.needs.setdefault(name, text)
+
+    def value(self, ctype, expr):
+        name = f"v{self.nval}"
+        self.nval += 1
+        self.lines.append(f"const {ctype} {name} = {expr};")
+        return name
+
+    # visit(node, ctx) -> (C value name, compute code); ctx = (storage, compute) code a
+    # scalar takes from the operator it feeds
+    def visit(self, node, *ctx):
+        fn = getattr(self, "visit_" + type(node).__name__, None)
+        if fn is None:
+            raise UnsupportedNodeError(
+                f"the CUDA emitter does not lower {type(node).__name__} nodes yet "
+                f"({ir.describe(node)}); it covers Leaf, Scalar, Map and Cast", node=node)
+        return fn(node, *ctx)
+
+    def visit_Leaf(self, node, ctx):
+        k = len(self.leaves)
+        self.leaves.append((node.code, node.transposed))
+        ptr, pitch = f"L{k}", f"L{k}_pitch"
+        self.params += [(ptr, f"const {_CTYPE[node.code]} *"), (pitch, "long long")]
+        at = f"{ptr}[x * {pitch} + y]" if node.transposed else f"{ptr}[y * {pitch} + x]"
+        if node.code == "f16":
+            self.half()
+            return self.value("float", f"ms_half_to_float({at})"), "f32"
+        return self.value(_CTYPE[node.code], at), node.code
+
+    def visit_Scalar(self, node, ctx):
+        k = len(self.scalars)
+        self.scalars.append(ctx)
+        self.params.append((f"s{k}", _CTYPE[ctx[1]]))
+        return f"s{k}", ctx[1]
+
+    def visit_Cast(self, node, ctx):
+        src_code = node.arg.code
+        v, cc = self.visit(node.arg, (src_code, compute_code(src_code)))
+        if node.code == "f16":   # round through half: the value is what a half holds
+            self.half()
+            return self.value("float", f"ms_half_to_float({self.convert(v, cc, 'f16')})"), "f32"
+        return self.value(_CTYPE[node.code], self.convert(v, cc, node.code)), node.code
+
+    def visit_Map(self, node, ctx):
+        cc = compute_code(node.code)
+        args = [self.visit(a, (node.code, cc))[0] for a in node.args]
+        res = self.apply(node.op, args, cc)
+        if node.code == "f16":   # mshadow's half_t: every operator's result is a half
+            self.half()
+            res = self.value("float", f"ms_half_to_float(ms_float_to_half({res}))")
+        return res, cc
+
+    def apply(self, op, args, cc):
+        """Operator ``op`` (a built-in's name, or a UserOp) on values of compute type cc."""
+        if not isinstance(op, str):
+            if op.tree is None:
+                raise UntracedOperatorError(
+                    f"operator {op.name} could not be traced ({op.reason}), so it has no "
+                    f"compiled form: it runs on numpy on the CPU only, never on a GPU",
+                    op=op)
+            return self.expand(op.tree, args, cc)
+        row = OPS_BY_NAME.get(op)
+        if row is None:
+            raise UnsupportedNodeError(f"the CUDA emitter knows no operator {op!r}", node=op)
+        if row.float_only and cc not in FLOAT_CODES:   # integers go through float64
+            res = self.apply(op, [self.value("double", f"(double){a}") for a in args], "f64")
+            return self.value(_CTYPE[cc], self.convert(res, "f64", cc))
+        if row.composite:
+            return self.expand(_COMPOSITES[op], args, cc)
+        form = row.c_int if (cc not in FLOAT_CODES and row.c_int) else row.c
+        ctype = _CTYPE[cc]
+        if "ms_s_" in form:
+            self.vmath(cc)
+        if "ms_i" in form:
+            self.need(f"INT_{cc}", _int_helpers(cc))
+        form = form.replace("_T(", f"_{cc}(").replace("(T)", f"({ctype})")
+        if cc == "f32":
+            form = re.sub(r"\b(sqrt|fabs|pow)\(", lambda m: _F32_LIBM[m.group(1)] + "(", form)
+        form = re.sub(r"\b[abc]\b", lambda m: args["abc".index(m.group())], form)
+        return self.value(ctype, form)
+
+    def expand(self, tree, args, cc):
+        if isinstance(tree, str):
+            return args["abc".index(tree)]
+        if isinstance(tree, float):
+            return self.const(tree, cc)
+        return self.apply(tree[0], [self.expand(t, args, cc) for t in tree[1:]], cc)
+
+    def const(self, value, cc):
+        """A constant of a composite or traced body, as the CPU binds it: rounded to a float
+        type, or truncated to an integer one."""
+        if cc in FLOAT_CODES:
+            bits = struct.unpack("<Q", struct.pack("<d", value))[0]
+            return f"(({_CTYPE[cc]})ms_bits_f64(0x{bits:016x}ull))"
+        return f"(({_CTYPE[cc]}){int(value)}ll)"
+
+    def convert(self, v, src, dst):
+        """C conversion of value ``v`` of compute type ``src`` to storage type ``dst``."""
+        if src == dst:
+            return v
+        if dst == "f16":
+            self.half()
+            return f"ms_double_to_half({v})" if src == "f64" else f"ms_float_to_half((float){v})"
+        if dst not in FLOAT_CODES and src in FLOAT_CODES:
+            self.need(f"CVT_{src}_{dst}", _f2i(src, dst))
+            return f"ms_cvt_{src}_{dst}({v})"
+        return f"({_CTYPE[dst]}){v}"
+
+    def half(self):
+        self.need("HALF", _HALF)
+
+    def vmath(self, code):
+        self.need(f"PRIMS_{code}", _prims(code))
+        self.need(f"VMATH_{code}", _vmath_functions(code))
+
+
+def emit(key, dst_code, saver):
+    """The CUDA kernel of ``dst <saver> exp`` for an element-wise expression: ``key`` its IR
+    node, ``dst_code`` the destination's storage code, ``saver`` a name of ir.SAVER_TABLE.
+
+    Returns Emitted(source, name, binding): the source defines ``extern "C" __global__ void
+    <name>(long long rows, long long cols, <dst type> *dst, long long dst_pitch, <params>)``,
+    every pitch in elements; ``binding`` (a Binding) says what each parameter takes."""
+    if saver not in ir.SAVER_BY_NAME:
+        raise ValueError(f"unknown saver {saver!r} (expected one of "
+                         f"{', '.join(ir.SAVER_BY_NAME)})")
+    if dst_code not in BY_CODE:
+        raise ValueError(f"unknown dtype code {dst_code!r}")
+    e = _Emitter()
+    cc = compute_code(dst_code)
+    res, rc = e.visit(key, (dst_code, cc))
+    if rc != cc:
+        raise ValueError(f"expression {ir.describe(key)} computes {rc}, not the "
+                         f"destination's {dst_code}")
+    at = "dst[y * dst_pitch + x]"
+    sop = ir.SAVERS[saver]
+    if sop is not None:   # combine with the value held, in the compute type, rounded once
+        cur = e.value(_CTYPE[cc], f"ms_half_to_float({at})" if dst_code == "f16" else at)
+        res = e.apply(sop, [cur, res], cc)
+    e.lines.append(f"{at} = {e.convert(res, cc, dst_code)};")
+    params = [("rows", "long long"), ("cols", "long long"),
+              ("dst", f"{_CTYPE[dst_code]} *"), ("dst_pitch", "long long")] + e.params
+    prelude = [("STDINT", _STDINT), ("BITS", _BITS)] + list(e.needs.items())
+    src = [f"/* {ir.describe(key)} -> dst<{dst_code}> ({saver}); "
+           f"generated by mshadow/cuda/lower.py */"]
+    for name, text in prelude:
+        guard = f"MS_CU_{name}"
+        if name == "STDINT":
+            guard = "MS_CU_STDINT"   # the host shim defines it: it has <stdint.h>
+        src += [f"#ifndef {guard}", f"#define {guard}", text, "#endif"]
+    body = "\n".join("      " + line for line in e.lines)
+    sig = ",\n    ".join(f"{t}{'' if t.endswith('*') else ' '}{n}" for n, t in params)
+    kernel = (f'extern "C" __global__ void KERNEL(\n    {sig}) {{\n'
+              f"  for (long long y = blockIdx.y; y < rows; y += gridDim.y) {{\n"
+              f"    for (long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+              f"x < cols;\n         x += (long long)gridDim.x * blockDim.x) {{\n"
+              f"{body}\n    }}\n  }}\n}}\n")
+    text = "\n".join(src) + "\n" + kernel
+    name = KERNEL_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:16]
+    return Emitted(text.replace("KERNEL", name), name,
+                   Binding(tuple(e.leaves), tuple(e.scalars), tuple(params)))

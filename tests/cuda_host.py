@@ -1,0 +1,98 @@
+"""Host SIMT harness: runs the kernels mshadow/cuda/lower.py emits on the CPU.
+
+The emitted CUDA C is compiled as C++ by the system g++ under tests/cuda_host/shim.h (a
+block's threads are an OpenMP team, blocks run one after another) into a shared library,
+one per set of sources, cached by the hash of its text under the temporary directory; each
+kernel gets a launcher ``run_<name>(grid_x, grid_y, block_x, <kernel parameters>)`` that
+ctypes calls with numpy buffers. Flags as the CPU core's: -O2 -ffp-contract=off -fwrapv.
+"""
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from mshadow.dtypes import BY_CODE
+
+SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_host", "shim.h")
+CXX = shutil.which("g++")
+FLAGS = ("-x", "c++", "-std=gnu++17", "-O2", "-ffp-contract=off", "-fwrapv",
+         "-fno-strict-aliasing", "-fopenmp", "-shared", "-fPIC", "-w")
+_CACHE = os.path.join(tempfile.gettempdir(), f"mshadow-cuda-host-{os.getuid()}")
+_CTYPES = {"long long": ctypes.c_longlong, "float": ctypes.c_float,
+           "double": ctypes.c_double, "uint8_t": ctypes.c_uint8, "int8_t": ctypes.c_int8,
+           "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64}
+_libs = {}
+
+
+def _launcher(k):
+    params = ", ".join(f"{t}{'' if t.endswith('*') else ' '}{n}" for n, t in k.binding.params)
+    names = ", ".join(n for n, _ in k.binding.params)
+    return (f'extern "C" void run_{k.name}(unsigned gx, unsigned gy, unsigned bx, {params}) {{\n'
+            f"  ms_host_launch(dim3(gx, gy), dim3(bx), [&] {{ {k.name}({names}); }});\n}}\n")
+
+
+def build(kernels):
+    """A ctypes library running every kernel of ``kernels`` (lower.Emitted), compiled once
+    per distinct text (memory and disk cache)."""
+    uniq = list({k.name: k for k in kernels}.values())
+    with open(SHIM) as f:
+        shim = f.read()
+    text = (shim + "\n" + "\n".join(k.source for k in uniq) + "\n"
+            + "\n".join(_launcher(k) for k in uniq))
+    key = hashlib.sha256((text + " ".join(FLAGS)).encode()).hexdigest()[:24]
+    lib = _libs.get(key)
+    if lib is not None:
+        return lib
+    os.makedirs(_CACHE, exist_ok=True)
+    so = os.path.join(_CACHE, key + ".so")
+    if not os.path.exists(so):
+        tmp = f"{so}.{os.getpid()}.tmp"
+        r = subprocess.run([CXX, *FLAGS, "-o", tmp, "-"], input=text, text=True,
+                           capture_output=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"g++ failed on the emitted source:\n{r.stderr[:4000]}")
+        os.replace(tmp, so)   # atomic: a concurrent run sees a whole library or none
+    lib = _libs[key] = ctypes.CDLL(so)
+    return lib
+
+
+def _rows(a):
+    """(2-D view, pitch in elements) of an array whose last axis is contiguous."""
+    a2 = a.reshape(-1, a.shape[-1]) if a.ndim != 2 else a
+    assert a2.strides[-1] == a2.itemsize and np.shares_memory(a2, a)
+    return a2, a2.strides[0] // a2.itemsize
+
+
+def run(lib, k, dst, leaves, scalars, grid=(3, 2), block=8):
+    """Run kernel ``k`` over numpy ``dst`` (written in place) with numpy ``leaves`` and the
+    scalar values ``scalars``, as a launcher binds them (rounded to their storage type,
+    passed as their compute type)."""
+    d2, dpitch = _rows(dst)
+    assert len(leaves) == len(k.binding.leaves) and len(scalars) == len(k.binding.scalars)
+    ptrs, pitches = [], []
+    for arr, (code, transposed) in zip(leaves, k.binding.leaves):
+        assert arr.dtype == BY_CODE[code].np
+        a2, pitch = _rows(arr)
+        ptrs.append(a2.ctypes.data)
+        pitches.append(pitch)
+    vals = [np.asarray(v).astype(BY_CODE[store].np).astype(BY_CODE[comp].np).item()
+            for v, (store, comp) in zip(scalars, k.binding.scalars)]
+    fixed = {"rows": d2.shape[0], "cols": d2.shape[1], "dst": d2.ctypes.data,
+             "dst_pitch": dpitch}
+    args = []
+    for name, _ in k.binding.params:   # L<k>, L<k>_pitch, s<k>: leaf k, scalar k
+        if name in fixed:
+            args.append(fixed[name])
+        elif name.endswith("_pitch"):
+            args.append(pitches[int(name[1:-6])])
+        else:
+            args.append((ptrs if name[0] == "L" else vals)[int(name[1:])])
+    fn = getattr(lib, f"run_{k.name}")
+    fn.restype = None
+    fn.argtypes = [ctypes.c_uint] * 3 + [ctypes.c_void_p if t.endswith("*") else _CTYPES[t]
+                                         for _, t in k.binding.params]
+    fn(grid[0], grid[1], block, *args)

@@ -1,0 +1,70 @@
+/* Host SIMT shim: compiles the CUDA C that mshadow/cuda/lower.py emits as C++ for the CPU,
+ * so tests run the emitted kernels without a GPU (tests/cuda_host.py).
+ *
+ * A block's threads run as OpenMP threads (num_threads(blockDim)); blocks run one after
+ * another, so __shared__ is a static local; __syncthreads() is an OpenMP barrier; atomics
+ * are the compiler's __atomic builtins; the bit-cast intrinsics go through memcpy. */
+#ifndef MS_CUDA_HOST_SHIM_H_
+#define MS_CUDA_HOST_SHIM_H_
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <omp.h>
+
+#define MS_CU_STDINT 1          /* <stdint.h> is here: the emitted typedefs stay out */
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __shared__ static
+#define __constant__ static
+#define __restrict__ __restrict
+#define __syncthreads() _Pragma("omp barrier")
+
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+static thread_local dim3 threadIdx, blockIdx;
+static dim3 blockDim, gridDim;
+
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
+
+template <class T> static inline T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static inline T atomicExch(T *p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+template <class T> static inline T atomicCAS(T *p, T cmp, T v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+static inline float atomicAdd(float *p, float v) {   /* CAS loop: no float fetch_add builtin */
+  float old = *p, seen;
+  do { seen = old; old = __uint_as_float(atomicCAS((unsigned *)p, __float_as_uint(seen),
+                                                   __float_as_uint(seen + v))); }
+  while (__float_as_uint(old) != __float_as_uint(seen));
+  return old;
+}
+
+/* Run ``body`` (a kernel call) over grid x block: blocks one after another, a block's
+ * threads as one OpenMP team. */
+template <class F> static void ms_host_launch(dim3 grid, dim3 block, F body) {
+  gridDim = grid;
+  blockDim = block;
+  const int nthreads = (int)(block.x * block.y * block.z);
+  omp_set_dynamic(0);
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+#pragma omp parallel num_threads(nthreads)
+        {
+          const unsigned t = (unsigned)omp_get_thread_num();
+          blockIdx = dim3(bx, by, bz);
+          threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+          body();
+        }
+      }
+}
+#endif  /* MS_CUDA_HOST_SHIM_H_ */
