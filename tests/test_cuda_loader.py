@@ -5,6 +5,7 @@ machine; the tests that allocate, copy, launch and call cuBLAS need a GPU and sk
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 
 import numpy as np
@@ -87,8 +88,9 @@ def test_importing_opens_no_cuda_library():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (os.path.dirname(os.path.dirname(ms.__file__)),
                     os.environ.get("PYTHONPATH")) if p))
+    # (cwd: not a source checkout, whose unbuilt mshadow/ would shadow the install)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
+                       timeout=120, cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     before, after = r.stdout.splitlines()
     assert before == "[] False"
@@ -136,8 +138,9 @@ def test_a_missing_library_says_where_it_looked_and_how_to_get_it(tmp_path):
         p for p in (os.path.dirname(os.path.dirname(ms.__file__)),
                     os.environ.get("PYTHONPATH")) if p))
     env.pop("CUDA_PATH", None)
+    # (cwd: not a source checkout, whose unbuilt mshadow/ would shadow the install)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
+                       timeout=120, cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     if r.stdout.strip() == "LOADED":
         pytest.skip("the system loader finds NVRTC on this machine")
