@@ -15,6 +15,7 @@ import tempfile
 
 import numpy as np
 
+from mshadow.cuda.lower import VIEW_MAXDIM
 from mshadow.dtypes import BY_CODE
 
 SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_host", "shim.h")
@@ -26,6 +27,32 @@ _CTYPES = {"long long": ctypes.c_longlong, "float": ctypes.c_float,
            "double": ctypes.c_double, "uint8_t": ctypes.c_uint8, "int8_t": ctypes.c_int8,
            "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64}
 _libs = {}
+
+
+class View(ctypes.Structure):
+    """ms_cu_view: a view's row map (lower.py), passed by value."""
+    _fields_ = [("nmap", ctypes.c_longlong), ("colstep", ctypes.c_longlong),
+                ("mdiv", ctypes.c_longlong * VIEW_MAXDIM), ("mmod", ctypes.c_longlong * VIEW_MAXDIM),
+                ("mstride", ctypes.c_longlong * VIEW_MAXDIM)]
+
+
+_CTYPES["ms_cu_view"] = View
+_CTYPES["int"] = ctypes.c_int
+
+
+def view_map(vl):
+    """A ViewLeaf's map as _stages.pxi _bind_view_at binds it, strides in elements."""
+    isz = vl.itemsize
+    shape, strides = tuple(vl.shape), [s // isz for s in vl.strides]
+    m = View(colstep=strides[-1])
+    if len(shape) == 1:
+        m.nmap, m.mdiv[0], m.mmod[0], m.mstride[0] = 1, 1, 1, 0
+        return m
+    m.nmap, div = len(shape) - 1, 1
+    for a in range(len(shape) - 2, -1, -1):
+        m.mdiv[a], m.mmod[a], m.mstride[a] = div, shape[a], strides[a]
+        div *= shape[a]
+    return m
 
 
 def _launcher(k):
@@ -68,31 +95,45 @@ def _rows(a):
 
 
 def run(lib, k, dst, leaves, scalars, grid=(3, 2), block=8):
-    """Run kernel ``k`` over numpy ``dst`` (written in place) with numpy ``leaves`` and the
-    scalar values ``scalars``, as a launcher binds them (rounded to their storage type,
-    passed as their compute type)."""
+    """Run kernel ``k`` over numpy ``dst`` (written in place) with the expression's leaves
+    (Tensors or numpy arrays, ViewLeafs, GatherArgs, in binding order) and the scalar values
+    ``scalars``, as a launcher binds them (lower.Binding). Returns the kernel's index flag
+    (ms_err: 1 when a gather met an index out of range), 0 when it takes none."""
     d2, dpitch = _rows(dst)
     assert len(leaves) == len(k.binding.leaves) and len(scalars) == len(k.binding.scalars)
-    ptrs, pitches = [], []
-    for arr, (code, transposed) in zip(leaves, k.binding.leaves):
-        assert arr.dtype == BY_CODE[code].np
-        a2, pitch = _rows(arr)
-        ptrs.append(a2.ctypes.data)
-        pitches.append(pitch)
+    named = {}
+    keep = []
+    for i, (obj, b) in enumerate(zip(leaves, k.binding.leaves)):
+        if b.kind == "tensor":
+            arr = np.asarray(obj)
+            assert arr.dtype == BY_CODE[b.code].np
+            if hasattr(obj, "stride"):   # a Tensor: its own row pitch (any shape)
+                named[f"L{i}"], named[f"L{i}_pitch"] = arr.ctypes.data, obj.stride
+            else:
+                a2, pitch = _rows(arr)
+                named[f"L{i}"], named[f"L{i}_pitch"] = a2.ctypes.data, pitch
+            keep.append(arr)
+        elif b.kind == "view":
+            arr = obj.numpy()
+            named[f"L{i}"], named[f"L{i}_map"] = arr.ctypes.data, view_map(obj)
+            keep.append(arr)
+        else:   # a GatherArgs: its parameters by name, each source's 1-D flag
+            assert obj.name == b.detail, (obj.name, b.detail)
+            from mshadow.readers import READERS_BY_NAME
+            for p, v in zip(READERS_BY_NAME[b.detail].params, obj.params):
+                named[f"L{i}_{p}"] = v
+            for j, shape in enumerate(obj.src_shapes):
+                named[f"L{i}_vec{j}"] = int(len(shape) == 1)
     vals = [np.asarray(v).astype(BY_CODE[store].np).astype(BY_CODE[comp].np).item()
             for v, (store, comp) in zip(scalars, k.binding.scalars)]
-    fixed = {"rows": d2.shape[0], "cols": d2.shape[1], "dst": d2.ctypes.data,
-             "dst_pitch": dpitch}
-    args = []
-    for name, _ in k.binding.params:   # L<k>, L<k>_pitch, s<k>: leaf k, scalar k
-        if name in fixed:
-            args.append(fixed[name])
-        elif name.endswith("_pitch"):
-            args.append(pitches[int(name[1:-6])])
-        else:
-            args.append((ptrs if name[0] == "L" else vals)[int(name[1:])])
+    named.update({f"s{i}": v for i, v in enumerate(vals)})
+    err = ctypes.c_int(0)
+    named.update({"rows": d2.shape[0], "cols": d2.shape[1], "dst": d2.ctypes.data,
+                  "dst_pitch": dpitch, "ms_err": ctypes.addressof(err)})
+    args = [named[name] for name, _ in k.binding.params]
     fn = getattr(lib, f"run_{k.name}")
     fn.restype = None
     fn.argtypes = [ctypes.c_uint] * 3 + [ctypes.c_void_p if t.endswith("*") else _CTYPES[t]
                                          for _, t in k.binding.params]
     fn(grid[0], grid[1], block, *args)
+    return err.value

@@ -1,4 +1,4 @@
-"""CUDA lowering: an element-wise IR node -> the CUDA C source of one kernel. Pure Python.
+"""CUDA lowering: an IR node (element-wise, gathers, views) -> the CUDA C of one kernel. Pure Python.
 
 Design:
     Input is what keys a compiled plan: the IR node (mshadow/ir.py), the destination's
@@ -25,8 +25,13 @@ Design:
     (NaN, out of range) give what x86's cvtt instructions give (the integer's minimum; a
     narrower type then keeps the low bits of the int32 result), as the CPU kernels do.
 
-    Not handled yet (UnsupportedNodeError names the node): View, Gather, ImplicitDot,
-    reductions and products (they need stages: a later step). A defined operator that could
+    A Gather is its readers-table row (mshadow/readers.py) inlined per element, LD and IDX
+    of each source a lambda evaluating that source's node where it is read (a fusion: no
+    scratch); a View read in place is its row map (_stages.pxi _bind_view_at) passed as an
+    ms_cu_view. Parameters, shapes and maps are kernel arguments (Binding), never source.
+
+    Not handled yet (UnsupportedNodeError names the node): a View of an expression,
+    ImplicitDot, reductions and products (they need stages: a later step). A defined operator that could
     not be traced runs on numpy on the CPU only: UntracedOperatorError.
 
 Every helper the source needs sits in its own #ifndef block, so several emitted sources can
@@ -37,21 +42,39 @@ import re
 import struct
 from collections import namedtuple
 
+import numpy as np
+
 from .. import ir, vmath
 from ..dtypes import BY_CODE, FLOAT_CODES, compute_code
 from ..errors import UnsupportedNodeError, UntracedOperatorError
 from ..ops_table import OPS_BY_NAME
+from ..readers import READERS_BY_NAME, REDUCER_TABLE
 
-__all__ = ["emit", "Binding", "Emitted", "KERNEL_PREFIX"]
+__all__ = ["emit", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
 
 KERNEL_PREFIX = "ms_ew_"
+VIEW_MAXDIM = 7   # leading axes a view maps (MS_VIEW_MAXDIM of include/mshadow/plan_exec.h)
 
-# What a launcher passes, in kernel parameter order after (rows, cols, dst, dst_pitch):
-# per leaf (code, transposed) a pointer and a row pitch in elements, then per scalar
-# (storage code, compute code) its value, rounded to the storage type and passed as the
-# compute type (a float16 scalar is a float holding what a half holds). ``params`` is the
-# whole list as (name, C type).
-Binding = namedtuple("Binding", "leaves scalars params")
+# What a launcher passes, in kernel parameter order after (rows, cols, dst, dst_pitch).
+# ``leaves``: one Bound per item of the expression's leaves (ir.leaves order), each binding
+# the parameters named L<k>...:
+#   Bound("tensor", code, transposed)  L<k> its pointer, L<k>_pitch its row pitch in elements
+#                                      (of its 2-D flattening: rows of every leading axis)
+#   Bound("view", code, step)          a ViewLeaf read in place: L<k> its first element,
+#                                      L<k>_map an ms_cu_view (by value): nmap, colstep and
+#                                      per mapped axis mdiv, mmod, mstride, as _stages.pxi
+#                                      _bind_view_at binds a view, strides in elements
+#   Bound("gather", code, reader)      a GatherArgs: L<k>_<param> (long long) per parameter
+#                                      of the reader row, in its order, and L<k>_vec<j>
+#                                      (int) per source j: 1 when that source is 1-D (read one
+#                                      element a row, as GatherArgs binds it), else 0
+# ``scalars``: per scalar (storage code, compute code) its value s<k>, rounded to the storage
+# type and passed as the compute type (a float16 scalar is a float holding what a half
+# holds). ``checks``: the kernel takes a last parameter ``int *ms_err``, set to 1 when a
+# gather meets an index out of range (zero it before the launch; the launcher raises
+# IndexError when it reads 1). ``params`` is the whole list as (name, C type).
+Bound = namedtuple("Bound", "kind code detail")
+Binding = namedtuple("Binding", "leaves scalars params checks")
 Emitted = namedtuple("Emitted", "source name binding")
 
 _CTYPE = {d.code: d.ctype for d in BY_CODE.values()}
@@ -180,6 +203,22 @@ _PRIM_PARAMS = {"f32": dict(T="float", U="uint32_t", SIGN="31", IBITS="23", EBIA
                             MAGIC="0x4B400000u"),
                 "f64": dict(T="double", U="uint64_t", SIGN="63", IBITS="52", EBIAS="1023",
                             MAGIC="0x4338000000000000ull")}
+# what the readers' C (mshadow/readers.py) uses besides its macros, and the view map
+_GATHER = """typedef long long npy_intp;
+static __device__ __forceinline__ npy_intp ms_imin(npy_intp a, npy_intp b) { return a < b ? a : b; }
+static __device__ __forceinline__ npy_intp ms_imax(npy_intp a, npy_intp b) { return a > b ? a : b; }
+#define MS_MIN(a, b) ms_imin((a), (b))
+#define MS_MAX(a, b) ms_imax((a), (b))
+""" + "\n".join(f"#define MS_RED_{r.name.upper()} {r.id}" for r in REDUCER_TABLE)
+_VIEW = f"""typedef struct {{
+  long long nmap, colstep;
+  long long mdiv[{VIEW_MAXDIM}], mmod[{VIEW_MAXDIM}], mstride[{VIEW_MAXDIM}];
+}} ms_cu_view;
+static __device__ __forceinline__ long long ms_view_row(const ms_cu_view &m, long long y) {{
+  long long off = 0;
+  for (long long a = 0; a < m.nmap; ++a) off += ((y / m.mdiv[a]) % m.mmod[a]) * m.mstride[a];
+  return off;
+}}"""
 _TABLE_PRIMS = """static __device__ __forceinline__ int32_t ms_s_bucket_f32(float v, uint32_t base) {
   return (int32_t)((ms_f32_bits(v) - base) >> 22); }
 static __device__ __forceinline__ float ms_s_tab_f32(const float *t, int32_t i) { return t[i]; }"""
@@ -283,6 +322,7 @@ class _Emitter(ir.Visitor):
         self.scalars = []
         self.needs = {}        # prelude block name -> text (ordered)
         self.nval = 0
+        self.checks = False    # a gather reads an index: the kernel takes ms_err
 
     def need(self, name, text):
         self.needs.setdefault(name, text)
@@ -300,12 +340,13 @@ class _Emitter(ir.Visitor):
         if fn is None:
             raise UnsupportedNodeError(
                 f"the CUDA emitter does not lower {type(node).__name__} nodes yet "
-                f"({ir.describe(node)}); it covers Leaf, Scalar, Map and Cast", node=node)
+                f"({ir.describe(node)}); it covers Leaf, Scalar, Map, Cast, Gather and "
+                f"View", node=node)
         return fn(node, *ctx)
 
     def visit_Leaf(self, node, ctx):
         k = len(self.leaves)
-        self.leaves.append((node.code, node.transposed))
+        self.leaves.append(Bound("tensor", node.code, node.transposed))
         ptr, pitch = f"L{k}", f"L{k}_pitch"
         self.params += [(ptr, f"const {_CTYPE[node.code]} *"), (pitch, "long long")]
         at = f"{ptr}[x * {pitch} + y]" if node.transposed else f"{ptr}[y * {pitch} + x]"
@@ -313,6 +354,131 @@ class _Emitter(ir.Visitor):
             self.half()
             return self.value("float", f"ms_half_to_float({at})"), "f32"
         return self.value(_CTYPE[node.code], at), node.code
+
+    def visit_View(self, node, ctx):
+        """A view read in place at (y, x): row y through the view's map, column x times its
+        step (the IR's step kind: 0 unit, 1 zero, 2 other, a run-time colstep)."""
+        if node.src is not None:
+            raise UnsupportedNodeError(
+                f"the CUDA emitter does not lower a view of an expression yet "
+                f"({ir.describe(node)}): it needs a stage (the source evaluated into scratch, "
+                f"the view's map read over it), a later step", node=node)
+        k = len(self.leaves)
+        self.leaves.append(Bound("view", node.code, node.step))
+        self.need("VIEW", _VIEW)
+        ptr, vmap = f"L{k}", f"L{k}_map"
+        self.params += [(ptr, f"const {_CTYPE[node.code]} *"), (vmap, "ms_cu_view")]
+        col = ("x", "0", f"x * {vmap}.colstep")[node.step]
+        at = f"{ptr}[ms_view_row({vmap}, y) + {col}]"
+        if node.code == "f16":
+            self.half()
+            return self.value("float", f"ms_half_to_float({at})"), "f32"
+        return self.value(_CTYPE[node.code], at), node.code
+
+    def visit_Gather(self, node, ctx):
+        """A reader row (mshadow/readers.py) inlined for element (y, x): its ``row`` with
+        x0 = x, then its ``elem`` (``next``, an incremental walk along a block, is not
+        needed for one element). LD and IDX of source j are lambdas evaluating that source
+        at the element asked for: a tensor or view read in place, or any expression the
+        emitter lowers, inlined (fused, no scratch). The value is stored as the gather's
+        storage type and read back, as the CPU's gather kernels write it."""
+        row = READERS_BY_NAME[node.reader]
+        code = node.code
+        cc = compute_code(code)
+        V = _CTYPE[cc]
+        A = V if cc in FLOAT_CODES else "uint64_t"
+        k = len(self.leaves)
+        self.leaves.append(Bound("gather", code, node.reader))
+        self.need("GATHER", _GATHER)
+        g = f"L{k}"
+        self.params += [(f"{g}_{p}", "long long") for p in row.params]
+        self.params += [(f"{g}_vec{j}", "int") for j in range(len(node.srcs))]
+        if len(node.srcs) != len(row.sources):
+            raise ValueError(f"reader {node.reader} takes sources {row.sources}, the node "
+                             f"holds {len(node.srcs)}")
+        for j, (name, src) in enumerate(zip(row.sources, node.srcs)):
+            self.source(f"{g}_{'idx' if name == 'index' else 'ld'}{j}", src, f"{g}_vec{j}",
+                        "npy_intp" if name == "index" else V, code)
+        text = "\n".join((row.row, row.elem))
+        if "BAD_INDEX" in text:
+            self.checks = True
+        macros = [("V", V), ("A", A), ("ZERO", "((V)0)"),
+                  ("LD(k, r, c)", f"{g}_ld##k((r), (c))"), ("IDX(k, r)", f"{g}_idx##k((r), 0)"),
+                  ("BAD_INDEX", "(*ms_err = 1)")]
+        for red in REDUCER_TABLE:
+            R = red.name.upper()
+            macros += [(f"INIT_{R}", f"((V)({self.reducer_init(red, cc)}))"),
+                       (f"FOLD_{R}(a, b)", f"((V)({self.reducer_fold(red, cc)}))")]
+        out = f"v{self.nval}"
+        self.nval += 1
+        self.lines += [f"#define {m} {t}" for m, t in macros]
+        self.lines += [f"{V} {out};", "{"]
+        if row.params:
+            self.lines.append("  const npy_intp " + ", ".join(f"{p} = {g}_{p}"
+                                                            for p in row.params) + ";")
+        self.lines.append("  const npy_intp x0 = x; (void)x0;")
+        self.lines += ["  " + t for t in row.row.splitlines()]
+        self.lines += ["  {", "    V v;", "    {"]
+        self.lines += ["      " + t.strip() for t in row.elem.splitlines()]
+        self.lines += ["    }", f"    {out} = v;", "  }", "}"]
+        self.lines += [f"#undef {m.split('(')[0]}" for m, _ in macros]
+        # the gather's output is its storage type (the CPU kernels write it so)
+        if code == "f16":
+            self.half()
+            return self.value("float", f"ms_half_to_float({self.convert(out, cc, code)})"), cc
+        return self.value(V, self.convert(out, cc, code)), cc
+
+    def source(self, fn, src, vec, rtype, code):
+        """``auto fn = [&](r, c) -> rtype``: source ``src`` of a gather of storage ``code`` at
+        row r, column c of its 2-D flattening (of a 1-D source, ``vec`` set: element r + c),
+        as the gather reads it: its value stored as its own type, then loaded as the
+        gather's value type, or (an index, rtype npy_intp) truncated toward zero."""
+        outer, self.lines = self.lines, []
+        scode = _node_code(src)
+        v, rc = self.visit(src, (scode, compute_code(scode)))
+        stored = self.convert(v, rc, scode)
+        if scode == "f16":
+            self.half()
+            stored = f"ms_half_to_float({stored})"
+            scode_v = "f32"
+        else:
+            scode_v = scode
+        if rtype == "npy_intp":
+            if scode_v in FLOAT_CODES:
+                self.need(f"CVT_{scode_v}_i64", _f2i(scode_v, "i64"))
+                ret = f"(npy_intp)ms_cvt_{scode_v}_i64({stored})"
+            else:
+                ret = f"(npy_intp)({stored})"
+        else:
+            ret = f"({rtype})({stored})"
+        body, self.lines = self.lines, outer
+        self.lines += [f"auto {fn} = [&](npy_intp ms_r, npy_intp ms_c) -> {rtype} {{",
+                       f"  const long long y = {vec} ? 0 : ms_r, x = {vec} ? ms_r + ms_c : ms_c;",
+                       "  (void)y; (void)x;"]
+        self.lines += ["  " + t for t in body] + [f"  return {ret};", "};"]
+
+    @staticmethod
+    def reducer_init(red, cc):
+        """Where a fold of REDUCER_TABLE row ``red`` starts, in compute type cc: its number,
+        or -inf / +inf (an integer type's minimum / maximum)."""
+        if red.init not in ("-inf", "+inf"):
+            return str(red.init)
+        if cc in FLOAT_CODES:
+            return "-INFINITY" if red.init == "-inf" else "INFINITY"
+        info = np.iinfo(BY_CODE[cc].np)
+        v = int(info.min if red.init == "-inf" else info.max)
+        return f"({_CTYPE[cc]})({v + 1}ll - 1)" if v == -2 ** 63 else f"({_CTYPE[cc]}){v}ll"
+
+    @staticmethod
+    def reducer_fold(red, cc):
+        """The fold of row ``red`` of the value held ``a`` and a new one ``b``: the row's own
+        C, else its combine operator's C form (ops_table) on cc."""
+        if red.c is not None:
+            form = red.c
+        else:
+            op = OPS_BY_NAME[red.combine]
+            form = op.c_int if (cc not in FLOAT_CODES and op.c_int) else op.c
+        return re.sub(r"\b([ab])\b", r"(\1)", form)
 
     def visit_Scalar(self, node, ctx):
         k = len(self.scalars)
@@ -401,6 +567,13 @@ class _Emitter(ir.Visitor):
         self.need(f"VMATH_{code}", _vmath_functions(code))
 
 
+def _node_code(node):
+    """The storage code of what ``node`` computes (a gather's source)."""
+    if type(node) is ir.Scalar:
+        raise ValueError("a scalar is not a gather source")
+    return node.code
+
+
 def emit(key, dst_code, saver):
     """The CUDA kernel of ``dst <saver> exp`` for an element-wise expression: ``key`` its IR
     node, ``dst_code`` the destination's storage code, ``saver`` a name of ir.SAVER_TABLE.
@@ -427,6 +600,8 @@ def emit(key, dst_code, saver):
     e.lines.append(f"{at} = {e.convert(res, cc, dst_code)};")
     params = [("rows", "long long"), ("cols", "long long"),
               ("dst", f"{_CTYPE[dst_code]} *"), ("dst_pitch", "long long")] + e.params
+    if e.checks:
+        params.append(("ms_err", "int *"))
     prelude = [("STDINT", _STDINT), ("BITS", _BITS)] + list(e.needs.items())
     src = [f"/* {ir.describe(key)} -> dst<{dst_code}> ({saver}); "
            f"generated by mshadow/cuda/lower.py */"]
@@ -435,7 +610,7 @@ def emit(key, dst_code, saver):
         if name == "STDINT":
             guard = "MS_CU_STDINT"   # the host shim defines it: it has <stdint.h>
         src += [f"#ifndef {guard}", f"#define {guard}", text, "#endif"]
-    body = "\n".join("      " + line for line in e.lines)
+    body = "\n".join(line if line.startswith("#") else "      " + line for line in e.lines)
     sig = ",\n    ".join(f"{t}{'' if t.endswith('*') else ' '}{n}" for n, t in params)
     kernel = (f'extern "C" __global__ void KERNEL(\n    {sig}) {{\n'
               f"  for (long long y = blockIdx.y; y < rows; y += gridDim.y) {{\n"
@@ -445,4 +620,4 @@ def emit(key, dst_code, saver):
     text = "\n".join(src) + "\n" + kernel
     name = KERNEL_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:16]
     return Emitted(text.replace("KERNEL", name), name,
-                   Binding(tuple(e.leaves), tuple(e.scalars), tuple(params)))
+                   Binding(tuple(e.leaves), tuple(e.scalars), tuple(params), e.checks))
