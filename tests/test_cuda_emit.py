@@ -124,13 +124,14 @@ def run_cases(cases):
     assert not bad, f"{len(bad)} of {len(cases)} cases differ:\n" + "\n".join(bad[:20])
 
 
-def compile_all(kernels):
+def compile_all(kernels, archs=ARCHS):
     """NVRTC compiles every source, BATCH at a time, for each arch; a failing batch is
-    compiled source by source to name the one that fails."""
+    compiled source by source to name the one that fails. (Random trees compile for the
+    first arch only: what differs between archs is covered by every operator and reader.)"""
     uniq = list({k.name: k for k in kernels}.values())
     for i in range(0, len(uniq), BATCH):
         chunk = uniq[i:i + BATCH]
-        for arch in ARCHS:
+        for arch in archs:
             try:
                 cubin = cuda.compile_cubin("\n".join(k.source for k in chunk), arch=arch,
                                            options=("--fmad=false",))
@@ -260,7 +261,8 @@ GROUPS = {"operators": operator_cases, "savers": saver_cases, "casts": cast_case
 @needs_nvrtc
 @pytest.mark.parametrize("group", list(GROUPS))
 def test_nvrtc_compiles(group):
-    assert compile_all([c.k for c in GROUPS[group]()]) > 0
+    assert compile_all([c.k for c in GROUPS[group]()],
+                       ARCHS[:1] if group == "trees" else ARCHS) > 0
 
 
 @needs_gxx
