@@ -361,6 +361,17 @@ def _packet_step(d, isa, code, swap, value, operand):
     return f"{value} = {_subst(form, names)};"
 
 
+def _element_step(d, code, ctype, swap, value, operand):
+    """``value = op(value[, operand])`` in ``op``'s C form on one element (``operand`` a C
+    expression; ``swap``: the value is the right operand): a chain step for the plain loop
+    and the short runs' last elements alike."""
+    form = _c_expr(d, code, ctype)
+    if d.arity == 1:
+        return f"{{ const {ctype} v = {value}; {value} = {_subst(form, {'a': 'v'})}; }}"
+    names = {"a": "o", "b": "v"} if swap else {"a": "v", "b": "o"}
+    return f"{{ const {ctype} v = {value}, o = {operand}; {value} = {_subst(form, names)}; }}"
+
+
 def _chain_packet(code, ctype, isa, total=False):
     """A chain's SIMD body for one ISA. The U vectors of an iteration are named variables
     (v0 .. v7), not an array, so they stay in registers across the step dispatch; what is
@@ -551,17 +562,11 @@ def _chain_short(code, ctype, isa):
          "    switch (code[s]) {"]
     for c, op, swap, scalar in chain_steps():
         d = OPS_BY_NAME[op]
-        cform = _c_expr(d, code, ctype)
         if op in _VMATH_NAMES:
             vst = f"t[u] = ms_{isa}_{op}_{code}(t[u]);"
         else:
             vst = _packet_step(d, isa, code, swap, "t[u]", "bs" if scalar else f"{ld}(O + u * {W})")
-        if d.arity == 1:
-            est = f"{{ const {ctype} v = e[j]; e[j] = {_subst(cform, {'a': 'v'})}; }}"
-        else:
-            o = "o0" if scalar else "Oe[j]"
-            names = {"a": "o", "b": "v"} if swap else {"a": "v", "b": "o"}
-            est = f"{{ const {ctype} v = e[j], o = {o}; e[j] = {_subst(cform, names)}; }}"
+        est = _element_step(d, code, ctype, swap, "e[j]", "o0" if scalar else "Oe[j]")
         L.append(f"      case {c}: for (u = 0; u < k; ++u) {vst} "
                  f"for (j = 0; j < m; ++j) {est} break;")
     L += ["    }", "  }",
@@ -597,16 +602,9 @@ def _chain_plain(code, ctype):
          "      O += i0;",
          "      switch (ch->code[s]) {"]
     for c, op, swap, scalar in chain_steps():
-        d = OPS_BY_NAME[op]
-        form = _c_expr(d, code, ctype)
-        if d.arity == 1:
-            e = _subst(form, {"a": "v"})
-            L.append(f"        case {c}: for (i = 0; i < m; ++i) {{ const {ctype} v = acc[i]; acc[i] = {e}; }} break;")
-        else:
-            o = "o0" if scalar else "O[i]"
-            names = {"a": "o", "b": "v"} if swap else {"a": "v", "b": "o"}
-            e = _subst(form, names)
-            L.append(f"        case {c}: for (i = 0; i < m; ++i) {{ const {ctype} v = acc[i], o = {o}; acc[i] = {e}; }} break;")
+        step = _element_step(OPS_BY_NAME[op], code, ctype, swap, "acc[i]",
+                             "o0" if scalar else "O[i]")
+        L.append(f"        case {c}: for (i = 0; i < m; ++i) {step} break;")
     L += ["      }", "    }",
           "    if (lanes) {",
           f"      for (i = 0; i < m; ++i) lanes[(i0 + i) % {REDUCE_LANES}] = ({ctype})(lanes[(i0 + i) % {REDUCE_LANES}] + acc[i]);",
