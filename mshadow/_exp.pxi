@@ -50,16 +50,11 @@ cdef object _new_ir_node(object cls, str tag, object f1, object f2, tuple keys):
     if PY_VERSION_HEX >= 0x030E0000:
         return _tuple_new(cls, (tag, f1, f2) + keys)
     node = (<_TypeAlloc *> <PyTypeObject *> cls).tp_alloc(<PyTypeObject *> cls, n + 3)
-    Py_INCREF(tag)
-    PyTuple_SET_ITEM(node, 0, tag)
-    Py_INCREF(f1)
-    PyTuple_SET_ITEM(node, 1, f1)
-    Py_INCREF(f2)
-    PyTuple_SET_ITEM(node, 2, f2)
+    _tuple_put(<tuple> node, 0, tag)     # (a tuple subclass: the cast checks nothing)
+    _tuple_put(<tuple> node, 1, f1)
+    _tuple_put(<tuple> node, 2, f2)
     for i in range(n):
-        item = keys[i]
-        Py_INCREF(item)
-        PyTuple_SET_ITEM(node, i + 3, item)
+        _tuple_put(<tuple> node, i + 3, keys[i])
     return node
 
 

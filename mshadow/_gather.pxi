@@ -5,6 +5,17 @@
 # evaluates anything or knows about schedules: the executor (_engine.pxi) binds the sources
 # each run, in place or from a stage's scratch.
 
+cdef inline void _gather_rows_at(ms_gather *g, Py_ssize_t pos, const char *p,
+                                  Py_ssize_t width, Py_ssize_t itemsize, int code,
+                                  bint vector) noexcept:
+    """Source ``pos`` of a gather at ``p``: rows of ``width`` elements, dense columns; a 1-D
+    source (``vector``: an index or a value vector) is read one element per "row"."""
+    g.src[pos] = p
+    g.rowstep[pos] = (1 if vector else width) * itemsize
+    g.colstep[pos] = itemsize
+    g.code[pos] = code
+
+
 cdef class GatherArgs:
     """Parameters, output and source shapes of one gather (mshadow/include/mshadow/gather.h)."""
     cdef readonly str kernel          # the kernel's name in ms_reader_table ("g_take_f32", ...)
@@ -91,14 +102,12 @@ cdef class GatherArgs:
             if isinstance(src, ViewLeaf):          # read in place through its strides
                 vl = <ViewLeaf> src
                 t = vl.src
+                g.src[i] = p
                 g.rowstep[i], g.colstep[i] = vl.strides
+                g.code[i] = t.type_flag
             else:
                 t = <Tensor> src
-                g.colstep[i] = t.itemsize
-                # a 1-D source (an index or a value vector) is read one element per "row"
-                g.rowstep[i] = (t.stride if len(t.shape) > 1 else 1) * t.itemsize
-            g.src[i] = p
-            g.code[i] = t.type_flag
+                _gather_rows_at(g, i, p, t.stride, t.itemsize, t.type_flag, len(t.shape) <= 1)
             _pin_now(t.mem, pins)
             if dst is not None and _overlaps(t, dst):
                 alias[0] = True

@@ -194,12 +194,8 @@ cdef class _StageRun:
             o.contiguous = self.child.dense and c0 == 0 and c1 == self.cols
             _run_staged(self.child, &o, r0, r1, c0, c1)
         if self.feeds == FEEDS_GATHER:
-            g = &parent.gv[self.consumer]
-            # a 1-D source (an index or a value vector) is read one element per "row"
-            g.rowstep[self.pos] = (width if self.nd > 1 else 1) * isz
-            g.src[self.pos] = origin
-            g.colstep[self.pos] = isz
-            g.code[self.pos] = self.type_flag
+            _gather_rows_at(&parent.gv[self.consumer], self.pos, origin, width, isz,
+                            self.type_flag, self.nd <= 1)
         elif self.feeds == FEEDS_VIEW:   # its offset and strides address the dense values
             _bind_view_at(&parent.lv[self.consumer], self.view, self.scratch.ptr + self.view.offset)
         else:
@@ -632,7 +628,6 @@ cdef int _small_run(Plan plan, tuple leaves, tuple scalars, object shape, Py_ssi
     cdef int schedule, consumer, pos, type_flag, done = SMALL_DONE
     cdef GatherArgs args = None
     cdef ViewLeaf view = None
-    cdef ms_gather *g
     cdef _Out so
     _bind_leaves(plan, leaves, scalars, shape, rows, cols, dst, pins, top, lv, gv, sv, &dense,
                  &alias)
@@ -665,12 +660,8 @@ cdef int _small_run(Plan plan, tuple leaves, tuple scalars, object shape, Py_ssi
                               pshape, srows, scols, dst, pins, False, flags, &so, depth + 1)
             if done != SMALL_DONE:
                 return done
-            if plan.leaf_role[consumer] == ROLE_GATHER:   # as _StageRun.fill_box points it
-                g = &gv[consumer]
-                g.src[pos] = scratch[j]
-                g.rowstep[pos] = (scols if nd > 1 else 1) * isz
-                g.colstep[pos] = isz
-                g.code[pos] = type_flag
+            if plan.leaf_role[consumer] == ROLE_GATHER:
+                _gather_rows_at(&gv[consumer], pos, scratch[j], scols, isz, type_flag, nd <= 1)
             else:
                 _bind_view_at(&lv[consumer], view, scratch[j] + view.offset)
         o.contiguous = o.contiguous and dense
