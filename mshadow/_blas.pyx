@@ -375,7 +375,7 @@ def product(dst, exp, tuple sign_beta, int nthreads):
             or d.shape != exp.shape):
         return False
     alpha = sign_beta[0] * exp.scale
-    if exp.key[0] == "dot":
+    if exp.key[0] == "dot":      # Product's kind, as engine.assign dispatches on it
         gemm(d, a, exp.ltrans, b, exp.rtrans, alpha, sign_beta[1], nthreads)
     else:
         batch_gemm(d, a, exp.ltrans, b, exp.rtrans, alpha, sign_beta[1], nthreads)

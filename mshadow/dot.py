@@ -208,7 +208,7 @@ def _eval(dst, exp, saver):
         forms = ", ".join(f"{s.symbol} ({s.name})" for s in ir.SAVER_TABLE if s.blas is not None)
         raise TypeError(f"dst {sym} {type(exp).__name__}: saver {saver} has no BLAS form; a matrix "
                         f"product can only be stored with {forms}. Assign it to a tensor first.")
-    where = exp.key[0]           # Product's kind: "dot" or "batch_dot"
+    where = exp.key.kind
     _check_dst(dst, exp, where)
     if dst.shape != exp.shape:
         form = "dot-gemv" if len(exp.shape) == 1 and exp.shape[0] != 1 else "dot-gemm"
