@@ -492,6 +492,7 @@ DEF INLINE_LEAVES = 8      # a plan of up to 7 leaves and 8 scalars binds with n
 DEF PINS_INLINE = 8        # allocations a run pins before it needs a list
 DEF SMALL_STAGES = 4       # stages of one level a small run holds (_small_run)
 DEF SMALL_DEPTH = 6        # and levels of stages below the destination
+DEF SMALL_ARENA = 4096     # bytes of a level's stage scratch on the stack (more: malloc)
 DEF SMALL_NOT = 0          # _small_run's outcomes: not small (nothing stored),
 DEF SMALL_DONE = 1         # evaluated and stored,
 DEF SMALL_ALIAS = 2        # reads the destination at other positions (nothing stored)

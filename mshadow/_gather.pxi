@@ -173,11 +173,13 @@ cdef tuple _pack(_Row row, dict params):
     return row.reader.pack(**params)
 
 
-def gather(str reader, srcs, shape, str code, index=None, cls=None, **params):
+def gather(str reader, srcs, shape, str code, tuple params=None, index=None, cls=None,
+           **named):
     """The expression (of class ``cls``; by default the gather class the extension layer
     installed, extension/build.py's GatherExp) of the reader named ``reader`` (a row of
-    mshadow/readers.py) over ``srcs``, with its parameters by name; ``index`` = (position
-    in srcs, exclusive bound) of an index source, range-checked before anything is stored.
+    mshadow/readers.py) over ``srcs``, with its parameters as ``params`` (ints in the row's
+    order) or by name; ``index`` = (position in srcs, exclusive bound) of an index source,
+    range-checked before anything is stored.
 
     A source is a tensor or a 2-D ViewLeaf, read in place, or an expression: the IR node
     (ir.Gather over the sources' nodes) holds it, and the lowering gives it a stage
@@ -219,7 +221,12 @@ def gather(str reader, srcs, shape, str code, index=None, cls=None, **params):
     kernel = row.kernels.get(code)
     if kernel is None:
         raise ValueError(f"reader {reader} has no kernel for storage code {code!r}")
-    args = _gather_args(kernel, srcs, _pack(row, params), shape, index)
+    if params is None:
+        params = _pack(row, named)
+    elif named or len(params) != len(row.params):
+        raise TypeError(f"reader {reader} takes the parameters {row.params} in order or by "
+                        f"name, got {params} and {sorted(named)}")
+    args = _gather_args(kernel, srcs, params, shape, index)
     node = <Exp?> cls()
     node.key = _new_ir_node(_IRGather, "X", reader, code, keys)
     node.shape = args.shape

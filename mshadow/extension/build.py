@@ -15,8 +15,8 @@ class GatherExp(Target, _core.Exp):
     __slots__ = ("args",)
 
 
-# gather(reader, srcs, shape, code, index=None, cls=GatherExp, **params): compiled, as
-# every constructor's last step is this one (see its docstring)
+# gather(reader, srcs, shape, code, params=None, index=None, cls=GatherExp, **named):
+# compiled, as every constructor's last step is this one (see its docstring)
 gather = _core.gather
 _core.install_layer(gather_class=GatherExp)
 

@@ -1,5 +1,6 @@
 """Spatial extensions: pool/unpool, chpool/ch_unpool, unpack_patch2col (im2col), pack_col2patch.
-Each is a gather over a reader of mshadow/readers.py; shapes are checked here."""
+Each is a gather over a reader of mshadow/readers.py; shapes are checked here. The readers'
+parameters go in their rows' order (positional: a keyword dict cost a third of pool's build)."""
 
 from .. import readers
 from .._core import Exp, Tensor
@@ -13,9 +14,23 @@ from .views import _source as _operand_of, _tensor
 _REDUCER_ID = readers.REDUCER_IDS
 
 
+def _accepted(where):
+    """ms.red's reducers that the reader named ``where`` takes: a row of
+    readers.REDUCER_TABLE that fills the column it needs (unpool's PartialGrad:
+    Reader.red_needs), by object, to their ids."""
+    need = readers.READERS_BY_NAME[where].red_needs
+    return {getattr(red, r.name): r.id for r in readers.REDUCER_TABLE
+            if not need or getattr(r, need) is not None}
+
+
+_ACCEPTED = {where: _accepted(where) for where in ("pool", "unpool", "chpool", "ch_unpool")}
+
+
 def _reducer(reducer, where):
-    """The id of ``reducer`` for the reader named ``where``: a row of readers.REDUCER_TABLE
-    that fills the column the reader needs (unpool's PartialGrad: Reader.red_needs)."""
+    """The id of ``reducer`` for the reader named ``where`` (_accepted)."""
+    rid = _ACCEPTED[where].get(reducer)
+    if rid is not None:
+        return rid
     need = readers.READERS_BY_NAME[where].red_needs
     ok = [r.name for r in readers.REDUCER_TABLE if not need or getattr(r, need) is not None]
     if not isinstance(reducer, _Reducer) or reducer.name not in ok:
@@ -83,8 +98,8 @@ def pool(src, ky, kx, sy, sx, reducer=red.maximum, pshape=None):
         if len(pshape) != 2:
             raise ShapeError(f"pool: pshape must have 2 entries, got {pshape}")
         oh, ow = pshape
-    return gather("pool", (src,), src.shape[:-2] + (oh, ow), _code(src), red=r, H=H, W=W,
-                  ky=ky, kx=kx, sy=sy, sx=sx, oH=oh)
+    return gather("pool", (src,), src.shape[:-2] + (oh, ow), _code(src),
+                  (r, H, W, ky, kx, sy, sx, oh))
 
 
 def unpool(data_src, data_pooled, grad_pooled, ky, kx, sy, sx, reducer=red.maximum):
@@ -102,9 +117,8 @@ def unpool(data_src, data_pooled, grad_pooled, ky, kx, sy, sx, reducer=red.maxim
             or tuple(data_pooled.shape[:-2]) != tuple(data_src.shape[:-2])):
         raise ShapeError("UnPoolingExp: pool and src shape mismatch")
     pH, pW = data_pooled.shape[-2], data_pooled.shape[-1]
-    return gather("unpool", [data_src, data_pooled, grad_pooled], data_src.shape,
-                  _code(data_src), red=r, H=data_src.shape[-2], ky=ky, kx=kx, sy=sy, sx=sx,
-                  pH=pH, pW=pW)
+    return gather("unpool", (data_src, data_pooled, grad_pooled), data_src.shape,
+                  _code(data_src), (r, data_src.shape[-2], ky, kx, sy, sx, pH, pW))
 
 
 # ---- channel_pool.h / channel_unpool.h ----------------------------------------------------
@@ -136,8 +150,7 @@ def chpool(src, nsize, reducer, stride=1, pad=None):
         raise ShapeError("chpool: local size must be smaller than nchannels")
     oC = (C - nsize + 2 * pad + 1) // stride
     shape = tuple(src.shape[:-3]) + (oC,) + tuple(src.shape[-2:])
-    return gather("chpool", [src], shape, _code(src), red=r, C=C, oC=oC, H=H, nsize=nsize,
-                  stride=stride, pad=pad)
+    return gather("chpool", (src,), shape, _code(src), (r, C, oC, H, nsize, stride, pad))
 
 
 def ch_unpool(data_src, data_pooled, grad_pooled, nsize, reducer, stride=1, pad=None):
@@ -160,9 +173,8 @@ def ch_unpool(data_src, data_pooled, grad_pooled, nsize, reducer, stride=1, pad=
                              f"{ps[k] if len(ps) == len(ss) else ps} vs "
                              f"{ss[k] if len(ps) == len(ss) else ss}")
     C, H = ss[-3], ss[-2]
-    return gather("ch_unpool", [data_src, data_pooled, grad_pooled], data_src.shape,
-                  _code(data_src), red=r, C=C, pC=ps[-3], H=H, nsize=nsize, stride=stride,
-                  pad=pad)
+    return gather("ch_unpool", (data_src, data_pooled, grad_pooled), data_src.shape,
+                  _code(data_src), (r, C, ps[-3], H, nsize, stride, pad))
 
 
 # ---- unpack_patch2col.h / pack_col2patch.h ------------------------------------------------
@@ -194,8 +206,8 @@ def unpack_patch2col(img, ky, kx, sy, sx=None, dy=1, dx=None):
     # element-wise source is read per element through its leaves (gather.remap_leaves)
     def im2col(leaf):
         leaf = _operand(leaf, "unpack_patch2col")
-        return gather("im2col", [leaf], (C * ky * kx, N * oh * ow), _code(leaf), C=C, H=H,
-                      W=W, ky=ky, kx=kx, sy=sy, sx=sx, dy=dy, dx=dx, oh=oh, ow=ow)
+        return gather("im2col", (leaf,), (C * ky * kx, N * oh * ow), _code(leaf),
+                      (C, H, W, ky, kx, sy, sx, dy, dx, oh, ow))
     return remap_leaves(img, im2col)
 
 
@@ -218,5 +230,4 @@ def pack_col2patch(mat, imshape, ky, kx, sy, sx=None, dy=1, dx=None):
         raise ShapeError("PackColToPatchExp: src.size(1) mismatch")
     if mat.shape[0] != ky * kx * C:
         raise ShapeError("PackColToPatchExp: src.size(0) mismatch")
-    return gather("col2im", [mat], imshape, _code(mat), C=C, H=H, ky=ky, kx=kx, sy=sy, sx=sx,
-                  dy=dy, dx=dx, oh=oh, ow=ow)
+    return gather("col2im", (mat,), imshape, _code(mat), (C, H, ky, kx, sy, sx, dy, dx, oh, ow))
