@@ -472,3 +472,25 @@ def test_errors(k):
     fn, exc, msg = _errors()[k]
     with pytest.raises(exc, match=msg):
         fn()
+
+
+def test_gather_takes_parameters_in_row_order_or_by_name():
+    """extension/build.gather: a reader's parameters as a tuple in its row's order (what the
+    spatial constructors pass) build the node the names build; a tuple of the wrong length,
+    or a tuple and names together, is a TypeError naming the row's parameters."""
+    from mshadow.extension.build import gather
+    x = T(np.arange(2 * 5 * 5, dtype=np.float32).reshape(2, 5, 5))
+    by_order = gather("pool", (x,), (2, 2, 2), "f32", (ms.readers.REDUCER_IDS["sum"],
+                                                       5, 5, 2, 2, 2, 2, 2))
+    by_name = gather("pool", (x,), (2, 2, 2), "f32", red=ms.readers.REDUCER_IDS["sum"], H=5,
+                     W=5, ky=2, kx=2, sy=2, sx=2, oH=2)
+    a, b = ms.new_tensor((2, 2, 2)), ms.new_tensor((2, 2, 2))
+    a[:] = by_order
+    b[:] = by_name
+    want = x.numpy()[:, :4, :4].reshape(2, 2, 2, 2, 2).sum(axis=(2, 4))
+    np.testing.assert_array_equal(a.numpy(), want)
+    np.testing.assert_array_equal(b.numpy(), want)
+    with pytest.raises(TypeError, match=r"reader pool takes the parameters \('red', 'H'"):
+        gather("pool", (x,), (2, 2, 2), "f32", (0, 5, 5))
+    with pytest.raises(TypeError, match=r"in order or by name, got .* and \['H'\]"):
+        gather("pool", (x,), (2, 2, 2), "f32", (0, 5, 5, 2, 2, 2, 2, 2), H=5)
