@@ -833,7 +833,12 @@ def _reader_loop(r, code, step):
         body += [f"  {{ const npy_intp crow = {r.copy};",
                  "    if (crow >= 0) { memcpy(out, src0 + crow * rs0 + x0 * (npy_intp)sizeof(T), "
                  "(size_t)n * sizeof(T)); return; } }"]
-    body += ["  for (i = 0; i < n; ++i) {",
+    start = "0"
+    if r.block:
+        assert not r.next, f"{r.name}: a block form and incremental element state"
+        body += ["  npy_intp done = 0;", "  " + r.block]
+        start = "done"
+    body += [f"  for (i = {start}; i < n; ++i) {{",
              "    const npy_intp x = x0 + i;",
              "    V v;",
              "    {",
@@ -871,11 +876,12 @@ def _readers(names):
                 f"return {load}; }}",
                 f"static inline void ms_wr_{code}(char *p, V v) {{ T t = {store}; "
                 f"memcpy(p, &t, sizeof t); }}",
-                f"#define LD(k, r, c) ms_rd_{code}(src##k + (r) * rs##k + (c) * CSTEP(k))"]
+                f"#define LD(k, r, c) ms_rd_{code}(src##k + (r) * rs##k + (c) * CSTEP(k))",
+                f"#define ST(i, v) ms_wr_{code}(out + (i) * (npy_intp)sizeof(T), (v))"]
         for r in readers.READERS:
             out.append(_reader_kernel(r, code))
             entries.append(r.kernel(code))
-        out += ["#undef T", "#undef V", "#undef A", "#undef ZERO", "#undef LD"]
+        out += ["#undef T", "#undef V", "#undef A", "#undef ZERO", "#undef LD", "#undef ST"]
         out += [f"#undef {m}_{red.name.upper()}" for red in readers.REDUCER_TABLE
                 for m in ("INIT", "FOLD")]
     out += ["#undef IDX", "#undef BAD_INDEX", "#undef PREFETCH",

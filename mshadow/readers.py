@@ -74,14 +74,14 @@ REDUCER_IDS = {r.name: r.id for r in REDUCER_TABLE}          # by ms.red name
 REDUCER_BY_NAME = {r.name: r for r in REDUCER_TABLE}
 
 
-def _each_reducer(body, rows=REDUCER_TABLE):
+def _each_reducer(body, rows=REDUCER_TABLE, default="v = ZERO;"):
     """C: ``switch (red)`` with one case per reducer row, ``body`` with @ replaced by the
     row's upper-case name (INIT_@, FOLD_@(a, b): the fold's init and combine, defined
-    per storage type by codegen_cpu.py from the row). Any other id leaves ``v`` ZERO (the
+    per storage type by codegen_cpu.py from the row). Any other id runs ``default`` (the
     constructors pass table ids only)."""
     cases = "".join(f"\n        case MS_RED_{r.name.upper()}: {{ "
                     + body.replace("@", r.name.upper()) + " break; }" for r in rows)
-    return "switch (red) {" + cases + "\n        default: v = ZERO;\n      }"
+    return "switch (red) {" + cases + f"\n        default: {default}\n      }}"
 
 
 def _fold_over(loop, value):
@@ -138,6 +138,10 @@ class Reader:
     # 1 KiB; the hardware prefetcher follows a longer row). take's rows are at random
     # addresses: without it each block waits for memory (take of an expression reads two)
     prefetch: str = ""
+    # (optional, C, after ``row``) writes the block's first outputs itself, ``ST(i, v)``
+    # storing out[i], and sets ``done`` to how many: the element loop does the rest. pool:
+    # its inner windows, vectorized over the outputs (_WINDOW_TILES)
+    block: str = ""
 
     def rows_of(self, k):
         """Source k's src_rows function, or None."""
@@ -237,6 +241,27 @@ def _ch_unpool_rows(p, y0, y1):
     return y0 // per_img * pooled, ((y1 - 1) // per_img + 1) * pooled
 
 
+# pool's outputs whose windows lie inside the row (x*sx + kx <= W), 64 at a time: the
+# window's rows and columns are the outer loops and the outputs the inner one, which the
+# compiler vectorizes (strides 1 and 2 spelled out); each output folds its window in the
+# element loop's order, so the two give the same bits. Max pooling per element cost 4x sum.
+_WINDOW_TILES = (
+    "{ npy_intp t, j, m = (W - kx) / sx + 1 - x0; if (m > n) m = n;\n"
+    "    for (t = 0; t < m; t += 64) {\n"
+    "      const npy_intp mm = MS_MIN(m - t, 64), c0 = (x0 + t) * sx; V acc[64];\n      "
+    + _each_reducer(
+        "for (j = 0; j < mm; ++j) acc[j] = INIT_@;\n"
+        "          for (a = ys; a < ye; ++a) for (b = 0; b < kx; ++b) {\n"
+        "            if (sx == 1) for (j = 0; j < mm; ++j) { const V u = LD(0, base + a, c0 + b + j); "
+        "acc[j] = FOLD_@(acc[j], u); }\n"
+        "            else if (sx == 2) for (j = 0; j < mm; ++j) { const V u = LD(0, base + a, "
+        "c0 + b + 2 * j); acc[j] = FOLD_@(acc[j], u); }\n"
+        "            else for (j = 0; j < mm; ++j) { const V u = LD(0, base + a, c0 + b + j * sx); "
+        "acc[j] = FOLD_@(acc[j], u); }\n"
+        "          }\n"
+        "          for (j = 0; j < mm; ++j) ST(t + j, acc[j]);", default="m = 0;")
+    + "\n    }\n    done = m > 0 ? m : 0; }")
+
 _WINDOW_REDUCE = "\n      " + _fold_over("for (a = ys; a < ye; ++a) for (b = xs; b < xe; ++b)",
                                           "LD(0, base + a, b)")
 
@@ -306,7 +331,7 @@ READERS = (
                "  const npy_intp base = (y / oH) * H;\n  npy_intp a, b;",
            elem="const npy_intp xs = MS_MIN(x * sx, W), xe = MS_MIN(xs + kx, W);"
                 + _WINDOW_REDUCE,
-           src_rows=_pool_rows),
+           block=_WINDOW_TILES, src_rows=_pool_rows),
     Reader("unpool", "unpool: out(y, x) = sum over the pooled windows holding (y, x) of "
            "PartialGrad * grad (every tied extreme gets the gradient)",
            ("data_src", "data_pooled", "grad_pooled"), ("red", "H", "ky", "kx", "sy", "sx", "pH", "pW"),

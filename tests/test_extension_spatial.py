@@ -494,3 +494,52 @@ def test_gather_takes_parameters_in_row_order_or_by_name():
         gather("pool", (x,), (2, 2, 2), "f32", (0, 5, 5))
     with pytest.raises(TypeError, match=r"in order or by name, got .* and \['H'\]"):
         gather("pool", (x,), (2, 2, 2), "f32", (0, 5, 5, 2, 2, 2, 2, 2), H=5)
+
+
+def _fold_in_order(a, ky, kx, sy, sx, name, oshape):
+    """pool in the storage type, each window folded in mshadow's order (its rows, then its
+    columns) with readers.REDUCER_TABLE's folds: bit for bit what the kernel computes for
+    float32, float64 and integers. Vectorized over the outputs; a clipped window skips its
+    positions outside the image."""
+    H, W = a.shape[-2:]
+    oh, ow = oshape
+    dt = a.dtype
+    acc = np.full(a.shape[:-2] + (oh, ow), init_value(name, dt), dtype=dt)
+    py, px = np.arange(oh)[:, None], np.arange(ow)[None, :]
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(ky):
+            for j in range(kx):
+                y, x = py * sy + i, px * sx + j
+                inside = (py * sy < H) & (y < H) & (px * sx < W) & (x < W)
+                v = a[..., np.minimum(y, H - 1), np.minimum(x, W - 1)]
+                if name == "sum":
+                    new = acc + v
+                elif dt.kind == "f":     # (a == a && !(a >= b)) ? b : a, and its minimum
+                    keep = (acc != acc) | ((acc >= v) if name == "maximum" else (acc <= v))
+                    new = np.where(keep, acc, v)
+                else:
+                    new = np.maximum(acc, v) if name == "maximum" else np.minimum(acc, v)
+                acc = np.where(inside, new, acc)
+    return acc
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8])
+@pytest.mark.parametrize("name", list(RED))
+@pytest.mark.parametrize("k, s", [(2, 2), (3, 2), (3, 1), (2, 3), (1, 1), (5, 4)])
+def test_pool_wide_rows_bit_for_bit(dtype, name, k, s):
+    """Rows of many outputs (several 64-output tiles of the inner windows, blocks starting
+    past column 0, a partial last tile) and windows past the border (pshape), NaNs among
+    the floats: every output equals the in-order fold, bit for bit."""
+    rng = np.random.default_rng(k * 10 + s)
+    H, W = 2 * k + 3, 700 * s + k + 5
+    a = data((2, 3, H, W), dtype, seed=k + s)
+    if np.dtype(dtype).kind == "f":
+        a = (a + rng.random(a.shape)).astype(dtype)          # sums that round
+        a.reshape(-1)[rng.choice(a.size, 40, replace=False)] = np.nan
+    natural = ((H - k) // s + 1, (W - k) // s + 1)
+    for oshape in (natural, (natural[0] + 2, natural[1] + 3)):
+        want = _fold_in_order(a, k, k, s, s, name, oshape)
+        for src in (T(a), padded(a)):
+            got = run(ms.pool(src, k, k, s, s, RED[name], pshape=oshape), want.shape, dtype)
+            np.testing.assert_array_equal(got.view(f"u{a.itemsize}"),
+                                          want.view(f"u{a.itemsize}"))
