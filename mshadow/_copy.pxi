@@ -30,22 +30,28 @@ def copy(Tensor dst, Tensor src, stream=None):
     # byte ranges touched: [first row start, last row end)
     cdef bint overlap = (d < s + (rows - 1) * spitch + row_bytes and
                          s < d + (rows - 1) * dpitch + row_bytes)
-    with nogil:
-        if dpitch == row_bytes and spitch == row_bytes:
-            memmove(d, s, row_bytes * rows)
-        elif not overlap:
-            for r in range(rows):
-                memcpy(d + r * dpitch, s + r * spitch, row_bytes)
-        else:
-            tmp = <char *> malloc(row_bytes * rows)
-            if tmp != NULL:
+    dst.mem.pin()          # a free_space from another thread meanwhile waits for the copy
+    src.mem.pin()
+    try:
+        with nogil:
+            if dpitch == row_bytes and spitch == row_bytes:
+                memmove(d, s, row_bytes * rows)
+            elif not overlap:
                 for r in range(rows):
-                    memcpy(tmp + r * row_bytes, s + r * spitch, row_bytes)
-                for r in range(rows):
-                    memcpy(d + r * dpitch, tmp + r * row_bytes, row_bytes)
-                free(tmp)
+                    memcpy(d + r * dpitch, s + r * spitch, row_bytes)
             else:
-                failed = True
+                tmp = <char *> malloc(row_bytes * rows)
+                if tmp != NULL:
+                    for r in range(rows):
+                        memcpy(tmp + r * row_bytes, s + r * spitch, row_bytes)
+                    for r in range(rows):
+                        memcpy(d + r * dpitch, tmp + r * row_bytes, row_bytes)
+                    free(tmp)
+                else:
+                    failed = True
+    finally:
+        src.mem.unpin()
+        dst.mem.unpin()
     if failed:
         raise MemoryError(f"Copy: could not allocate {row_bytes * rows} bytes of scratch "
                           f"for overlapping tensors")

@@ -395,3 +395,100 @@ def test_cpp_alias_table():
         assert getattr(nn, cpp) is getattr(nn, py), cpp
         assert cpp in nn.__all__ and py in nn.__all__
     assert ms.softmax is nn.softmax and ms.softmax_grad is nn.softmax_grad
+
+
+# ---- softmax: the compiled row kernel (float32 / float64 rows) ----------------------------
+def _softmax_in_lanes(e):
+    """The kernel's result, bit for bit, built from independent pieces: each row's maximum,
+    exp(e - max) by ms.op.exp (the same vmath exp), summed with element i in lane i % 16
+    in order and the 16 lanes added pairwise, then each value divided by that sum."""
+    e2 = np.atleast_2d(e)
+    m = e2.max(axis=1, keepdims=True)
+    t = ms.new_tensor(e2.shape, dtype=e2.dtype)
+    t[:] = ms.F(ms.op.exp, ms.from_numpy(np.ascontiguousarray(e2 - m)))
+    t = t.numpy()
+    n = e2.shape[1]
+    padded = np.zeros((e2.shape[0], -(-n // 16) * 16), e2.dtype)
+    padded[:, :n] = t
+    lanes = padded.reshape(e2.shape[0], -1, 16)
+    tot = np.zeros((e2.shape[0], 16), e2.dtype)
+    for k in range(lanes.shape[1]):
+        tot = tot + lanes[:, k]
+    for w in (8, 4, 2, 1):
+        tot[:, :w] = tot[:, :w] + tot[:, w:2 * w]
+    return (t / tot[:, :1]).reshape(e.shape)
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_softmax_rows_bit_for_bit_at_every_width_level_and_thread_count(dtype):
+    from mshadow.testing import simd_levels
+    rng = np.random.default_rng(1)
+    for cols in list(range(1, 41)) + [63, 64, 65, 1000, 1037]:
+        e = (rng.standard_normal((5, cols)) * 6).astype(dtype)
+        want = _softmax_in_lanes(e)
+        np.testing.assert_allclose(want, ref_softmax(e, 1), rtol=4 * TOL[np.dtype(dtype)],
+                                   atol=TOL[np.dtype(dtype)])
+        for level in simd_levels():
+            ms.set_simd_level(level)
+            for threads, pitched in ((1, False), (2, True)):
+                ms.set_num_threads(threads)
+                dst = tensor(np.zeros_like(e), pitched)
+                nn.softmax(dst, tensor(e, pitched))
+                assert dst.numpy().tobytes() == want.tobytes(), (cols, level, threads)
+                t = tensor(e, pitched)                   # in place
+                nn.softmax(t, t)
+                assert t.numpy().tobytes() == want.tobytes(), (cols, level, "in place")
+    e = (rng.standard_normal(37) * 6).astype(dtype)      # 1-D: one row
+    d = tensor(np.zeros_like(e))
+    nn.softmax(d, tensor(e))
+    assert d.numpy().tobytes() == _softmax_in_lanes(e).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_softmax_rows_with_nan_and_infinities_as_numpy(dtype):
+    e = np.array([[1, 2, np.nan, 3] * 5, [1, np.inf, 2, 3] * 5, [-np.inf] * 20,
+                  [np.nan] + [1] * 19, [-np.inf, 0, -np.inf, 1] * 5], dtype)
+    dst = tensor(np.zeros_like(e))
+    with np.errstate(invalid="ignore"):
+        want = ref_softmax(e, 1)
+    nn.softmax(dst, tensor(e))
+    np.testing.assert_allclose(dst.numpy(), want, rtol=4 * TOL[np.dtype(dtype)])
+
+
+_FREE_RACE = """
+import sys, threading, time
+import numpy as np
+import mshadow as ms
+from mshadow.errors import FreedTensorError
+what = sys.argv[1]
+for r in range(12):
+    src = ms.new_tensor((2048, 4096), init=1.0)
+    dst = ms.new_tensor((2048, 4096), init=-7.0)
+    go = threading.Event()
+    errs = []
+    def run():
+        go.set()
+        for _ in range(3):
+            try:
+                ms.copy(dst, src) if what == "copy" else ms.nn.softmax(dst, src)
+            except FreedTensorError as e:
+                errs.append(e)
+    th = threading.Thread(target=run); th.start()
+    go.wait(); time.sleep(0.002 * (r % 4))
+    ms.free_space(src)
+    th.join()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("what", ["copy", "softmax"])
+def test_free_space_while_copy_or_softmax_runs_without_the_gil(what):
+    # copy ran its memmove with no GIL and nothing pinned: a free_space from another thread
+    # unmapped the bytes under it (SIGSEGV); both pin now, and the free waits for the run
+    import subprocess
+    import sys
+    root = __import__("os").path.dirname(__import__("os").path.dirname(ms.__file__))
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _FREE_RACE, what],
+                          capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
