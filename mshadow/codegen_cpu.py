@@ -907,8 +907,7 @@ def _reader_loop(r, code, step):
                  "    if (crow >= 0) { memcpy(out, src0 + crow * rs0 + x0 * (npy_intp)sizeof(T), "
                  "(size_t)n * sizeof(T)); return; } }"]
     start = "0"
-    if r.block:
-        assert not r.next, f"{r.name}: a block form and incremental element state"
+    if step == "sizeof" and r.block:
         body += ["  npy_intp done = 0;", "  " + r.block]
         start = "done"
     body += [f"  for (i = {start}; i < n; ++i) {{",

@@ -138,9 +138,10 @@ class Reader:
     # 1 KiB; the hardware prefetcher follows a longer row). take's rows are at random
     # addresses: without it each block waits for memory (take of an expression reads two)
     prefetch: str = ""
-    # (optional, C, after ``row``) writes the block's first outputs itself, ``ST(i, v)``
-    # storing out[i], and sets ``done`` to how many: the element loop does the rest. pool:
-    # its inner windows, vectorized over the outputs (_WINDOW_TILES)
+    # (optional, C, after ``row``; sources with contiguous columns) writes the block's
+    # first outputs itself, ``ST(i, v)`` storing out[i], and sets ``done`` to how many: the
+    # element loop does the rest (from the walk state ``next`` keeps, left at ``done``).
+    # pool: its inner windows, vectorized over the outputs (_WINDOW_TILES); im2col, col2im
     block: str = ""
 
     def rows_of(self, k):
@@ -245,8 +246,9 @@ def _ch_unpool_rows(p, y0, y1):
 # window's rows and columns are the outer loops and the outputs the inner one, which the
 # compiler vectorizes (strides 1 and 2 spelled out); each output folds its window in the
 # element loop's order, so the two give the same bits. Max pooling per element cost 4x sum.
+# Fewer than 8 such outputs stay in the element loop (a tile's set-up costs more there).
 _WINDOW_TILES = (
-    "{ npy_intp t, j, m = (W - kx) / sx + 1 - x0; if (m > n) m = n;\n"
+    "{ npy_intp t, j, m = (W - kx) / sx + 1 - x0; if (m > n) m = n; if (m < 8) m = 0;\n"
     "    for (t = 0; t < m; t += 64) {\n"
     "      const npy_intp mm = MS_MIN(m - t, 64), c0 = (x0 + t) * sx; V acc[64];\n      "
     + _each_reducer(
@@ -261,6 +263,54 @@ _WINDOW_TILES = (
         "          }\n"
         "          for (j = 0; j < mm; ++j) ST(t + j, acc[j]);", default="m = 0;")
     + "\n    }\n    done = m > 0 ? m : 0; }")
+
+# im2col a run of outputs at a time: a run is one output row (oy) of one image, read from
+# one image row at the columns ox*sx + xoff (a memcpy for stride 1), zeros past the image;
+# the element loop's walk state (ox, oy, img) stays right. Per element it cost 2.3x numpy.
+_IM2COL_RUNS = (
+    "{ npy_intp k, run;\n"
+    "    for (i = 0; i < n; i += run) {\n"
+    "      const npy_intp h = oy * sy + yoff, lim = W - xoff;\n"
+    "      npy_intp kin = h < H && lim > 0 ? (lim + sx - 1) / sx - ox : 0;\n"
+    "      run = MS_MIN(ow - ox, n - i);\n"
+    "      if (kin > run) kin = run;\n"
+    "      if (kin < 0) kin = 0;\n"
+    "      if (kin > 0) {\n"
+    "        const npy_intp r = (img * C + c) * H + h;\n"
+    "        if (sx == 1) memcpy(out + i * (npy_intp)sizeof(T), src0 + r * rs0 + (ox + xoff) * "
+    "(npy_intp)sizeof(T), (size_t)kin * sizeof(T));\n"
+    "        else for (k = 0; k < kin; ++k) ST(i + k, LD(0, r, (ox + k) * sx + xoff));\n"
+    "      }\n"
+    "      for (k = kin; k < run; ++k) ST(i + k, ZERO);\n"
+    "      ox += run;\n"
+    "      if (ox == ow) { ox = 0; if (++oy == oh) { oy = 0; ++img; } }\n"
+    "    }\n"
+    "    done = n; }")
+
+# col2im 64 outputs at a time: for each tap (a, b) in the element loop's order, the outputs
+# it reaches (x = b*dx + q*sx, q < ow) add their column entries, a contiguous run for stride
+# 1 that the compiler vectorizes; each output sums its taps in the same order (same bits).
+_COL2IM_TILES = (
+    "{ npy_intp t, j, q, qlo, qhi, lo, up;\n"
+    "    for (t = 0; t < n; t += 64) {\n"
+    "      const npy_intp mm = MS_MIN(n - t, 64), xa = x0 + t; A acc[64];\n"
+    "      for (j = 0; j < mm; ++j) acc[j] = 0;\n"
+    "      for (a = ky - 1; a >= 0; --a) {\n"
+    "        const npy_intp ty = h - a * dy;\n"
+    "        if (ty < 0 || ty % sy != 0 || ty / sy >= oh) continue;\n"
+    "        for (b = kx - 1; b >= 0; --b) {\n"
+    "          const npy_intp r = (c * ky + a) * kx + b, col = (img * oh + ty / sy) * ow;\n"
+    "          lo = xa - b * dx; up = xa + mm - 1 - b * dx;\n"
+    "          if (up < 0) continue;\n"
+    "          qlo = lo <= 0 ? 0 : (lo + sx - 1) / sx;\n"
+    "          qhi = MS_MIN(ow, up / sx + 1);\n"
+    "          if (sx == 1) for (q = qlo; q < qhi; ++q) acc[q - lo] += (A)LD(0, r, col + q);\n"
+    "          else for (q = qlo; q < qhi; ++q) acc[q * sx - lo] += (A)LD(0, r, col + q);\n"
+    "        }\n"
+    "      }\n"
+    "      for (j = 0; j < mm; ++j) ST(t + j, (V)acc[j]);\n"
+    "    }\n"
+    "    done = n; }")
 
 _WINDOW_REDUCE = "\n      " + _fold_over("for (a = ys; a < ye; ++a) for (b = xs; b < xe; ++b)",
                                           "LD(0, base + a, b)")
@@ -323,7 +373,7 @@ READERS = (
            elem="{ const npy_intp h = oy * sy + yoff, w = ox * sx + xoff;\n"
                 "      v = (h < H && w < W) ? LD(0, (img * C + c) * H + h, w) : ZERO; }",
            next="if (++ox == ow) { ox = 0; if (++oy == oh) { oy = 0; ++img; } }",
-           src_rows=_im2col_rows, bands_over_cols=True, views=True),
+           block=_IM2COL_RUNS, src_rows=_im2col_rows, bands_over_cols=True, views=True),
     Reader("pool", "pool: out(lead, py, px) = reduce of src(lead, py*sy.., px*sx..) over the "
            "ky x kx window clipped to the image (a window past it keeps the init value)",
            ("src",), ("red", "H", "W", "ky", "kx", "sy", "sx", "oH"),
@@ -389,7 +439,7 @@ READERS = (
                 "        }\n"
                 "      }\n"
                 "      v = (V)acc;",
-           src_rows=_col2im_box),
+           block=_COL2IM_TILES, src_rows=_col2im_box),
 )
 
 

@@ -543,3 +543,52 @@ def test_pool_wide_rows_bit_for_bit(dtype, name, k, s):
             got = run(ms.pool(src, k, k, s, s, RED[name], pshape=oshape), want.shape, dtype)
             np.testing.assert_array_equal(got.view(f"u{a.itemsize}"),
                                           want.view(f"u{a.itemsize}"))
+
+
+def _im2col_fancy(img, ky, kx, sy, sx, dy, dx):
+    """unpack_patch2col by numpy indexing: row (c*ky + i)*kx + j, column (n*oh + oy)*ow + ox
+    holds img[n, c, oy*sy + i*dy, ox*sx + j*dx]."""
+    N, C, H, W = img.shape
+    oh, ow = (H - (dy * (ky - 1) + 1)) // sy + 1, (W - (dx * (kx - 1) + 1)) // sx + 1
+    c, i, j, n, oy, ox = np.ix_(range(C), range(ky), range(kx), range(N), range(oh), range(ow))
+    return img[n, c, oy * sy + i * dy, ox * sx + j * dx].reshape(C * ky * kx, N * oh * ow)
+
+
+def _col2im_in_order(mat, imshape, ky, kx, sy, sx, dy, dx):
+    """pack_col2patch with each pixel's taps added in the kernel's order (a, then b, both
+    descending) from 0 in the storage type: bit for bit what the kernel computes."""
+    N, C, H, W = imshape
+    oh, ow = (H - (dy * (ky - 1) + 1)) // sy + 1, (W - (dx * (kx - 1) + 1)) // sx + 1
+    n, c, h, w = np.ix_(range(N), range(C), range(H), range(W))
+    acc = np.zeros(imshape, mat.dtype)
+    for a in range(ky - 1, -1, -1):
+        for b in range(kx - 1, -1, -1):
+            ty, tx = h - a * dy, w - b * dx
+            ok = (ty >= 0) & (ty % sy == 0) & (ty // sy < oh) & (tx >= 0) & (tx % sx == 0) \
+                & (tx // sx < ow)
+            row = (c * ky + a) * kx + b
+            col = (n * oh + np.clip(ty // sy, 0, oh - 1)) * ow + np.clip(tx // sx, 0, ow - 1)
+            acc = np.where(ok, acc + mat[row, col], acc)
+    return acc
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("k, s, d", [(3, 1, 1), (3, 2, 1), (2, 3, 1), (3, 1, 2), (1, 1, 1),
+                                     (5, 2, 2)])
+def test_im2col_and_col2im_wide_rows_bit_for_bit(dtype, k, s, d):
+    """Rows wider than a block (blocks from past column 0), runs that cross image rows and
+    images, tiles of col2im: im2col equals numpy's indexing, col2im the in-order tap sum,
+    bit for bit; contiguous and pitched sources."""
+    rng = np.random.default_rng(k * 100 + s * 10 + d)
+    img = data((2, 3, 2 * k * d + 5, 530 + 40 * s + k * d), dtype, seed=k + s + d)
+    want = _im2col_fancy(img, k, k, s, s, d, d)
+    for src in (T(img), padded(img)):
+        got = run(ms.unpack_patch2col(src, k, k, s, s, d, d), want.shape, dtype)
+        np.testing.assert_array_equal(got, want)
+    mat = data(want.shape, dtype, seed=7)
+    if np.dtype(dtype).kind == "f":
+        mat = (mat + rng.random(mat.shape)).astype(dtype)       # sums that round
+    want2 = _col2im_in_order(mat, img.shape, k, k, s, s, d, d)
+    for src in (T(mat), padded(mat)):
+        got = run(ms.pack_col2patch(src, img.shape, k, k, s, s, d, d), img.shape, dtype)
+        assert got.tobytes() == want2.tobytes()
