@@ -873,8 +873,10 @@ def _reader_kernel(r, code):
             f"static void ms_k_{r.kernel(code)}(char **args, npy_intp const *dims, "
             f"npy_intp const *steps, void *data) {{",
             "  const ms_gather *g = (const ms_gather *)args[0];",
-            "  char *out = args[1];",
-            "  const npy_intp n = dims[0], y = dims[1], x0 = dims[2];"]
+            "  /* rows [dims[1], dims[1] + dims[3]), each columns [x0, x0 + n), row r's output",
+            "   * at args[1] + r * dims[4] (plan_exec.h: narrow rows run several a call) */",
+            "  const npy_intp n = dims[0], x0 = dims[2], nr = dims[3];",
+            "  npy_intp yr;"]
     # the sources' addresses and steps in locals: the stores through ``out`` could alias
     # ``g`` as far as C knows, which would reload them for every element
     body += [f"  const char *const src{k} = g->src[{k}]; const npy_intp rs{k} = g->rowstep[{k}], "
@@ -882,15 +884,19 @@ def _reader_kernel(r, code):
              for k in range(len(r.sources))]
     if names:
         body.append(f"  const npy_intp {names};")
-    body += [f"  npy_intp i;", f"  (void)steps; (void)data; (void)y; (void)g; {unused}"]
+    body += [f"  npy_intp i;", f"  (void)steps; (void)data; (void)g; {unused}",
+             "  for (yr = 0; yr < nr; ++yr) {",
+             "  const npy_intp y = dims[1] + yr;",
+             "  char *out = args[1] + yr * dims[4];",
+             "  (void)y;"]
     if not r.views:
-        return "\n".join(body + _reader_loop(r, code, "sizeof") + ["}"])
+        return "\n".join(body + _reader_loop(r, code, "sizeof") + ["  }", "}"])
     # a reader whose sources may be strided views: the loop for tensors (the column step a
     # constant, as the index arithmetic of im2col needs to stay fast) and the general one
     dense = " && ".join(f"cs{k} == (npy_intp)sizeof(T)" for k, name in enumerate(r.sources)
                         if name != "index")   # an index is read by IDX: rows only
     body += [f"  if ({dense}) {{"] + _reader_loop(r, code, "sizeof") + ["  } else {"]
-    body += _reader_loop(r, code, "cs") + ["  }", "}"]
+    body += _reader_loop(r, code, "cs") + ["  }", "  }", "}"]
     return "\n".join(body)
 
 
@@ -905,7 +911,7 @@ def _reader_loop(r, code, step):
     if step == "sizeof" and r.copy:
         body += [f"  {{ const npy_intp crow = {r.copy};",
                  "    if (crow >= 0) { memcpy(out, src0 + crow * rs0 + x0 * (npy_intp)sizeof(T), "
-                 "(size_t)n * sizeof(T)); return; } }"]
+                 "(size_t)n * sizeof(T)); continue; } }"]
     start = "0"
     if step == "sizeof" and r.block:
         body += ["  npy_intp done = 0;", "  " + r.block]

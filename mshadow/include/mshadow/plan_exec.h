@@ -1,7 +1,8 @@
 /* The CPU MapPlan executor: runs a flat program over the 2-D view of the destination.
  *
  * Design: the destination (rows x cols, pitched) is cut into blocks of at most `block`
- * elements of one row; OpenMP threads take blocks; for each block every instruction calls
+ * elements of one row, or, when rows are narrow (ms_rows_per_block), of several whole rows;
+ * OpenMP threads take blocks; for each block every instruction calls
  * a kernel with numpy's inner-loop signature on (pointer, step) operands: a register (the
  * thread's small scratch, stays in L1), a leaf tensor read in place at (y, x0) with its own
  * row and column steps (a transposed leaf simply has swapped steps), or a scalar (step 0).
@@ -63,9 +64,30 @@ typedef struct {
   npy_intp x0;          /* the first column: blocks cover columns [x0, cols) (a column band) */
 } ms_program;
 
-/* Evaluate the block of row y from column x0 with scratch `regs`; g is y's group. */
+/* Rows a block holds: several when rows are narrow (a call per row of every kernel cost
+ * more than the row's elements: concat of 28-wide rows, pool of small maps), 1 otherwise.
+ * Only plain leaves (a row at ptr + y * rowstep) and no implicit_dot, column band or group:
+ * each instruction then runs the block's rows in one call (a gather takes them as dims[3]
+ * rows, dims[4] bytes apart; another kernel, when its leaves' rows follow one another
+ * with no gap) or a call a row. */
+static inline npy_intp ms_rows_per_block(const ms_program *p) {
+  int k, j;
+  if (p->gB > 0 || p->x0 != 0 || p->cols <= 0 || 2 * p->cols > p->block) return 1;
+  for (k = 0; k < p->ninst; ++k) {
+    const ms_inst *in = &p->inst[k];
+    if (in->gemm) return 1;
+    for (j = 0; j <= in->nin; ++j)
+      if (in->kind[j] == MS_OPD_LEAF && (p->leaf[in->idx[j]].per_block ||
+                                         p->leaf[in->idx[j]].nmap))
+        return 1;
+  }
+  return p->block / p->cols;
+}
+
+/* Evaluate the block of row y from column x0 with scratch `regs`; g is y's group; nr > 1:
+ * rows [y, y + nr) whole (x0 = 0, ms_rows_per_block). */
 static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy_intp x0,
-                                npy_intp g) {
+                                npy_intp g, npy_intp nr) {
   npy_intp n = p->cols - x0;
   int k, j;
   if (n > p->block) n = p->block;
@@ -73,7 +95,8 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy
     const ms_inst *in = &p->inst[k];
     char *args[MS_CHAIN_MAX + 2];
     npy_intp steps[MS_CHAIN_MAX + 2];
-    npy_intp dims[3] = {n, 0, 0};
+    npy_intp dims[5] = {n, 0, 0, 1, 0};
+    int gap = 0;     /* a leaf operand's rows not back to back: a call a row */
     for (j = 0; j <= in->nin; ++j) {
       const int id = in->idx[j];
       switch (in->kind[j]) {
@@ -96,6 +119,7 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy
             args[j] = L->ptr + y * L->rowstep + x0 * L->colstep;
           }
           steps[j] = L->colstep;
+          if (L->rowstep != n * L->colstep) gap = 1;
           break;
         }
         default:
@@ -107,6 +131,10 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy
       args[0] = (char *)p->leaf[in->idx[0]].gather;
       dims[1] = y;
       dims[2] = x0;
+      dims[3] = nr;     /* its output (operand 1): a register's rows are back to back */
+      dims[4] = in->kind[1] == MS_OPD_LEAF ? p->leaf[in->idx[1]].rowstep : n * steps[1];
+      in->fn(args, dims, steps, in->data);
+      continue;
     }
     if (in->gemm) {   /* out[x] = sum_k lhs(y, k) * rhs(k, x0 + x) */
       const ms_leaf *A = &p->leaf[in->idx[0]], *B = &p->leaf[in->idx[1]];
@@ -117,7 +145,19 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy
       steps[3] = B->rowstep;
       dims[1] = A->inner;
     }
-    in->fn(args, dims, steps, in->data);
+    if (nr == 1 || !gap) {
+      dims[0] = n * nr;
+      in->fn(args, dims, steps, in->data);
+    } else {
+      npy_intp r;
+      for (r = 0; r < nr; ++r) {
+        for (j = 0; j <= in->nin; ++j)
+          if (r > 0)
+            args[j] += in->kind[j] == MS_OPD_LEAF ? p->leaf[in->idx[j]].rowstep
+                       : in->kind[j] == MS_OPD_REG ? n * steps[j] : 0;
+        in->fn(args, dims, steps, in->data);
+      }
+    }
   }
 }
 
@@ -140,10 +180,16 @@ static inline int ms_thread_flags(void) {
 
 /* Run work item i: block i (row i / nbx, columns from (i % nbx) * block), or, in a grouped
  * run, every block of group i, row by row. */
-static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_intp nbx) {
+static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_intp nbx,
+                               npy_intp rpb) {
   npy_intp xb;
+  if (rpb > 1) {            /* rows [i * rpb, +rpb) whole */
+    const npy_intp y = i * rpb, left = p->rows - y;
+    ms_run_block(p, regs, p->y0 + y, 0, 0, left < rpb ? left : rpb);
+    return;
+  }
   if (p->gB <= 0) {
-    ms_run_block(p, regs, p->y0 + i / nbx, p->x0 + (i % nbx) * p->block, 0);
+    ms_run_block(p, regs, p->y0 + i / nbx, p->x0 + (i % nbx) * p->block, 0, 1);
     return;
   }
   const npy_intp nch = (p->gB + p->gR - 1) / p->gR;
@@ -152,16 +198,17 @@ static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_
   if (bend > p->gB) bend = p->gB;
   for (; b < bend; ++b) {
     const npy_intp y = (a * p->gB + b) * p->gM + m;
-    for (xb = 0; xb < nbx; ++xb) ms_run_block(p, regs, y, p->x0 + xb * p->block, i);
+    for (xb = 0; xb < nbx; ++xb) ms_run_block(p, regs, y, p->x0 + xb * p->block, i, 1);
   }
 }
 
 /* Returns the MS_RUN_* flags of this run (0: done, nothing to report). */
 static int ms_run_program(const ms_program *p) {
   const npy_intp nbx = (p->cols - p->x0 + p->block - 1) / p->block;
+  const npy_intp rpb = ms_rows_per_block(p);
   const npy_intp total = p->gB > 0
       ? (p->rows / (p->gB * p->gM)) * p->gM * ((p->gB + p->gR - 1) / p->gR)
-      : p->rows * nbx;
+      : rpb > 1 ? (p->rows + rpb - 1) / rpb : p->rows * nbx;
   int failed = 0;
   npy_intp b;
   if (total <= 0) return 0;
@@ -174,7 +221,7 @@ static int ms_run_program(const ms_program *p) {
       if (regs == NULL) return MS_RUN_NOMEM;
     }
     ms_clear_thread_flags();
-    for (b = 0; b < total; ++b) ms_run_item(p, regs, b, nbx);
+    for (b = 0; b < total; ++b) ms_run_item(p, regs, b, nbx, rpb);
     if (regs != stack_regs) ms_aligned_free(regs);
     return ms_thread_flags();
   }
@@ -192,7 +239,7 @@ static int ms_run_program(const ms_program *p) {
 #endif
     for (b = 0; b < total; ++b) {
       if (p->nreg && regs == NULL) continue;
-      ms_run_item(p, regs, b, nbx);
+      ms_run_item(p, regs, b, nbx, rpb);
     }
     if (regs) ms_aligned_free(regs);
     failed |= ms_thread_flags();
