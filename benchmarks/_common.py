@@ -153,3 +153,17 @@ def git_rev(path):
         return (rev + ("+dirty" if dirty else "")) if rev else "?"
     except (OSError, subprocess.SubprocessError):
         return "?"
+
+
+def add_timing_args(ap, quick_help, rounds, row_time):
+    """The sampling options of the interleaved benchmarks (bench_ir.py, bench_nn.py):
+    --quick, --rounds (default ``rounds``), --row-time (default ``row_time``, a (full,
+    quick) pair) and --min-time; None where not given (each script fills its defaults)."""
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--rounds", type=int, default=None,
+                    help=f"interleaved rounds per row, at least (default {rounds}; --quick 3)")
+    ap.add_argument("--row-time", type=float, default=None,
+                    help=f"more rounds (up to 4x --rounds) while a row has taken less than this "
+                         f"many seconds (default {row_time[0]}; --quick {row_time[1]})")
+    ap.add_argument("--min-time", type=float, default=None,
+                    help="seconds per sample, at least one call (default 0.02; --quick 0.005)")

@@ -42,7 +42,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _common import (aligned_empty, busy_elsewhere, fmt_ratio, fmt_time, git_rev,  # noqa: E402
-                     print_machine, print_table)
+                     print_machine, print_table, add_timing_args)
 
 try:
     import mshadow as ms
@@ -610,15 +610,7 @@ def shape_arg(s):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="3 rounds of 5 ms samples (default: 15 rounds of 20 ms)")
-    ap.add_argument("--rounds", type=int, default=None,
-                    help="interleaved rounds per row, at least (default 15; --quick 3)")
-    ap.add_argument("--row-time", type=float, default=None,
-                    help="more rounds (up to 4x --rounds) while a row has taken less than this "
-                         "many seconds (default 3; --quick 0.5)")
-    ap.add_argument("--min-time", type=float, default=None,
-                    help="seconds per sample, at least one call (default 0.02; --quick 0.005)")
+    add_timing_args(ap, "3 rounds of 5 ms samples (default: 15 rounds of 20 ms)", 15, (3, 0.5))
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for mshadow, the C loops, numexpr and torch outside the "
                          "one-thread sum section (default: ms.get_num_threads())")
@@ -701,6 +693,12 @@ def main():
     busy = busy_elsewhere()
     print(f"\n{busy * 100:.0f}% of the CPUs busy with other work at the end"
           + (" (timings above may be inflated; rerun)" if busy > 0.1 else ""))
+    return exit_status(failures)
+
+
+def exit_status(failures):
+    """Print the correctness failures (each alternative is checked before timing) or that
+    there were none; the script's exit status (1: a wrong result)."""
     if failures:
         print("\nCORRECTNESS FAILURES (checked before timing):")
         for m in failures:

@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _common import (aligned_empty, busy_elsewhere, fmt_time, git_rev,  # noqa: E402
-                     print_machine)
+                     print_machine, add_timing_args)
 
 # the interleaved timing, the checks and the table of the IR benchmark (which imports mshadow
 # from this checkout when it is not installed, and torch when there is one)
@@ -715,15 +715,8 @@ def blas_pools():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="3 rounds of 5 ms samples, conv at N = 8 (default: 9 rounds of 20 ms)")
-    ap.add_argument("--rounds", type=int, default=None,
-                    help="interleaved rounds per row, at least (default 9; --quick 3)")
-    ap.add_argument("--row-time", type=float, default=None,
-                    help="more rounds (up to 4x --rounds) while a row has taken less than this "
-                         "many seconds (default 1.5; --quick 0.3)")
-    ap.add_argument("--min-time", type=float, default=None,
-                    help="seconds per sample, at least one call (default 0.02; --quick 0.005)")
+    add_timing_args(ap, "3 rounds of 5 ms samples, conv at N = 8 (default: 9 rounds of 20 ms)",
+                    9, (1.5, 0.3))
     ap.add_argument("--conv-rounds", type=int, default=None,
                     help="rounds of the conv rows, one call per sample (default 5; --quick 3)")
     ap.add_argument("--threads", choices=("1", "all", "both"), default="both",
@@ -840,13 +833,7 @@ def main():
         for section, label, _, goal in mine:
             if goal != "met":
                 print(f"    {section:8s} {label:32s} {goal}")
-    if R.failures:
-        print("\nCORRECTNESS FAILURES (checked before timing):")
-        for m in R.failures:
-            print("  " + m)
-        return 1
-    print("\nevery alternative that ran matched its reference before timing")
-    return 0
+    return bi.exit_status(R.failures)
 
 
 if __name__ == "__main__":
