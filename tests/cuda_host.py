@@ -94,11 +94,12 @@ def _rows(a):
     return a2, a2.strides[0] // a2.itemsize
 
 
-def run(lib, k, dst, leaves, scalars, grid=(3, 2), block=8):
+def run(lib, k, dst, leaves, scalars, grid=(3, 2), block=8, extra=None):
     """Run kernel ``k`` over numpy ``dst`` (written in place) with the expression's leaves
     (Tensors or numpy arrays, ViewLeafs, GatherArgs, in binding order) and the scalar values
-    ``scalars``, as a launcher binds them (lower.Binding). Returns the kernel's index flag
-    (ms_err: 1 when a gather met an index out of range), 0 when it takes none."""
+    ``scalars``, as a launcher binds them (lower.Binding); ``extra``: the values of the
+    kernel's other parameters by name (a reduction's nout, nred, ...). Returns the kernel's
+    index flag (ms_err: 1 when a gather met an index out of range), 0 when it takes none."""
     d2, dpitch = _rows(dst)
     assert len(leaves) == len(k.binding.leaves) and len(scalars) == len(k.binding.scalars)
     named = {}
@@ -130,6 +131,7 @@ def run(lib, k, dst, leaves, scalars, grid=(3, 2), block=8):
     err = ctypes.c_int(0)
     named.update({"rows": d2.shape[0], "cols": d2.shape[1], "dst": d2.ctypes.data,
                   "dst_pitch": dpitch, "ms_err": ctypes.addressof(err)})
+    named.update(extra or {})
     args = [named[name] for name, _ in k.binding.params]
     fn = getattr(lib, f"run_{k.name}")
     fn.restype = None

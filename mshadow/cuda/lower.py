@@ -1,4 +1,5 @@
-"""CUDA lowering: an IR node (element-wise, gathers, views) -> the CUDA C of one kernel. Pure Python.
+"""CUDA lowering: an IR node (element-wise, gathers, views, reductions) -> the CUDA C of one
+kernel. Pure Python.
 
 Design:
     Input is what keys a compiled plan: the IR node (mshadow/ir.py), the destination's
@@ -30,9 +31,12 @@ Design:
     scratch); a View read in place is its row map (_stages.pxi _bind_view_at) passed as an
     ms_cu_view. Parameters, shapes and maps are kernel arguments (Binding), never source.
 
+    A reduction (ir.Reduce, emit_reduce) is a kernel of its own: a block an output element,
+    its threads folding the source (inlined as above) and then a tree in shared memory.
+
     Not handled yet (UnsupportedNodeError names the node): a View of an expression,
-    ImplicitDot, reductions and products (they need stages: a later step). A defined operator that could
-    not be traced runs on numpy on the CPU only: UntracedOperatorError.
+    ImplicitDot, arg-reductions and products (they need stages: a later step). A defined
+    operator that could not be traced runs on numpy on the CPU only: UntracedOperatorError.
 
 Every helper the source needs sits in its own #ifndef block, so several emitted sources can
 be concatenated into one translation unit (the host test harness does).
@@ -50,7 +54,7 @@ from ..errors import UnsupportedNodeError, UntracedOperatorError
 from ..ops_table import OPS_BY_NAME
 from ..readers import READERS_BY_NAME, REDUCER_TABLE
 
-__all__ = ["emit", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
+__all__ = ["emit", "emit_reduce", "REDUCE_BLOCK", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
 
 KERNEL_PREFIX = "ms_ew_"
 VIEW_MAXDIM = 7   # leading axes a view maps (MS_VIEW_MAXDIM of include/mshadow/plan_exec.h)
@@ -599,24 +603,111 @@ def emit(key, dst_code, saver):
         res = e.apply(sop, [cur, res], cc)
     e.lines.append(f"{at} = {e.convert(res, cc, dst_code)};")
     params = [("rows", "long long"), ("cols", "long long"),
-              ("dst", f"{_CTYPE[dst_code]} *"), ("dst_pitch", "long long")] + e.params
+              ("dst", f"{_CTYPE[dst_code]} *"), ("dst_pitch", "long long")]
+    body = "\n".join(line if line.startswith("#") else "      " + line for line in e.lines)
+    loops = (f"  for (long long y = blockIdx.y; y < rows; y += gridDim.y) {{\n"
+             f"    for (long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+             f"x < cols;\n         x += (long long)gridDim.x * blockDim.x) {{\n"
+             f"{body}\n    }}\n  }}\n")
+    return _assemble(e, f"{ir.describe(key)} -> dst<{dst_code}> ({saver})", params, loops)
+
+
+REDUCE_BLOCK = 256    # threads of a reduction block at most (its shared-memory tree)
+
+
+def emit_reduce(key, dst_code, saver):
+    """The CUDA kernel of ``dst <saver> scale * reduce(src)`` for an ir.Reduce ``key``
+    (sum_rows, sumall_except_dim, reduce_with_axis, reduce_keepdim; not the arg forms):
+    one block an output element at a time (a grid-stride loop over outputs), its threads
+    folding the reduced elements of the source, each evaluated where it is read (fused: no
+    scratch), in strides of blockDim.x, then a tree in shared memory (blockDim.x a power of
+    two, at most REDUCE_BLOCK). The reducer's init and fold are its REDUCER_TABLE row, in
+    the source's compute type; the scale and the saver apply once, to the result.
+
+    The source, of shape S, is read as (A, B, M) around the reduced axis d (with_axis,
+    keepdim: output (a, m) folds over b) or around the kept axis (except_dim: output b folds
+    over (a, m)). Parameters after the Binding's first four: ``nout``, ``nred`` (elements
+    folded per output), ``A``, ``B``, ``M``, ``src_cols`` (S's last axis: element (a, b, m)
+    is the source's 2-D element (flat / src_cols, flat % src_cols)), ``dst_cols`` (output o
+    is dst's 2-D element (o / dst_cols, o % dst_cols)) and ``scale`` (the compute type)."""
+    if type(key) is not ir.Reduce:
+        raise TypeError(f"emit_reduce takes an ir.Reduce node, got {ir.describe(key)}")
+    if key.mask:
+        raise UnsupportedNodeError(f"the CUDA emitter does not lower arg-reductions yet "
+                                   f"({ir.describe(key)})", node=key)
+    if saver not in ir.SAVER_BY_NAME:
+        raise ValueError(f"unknown saver {saver!r} (expected one of "
+                         f"{', '.join(ir.SAVER_BY_NAME)})")
+    if dst_code != key.code:
+        raise ValueError(f"a reduction of {key.code} is stored into {key.code}, not {dst_code}")
+    cc = compute_code(dst_code)
+    red = next(r for r in REDUCER_TABLE if r.name == key.reducer)
+    e = _Emitter()
+    src_code = _node_code(key.src)
+    v, vc = e.visit(key.src, (src_code, compute_code(src_code)))
+    A = _CTYPE[cc]
+    fold = e.reducer_fold(red, cc)
+
+    def folded(a, b):
+        return "(" + re.sub(r"\(([ab])\)", lambda m: f"({a if m.group(1) == 'a' else b})",
+                            fold) + ")"
+    e.lines.append(f"acc = ({A})({folded('acc', f'({A}){v}')});")
+    at = "dst[(o / dst_cols) * dst_pitch + o % dst_cols]"
+    res = f"({A})(sbuf[0] * scale)"     # reduce_into's scale, whatever the reducer
+    lines = [f"__shared__ {A} sbuf[{REDUCE_BLOCK}];",
+             "const unsigned tid = threadIdx.x;",
+             "for (long long o = blockIdx.x; o < nout; o += gridDim.x) {",
+             "  /* except_dim keeps b = o; the others keep (a, m) = (o / M, o % M) */",
+             "  const long long oa = except_dim ? 0 : o / M, ob = except_dim ? o : 0,",
+             "                  om = except_dim ? 0 : o % M;",
+             f"  {A} acc = ({A})({e.reducer_init(red, cc)});",
+             "  for (long long k = tid; k < nred; k += blockDim.x) {",
+             "    const long long a = except_dim ? k / M : oa, b = except_dim ? ob : k,",
+             "                    m = except_dim ? k % M : om;",
+             "    const long long flat = (a * B + b) * M + m;",
+             "    const long long y = flat / src_cols, x = flat % src_cols;"]
+    lines += ["    " + t for t in e.lines]
+    lines += ["  }",
+              "  sbuf[tid] = acc;",
+              "  __syncthreads();",
+              "  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {",
+              f"    if (tid < s) sbuf[tid] = ({A})({folded('sbuf[tid]', 'sbuf[tid + s]')});",
+              "    __syncthreads();",
+              "  }",
+              "  if (tid == 0) {"]
+    e.lines = []
+    out = e.value(A, res)
+    sop = ir.SAVERS[saver]
+    if sop is not None:   # combine with the value held, in the compute type, rounded once
+        cur = e.value(A, f"ms_half_to_float({at})" if dst_code == "f16" else at)
+        out = e.apply(sop, [cur, out], cc)
+    e.lines.append(f"{at} = {e.convert(out, cc, dst_code)};")
+    lines += ["    " + t for t in e.lines]
+    lines += ["  }", "  __syncthreads();   /* sbuf is the next output's */", "}"]
+    body = "\n".join(line if line.startswith("#") else "  " + line for line in lines) + "\n"
+    params = [("nout", "long long"), ("nred", "long long"), ("A", "long long"),
+              ("B", "long long"), ("M", "long long"), ("except_dim", "int"),
+              ("src_cols", "long long"), ("dst", f"{_CTYPE[dst_code]} *"),
+              ("dst_pitch", "long long"), ("dst_cols", "long long"), ("scale", A)]
+    return _assemble(e, f"{ir.describe(key)} -> dst<{dst_code}> ({saver})", params, body)
+
+
+def _assemble(e, what, params, body):
+    """The Emitted kernel of emitter ``e``: its preludes, then ``extern "C" __global__ void
+    <name>(<params>, <e's leaf and scalar params>[, ms_err])`` around ``body``; the name is a
+    hash of the text."""
+    params = list(params) + e.params
     if e.checks:
         params.append(("ms_err", "int *"))
     prelude = [("STDINT", _STDINT), ("BITS", _BITS)] + list(e.needs.items())
-    src = [f"/* {ir.describe(key)} -> dst<{dst_code}> ({saver}); "
-           f"generated by mshadow/cuda/lower.py */"]
+    src = [f"/* {what}; generated by mshadow/cuda/lower.py */"]
     for name, text in prelude:
         guard = f"MS_CU_{name}"
         if name == "STDINT":
             guard = "MS_CU_STDINT"   # the host shim defines it: it has <stdint.h>
         src += [f"#ifndef {guard}", f"#define {guard}", text, "#endif"]
-    body = "\n".join(line if line.startswith("#") else "      " + line for line in e.lines)
     sig = ",\n    ".join(f"{t}{'' if t.endswith('*') else ' '}{n}" for n, t in params)
-    kernel = (f'extern "C" __global__ void KERNEL(\n    {sig}) {{\n'
-              f"  for (long long y = blockIdx.y; y < rows; y += gridDim.y) {{\n"
-              f"    for (long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
-              f"x < cols;\n         x += (long long)gridDim.x * blockDim.x) {{\n"
-              f"{body}\n    }}\n  }}\n}}\n")
+    kernel = f'extern "C" __global__ void KERNEL(\n    {sig}) {{\n{body}}}\n'
     text = "\n".join(src) + "\n" + kernel
     name = KERNEL_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:16]
     return Emitted(text.replace("KERNEL", name), name,

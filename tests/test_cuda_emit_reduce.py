@@ -1,0 +1,161 @@
+"""The CUDA reductions (mshadow/cuda/lower.py emit_reduce): sum_rows, sumall_except_dim,
+reduce_except_dim, reduce_with_axis and reduce_keepdim over tensors and fused expressions,
+every reducer of readers.REDUCER_TABLE, savers and scale, run on the host SIMT harness
+(tests/cuda_host.py: a block's threads an OpenMP team, __syncthreads a barrier) against the
+CPU backend; NVRTC compiles every kernel. Maximum and minimum give the CPU's bits; sums and
+products fold in another order (a tree over the block's threads), so they are compared
+within a few ulps of the sum of magnitudes."""
+import numpy as np
+import pytest
+
+import mshadow as ms
+from mshadow import ir
+from mshadow.cuda.lower import REDUCE_BLOCK, emit_reduce
+from mshadow.errors import UnsupportedNodeError
+
+import cuda_host
+from test_cuda_emit import compile_all, needs_gxx, needs_nvrtc
+
+RED = {"sum": ms.red.sum, "maximum": ms.red.maximum, "minimum": ms.red.minimum,
+       "product": ms.red.product}
+
+
+def _geometry(shape, form, axis):
+    """(nout, nred, A, B, M, except_dim) of emit_reduce for a source of ``shape``."""
+    A = int(np.prod(shape[:axis], dtype=np.int64))
+    B = shape[axis]
+    M = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    if form == "except_dim":
+        return B, A * M, A, B, M, 1
+    return A * M, B, A, B, M, 0
+
+
+def _parts(r):
+    """(IR key, leaves, scalars, source shape) of a lazy reduction ``r``."""
+    src = r.src
+    if isinstance(src, ms.Tensor):
+        return r.key, (src,), (), tuple(src.shape)
+    return r.key, src.leaves, src.scalars, tuple(src.shape)
+
+
+def _values(rng, shape, dtype, reducer):
+    if reducer == "product":     # factors near 1: products stay finite and exact-ish
+        return (1 + (rng.random(shape) - 0.5) / 8).astype(dtype)
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-50, 50, shape).astype(dtype)
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+def _cases(seed=0):
+    """(label, lazy reduction, destination, saver, scale)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for dtype in (np.float32, np.float64, np.int32):
+        for shape in ((5, 7), (3, 4, 5), (2, 3, 4, 9)):
+            x = ms.from_numpy(_values(rng, shape, dtype, "sum"))
+            y = ms.from_numpy(_values(rng, shape, dtype, "sum"))
+            srcs = {"tensor": x, "x*2+y": x * 2 + y}
+            if np.dtype(dtype).kind == "f":
+                srcs["F(exp, x/8)"] = ms.F(ms.op.exp, x / 8)
+            for label, s in srcs.items():
+                nd = len(shape)
+                for axis in range(nd):
+                    out.append((f"{label} except_dim<{axis}> {dtype.__name__}",
+                                ms.sumall_except_dim(s, axis), "saveto"))
+                    for name in ("maximum", "minimum"):
+                        out.append((f"{label} with_axis {name} {axis}",
+                                    ms.reduce_with_axis(s, axis, RED[name]), "saveto"))
+                    if nd > 1:
+                        out.append((f"{label} keepdim sum {axis}",
+                                    ms.reduce_keepdim(s, axis, ms.red.sum), "plusto"))
+                if nd == 2:
+                    out.append((f"{label} sum_rows", ms.sum_rows(s), "minusto"))
+    h = ms.from_numpy(_values(rng, (6, 9), np.float16, "sum"))    # float16: in float
+    out += [("f16 sum_rows", ms.sum_rows(h * 2), "plusto"),
+            ("f16 maximum", ms.reduce_with_axis(h, 0, ms.red.maximum), "saveto")]
+    x = ms.from_numpy(_values(rng, (4, 6, 5), np.float32, "product"))
+    out.append(("product except_dim<1>", ms.reduce_except_dim(x, 1, ms.red.product), "saveto"))
+    return out
+
+
+def _run(lib, k, r, saver, scale, grid=(3, 1), block=8):
+    key, leaves, scalars, shape = _parts(r)
+    nout, nred, A, B, M, exc = _geometry(shape, key.form, key.axis)
+    dst = ms.new_tensor(tuple(r.shape), dtype=r.dtype)
+    rng = np.random.default_rng(1)
+    dst.numpy()[...] = rng.integers(-3, 4, dst.numpy().shape)
+    host = np.array(dst.numpy())
+    cuda_host.run(lib, k, host, leaves, scalars, grid=grid, block=block,
+                  extra={"nout": nout, "nred": nred, "A": A, "B": B, "M": M,
+                         "except_dim": exc, "src_cols": shape[-1],
+                         "dst_cols": host.shape[-1] if host.ndim else 1, "scale": scale})
+    if saver == "saveto":
+        dst[:] = r * scale if scale != 1 else r
+    elif saver == "plusto":
+        dst += r * scale if scale != 1 else r
+    else:
+        dst -= r * scale if scale != 1 else r
+    return host, dst.numpy()
+
+
+def _close(host, cpu, key, what):
+    if key.reducer in ("maximum", "minimum") or host.dtype.kind == "i":
+        assert host.tobytes() == cpu.tobytes(), what
+    else:
+        rtol = {np.float16: 2e-3, np.float32: 1e-5}.get(host.dtype.type, 1e-12)
+        np.testing.assert_allclose(host.astype(np.float64), cpu.astype(np.float64), rtol=rtol,
+                                   atol=10 * rtol, err_msg=what)
+
+
+@needs_gxx
+def test_host_harness_matches_the_cpu():
+    cases = _cases()
+    kernels = [emit_reduce(r.key, r.key.code, saver) for _, r, saver in cases]
+    lib = cuda_host.build(kernels)
+    for (what, r, saver), k in zip(cases, kernels):
+        for scale, grid, block in ((1, (3, 1), 8), (2, (1, 1), 32), (1, (64, 1), 1)):
+            if saver != "saveto" and scale != 1:
+                continue
+            host, cpu = _run(lib, k, r, saver, scale, grid, block)
+            _close(host, cpu, r.key, f"{what} ({saver}, scale {scale}, grid {grid}, "
+                                     f"block {block})")
+
+
+@needs_gxx
+def test_nan_propagates_through_maximum_and_minimum():
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    a[2, 3] = np.nan
+    x = ms.from_numpy(a)
+    for name in ("maximum", "minimum"):
+        for axis in (0, 1):
+            r = ms.reduce_with_axis(x, axis, RED[name])
+            k = emit_reduce(r.key, "f32", "saveto")
+            host, cpu = _run(cuda_host.build([k]), k, r, "saveto", 1)
+            assert np.array_equal(np.isnan(host), np.isnan(cpu)) and np.isnan(host).any()
+            assert host.tobytes() == cpu.tobytes()
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_every_reduction():
+    kernels = [emit_reduce(r.key, r.key.code, s) for _, r, s in _cases()]
+    x16 = ms.new_tensor((3, 40), 1.0, dtype=np.float16)
+    kernels.append(emit_reduce(ms.sum_rows(x16 * 2).key, "f16", "plusto"))
+    assert compile_all(kernels, archs=("sm_90",)) >= 40   # distinct structures
+
+
+def test_what_it_refuses():
+    x = ms.new_tensor((3, 4), 1.0)
+    with pytest.raises(UnsupportedNodeError, match="arg-reductions"):
+        emit_reduce(ms.reduce_with_axis(x, 1, ms.red.maximum, mask=True).key, "f32", "saveto")
+    with pytest.raises(TypeError, match="ir.Reduce"):
+        emit_reduce((x * 2).key, "f32", "saveto")
+    with pytest.raises(ValueError, match="saver"):
+        emit_reduce(ms.sum_rows(x).key, "f32", "nosuch")
+    with pytest.raises(ValueError, match="stored into f32"):
+        emit_reduce(ms.sum_rows(x).key, "f64", "saveto")
+    assert REDUCE_BLOCK >= 32 and REDUCE_BLOCK & (REDUCE_BLOCK - 1) == 0
+    k = emit_reduce(ms.sum_rows(x * 2).key, "f32", "saveto")
+    assert [n for n, _ in k.binding.params[:11]] == [
+        "nout", "nred", "A", "B", "M", "except_dim", "src_cols", "dst", "dst_pitch",
+        "dst_cols", "scale"]
+    assert ir.describe(ms.sum_rows(x * 2).key) in k.source
