@@ -3,7 +3,7 @@ reduce_except_dim, reduce_with_axis and reduce_keepdim over tensors and fused ex
 every reducer of readers.REDUCER_TABLE, savers and scale, run on the host SIMT harness
 (tests/cuda_host.py: a block's threads an OpenMP team, __syncthreads a barrier) against the
 CPU backend; NVRTC compiles every kernel. Maximum and minimum give the CPU's bits; sums and
-products fold in another order (a tree over the block's threads), so they are compared
+products fold in another order (threads, then warps by shuffles), so they are compared
 within a few ulps of the sum of magnitudes."""
 import numpy as np
 import pytest
@@ -51,7 +51,7 @@ def _cases(seed=0):
     rng = np.random.default_rng(seed)
     out = []
     for dtype in (np.float32, np.float64, np.int32):
-        for shape in ((5, 7), (3, 4, 5), (2, 3, 4, 9)):
+        for shape in ((5, 7), (2, 3, 4, 9)):
             x = ms.from_numpy(_values(rng, shape, dtype, "sum"))
             y = ms.from_numpy(_values(rng, shape, dtype, "sum"))
             srcs = {"tensor": x, "x*2+y": x * 2 + y}
@@ -78,7 +78,7 @@ def _cases(seed=0):
     return out
 
 
-def _run(lib, k, r, saver, scale, grid=(3, 1), block=8):
+def _run(lib, k, r, saver, scale, grid=(3, 1), block=32):
     key, leaves, scalars, shape = _parts(r)
     nout, nred, A, B, M, exc = _geometry(shape, key.form, key.axis)
     dst = ms.new_tensor(tuple(r.shape), dtype=r.dtype)
@@ -112,9 +112,11 @@ def test_host_harness_matches_the_cpu():
     cases = _cases()
     kernels = [emit_reduce(r.key, r.key.code, saver) for _, r, saver in cases]
     lib = cuda_host.build(kernels)
-    for (what, r, saver), k in zip(cases, kernels):
-        for scale, grid, block in ((1, (3, 1), 8), (2, (1, 1), 32), (1, (64, 1), 1)):
-            if saver != "saveto" and scale != 1:
+    for i, ((what, r, saver), k) in enumerate(zip(cases, kernels)):
+        # every case on one warp a block; every 40th also on 2 and 3 warps (the host runs
+        # a block's threads as an OpenMP team, each shuffle two barriers: slow on 2 cores)
+        for scale, grid, block in ((1, (2, 1), 32), (2, (1, 1), 64), (1, (4, 1), 96)):
+            if (saver != "saveto" and scale != 1) or (block > 32 and i % 40):
                 continue
             host, cpu = _run(lib, k, r, saver, scale, grid, block)
             _close(host, cpu, r.key, f"{what} ({saver}, scale {scale}, grid {grid}, "
@@ -153,7 +155,7 @@ def test_what_it_refuses():
         emit_reduce(ms.sum_rows(x).key, "f32", "nosuch")
     with pytest.raises(ValueError, match="stored into f32"):
         emit_reduce(ms.sum_rows(x).key, "f64", "saveto")
-    assert REDUCE_BLOCK >= 32 and REDUCE_BLOCK & (REDUCE_BLOCK - 1) == 0
+    assert REDUCE_BLOCK % 32 == 0 and REDUCE_BLOCK // 32 <= 32   # one warp folds the warps
     k = emit_reduce(ms.sum_rows(x * 2).key, "f32", "saveto")
     assert [n for n, _ in k.binding.params[:11]] == [
         "nout", "nred", "A", "B", "M", "except_dim", "src_cols", "dst", "dst_pitch",

@@ -32,7 +32,7 @@ Design:
     ms_cu_view. Parameters, shapes and maps are kernel arguments (Binding), never source.
 
     A reduction (ir.Reduce, emit_reduce) is a kernel of its own: a block an output element,
-    its threads folding the source (inlined as above) and then a tree in shared memory.
+    its threads folding the source (inlined as above), then its warps by shuffles.
 
     Not handled yet (UnsupportedNodeError names the node): a View of an expression,
     ImplicitDot, arg-reductions and products (they need stages: a later step). A defined
@@ -612,7 +612,7 @@ def emit(key, dst_code, saver):
     return _assemble(e, f"{ir.describe(key)} -> dst<{dst_code}> ({saver})", params, loops)
 
 
-REDUCE_BLOCK = 256    # threads of a reduction block at most (its shared-memory tree)
+REDUCE_BLOCK = 1024   # threads of a reduction block at most (32 warps: one warp folds them)
 
 
 def emit_reduce(key, dst_code, saver):
@@ -620,8 +620,10 @@ def emit_reduce(key, dst_code, saver):
     (sum_rows, sumall_except_dim, reduce_with_axis, reduce_keepdim; not the arg forms):
     one block an output element at a time (a grid-stride loop over outputs), its threads
     folding the reduced elements of the source, each evaluated where it is read (fused: no
-    scratch), in strides of blockDim.x, then a tree in shared memory (blockDim.x a power of
-    two, at most REDUCE_BLOCK). The reducer's init and fold are its REDUCER_TABLE row, in
+    scratch), in strides of blockDim.x, then each warp by shuffles and the first warp the
+    warps' results (blockDim.x a multiple of 32, at most REDUCE_BLOCK; every thread runs
+    every step, so the fold's barriers are uniform). The reducer's init and fold are its
+    REDUCER_TABLE row, in
     the source's compute type; the scale and the saver apply once, to the result.
 
     The source, of shape S, is read as (A, B, M) around the reduced axis d (with_axis,
@@ -653,9 +655,15 @@ def emit_reduce(key, dst_code, saver):
                             fold) + ")"
     e.lines.append(f"acc = ({A})({folded('acc', f'({A}){v}')});")
     at = "dst[(o / dst_cols) * dst_pitch + o % dst_cols]"
-    res = f"({A})(sbuf[0] * scale)"     # reduce_into's scale, whatever the reducer
-    lines = [f"__shared__ {A} sbuf[{REDUCE_BLOCK}];",
-             "const unsigned tid = threadIdx.x;",
+    res = f"({A})(acc * scale)"         # reduce_into's scale, whatever the reducer
+    # a warp's fold by shuffles (32 lanes, halving); types narrower than int go as int
+    S = A if A in ("float", "double", "int64_t", "uint64_t") else "int"
+    warp = [f"  for (int off = 16; off > 0; off >>= 1) {{",
+            f"    const {A} other = ({A})__shfl_down_sync(0xffffffffu, ({S})acc, off);",
+            f"    acc = ({A})({folded('acc', 'other')});",
+            "  }"]
+    lines = [f"__shared__ {A} sbuf[{REDUCE_BLOCK // 32}];",
+             "const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32;",
              "for (long long o = blockIdx.x; o < nout; o += gridDim.x) {",
              "  /* except_dim keeps b = o; the others keep (a, m) = (o / M, o % M) */",
              "  const long long oa = except_dim ? 0 : o / M, ob = except_dim ? o : 0,",
@@ -667,14 +675,13 @@ def emit_reduce(key, dst_code, saver):
              "    const long long flat = (a * B + b) * M + m;",
              "    const long long y = flat / src_cols, x = flat % src_cols;"]
     lines += ["    " + t for t in e.lines]
-    lines += ["  }",
-              "  sbuf[tid] = acc;",
+    lines += ["  }", "  /* each warp folds its lanes, then the first warp the warps' folds */"]
+    lines += warp
+    lines += ["  if (lane == 0) sbuf[warp] = acc;",
               "  __syncthreads();",
-              "  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {",
-              f"    if (tid < s) sbuf[tid] = ({A})({folded('sbuf[tid]', 'sbuf[tid + s]')});",
-              "    __syncthreads();",
-              "  }",
-              "  if (tid == 0) {"]
+              f"  acc = tid < blockDim.x / 32 ? sbuf[tid] : ({A})({e.reducer_init(red, cc)});"]
+    lines += warp
+    lines += ["  if (tid == 0) {"]
     e.lines = []
     out = e.value(A, res)
     sop = ir.SAVERS[saver]

@@ -3,7 +3,8 @@
  *
  * A block's threads run as OpenMP threads (num_threads(blockDim)); blocks run one after
  * another, so __shared__ is a static local; __syncthreads() is an OpenMP barrier; atomics
- * are the compiler's __atomic builtins; the bit-cast intrinsics go through memcpy. */
+ * are the compiler's __atomic builtins; the bit-cast intrinsics go through memcpy; warp
+ * shuffles through an exchange buffer and barriers. */
 #ifndef MS_CUDA_HOST_SHIM_H_
 #define MS_CUDA_HOST_SHIM_H_
 #include <math.h>
@@ -46,6 +47,21 @@ static inline float atomicAdd(float *p, float v) {   /* CAS loop: no float fetch
                                                    __float_as_uint(seen + v))); }
   while (__float_as_uint(old) != __float_as_uint(seen));
   return old;
+}
+
+/* __shfl_down_sync: lane l gets lane l + delta's value within its warp of 32 (its own past
+ * the warp's end), through an exchange buffer between two barriers. Every thread of the
+ * block must call it, as the emitted reductions do (all threads run every fold step). */
+template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta) {
+  static T buf[1024];
+  const unsigned t = threadIdx.x;
+  T r = v;
+  (void)mask;
+  buf[t] = v;
+#pragma omp barrier
+  if (t % 32 + delta < 32 && t + delta < blockDim.x) r = buf[t + delta];
+#pragma omp barrier
+  return r;
 }
 
 /* Run ``body`` (a kernel call) over grid x block: blocks one after another, a block's
