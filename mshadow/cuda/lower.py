@@ -35,7 +35,7 @@ Design:
     its threads folding the source (inlined as above), then its warps by shuffles.
 
     Not handled yet (UnsupportedNodeError names the node): a View of an expression,
-    ImplicitDot, arg-reductions and products (they need stages: a later step). A defined
+    ImplicitDot and products (they need stages: a later step). A defined
     operator that could not be traced runs on numpy on the CPU only: UntracedOperatorError.
 
 Every helper the source needs sits in its own #ifndef block, so several emitted sources can
@@ -617,14 +617,15 @@ REDUCE_BLOCK = 1024   # threads of a reduction block at most (32 warps: one warp
 
 def emit_reduce(key, dst_code, saver):
     """The CUDA kernel of ``dst <saver> scale * reduce(src)`` for an ir.Reduce ``key``
-    (sum_rows, sumall_except_dim, reduce_with_axis, reduce_keepdim; not the arg forms):
-    one block an output element at a time (a grid-stride loop over outputs), its threads
-    folding the reduced elements of the source, each evaluated where it is read (fused: no
-    scratch), in strides of blockDim.x, then each warp by shuffles and the first warp the
-    warps' results (blockDim.x a multiple of 32, at most REDUCE_BLOCK; every thread runs
-    every step, so the fold's barriers are uniform). The reducer's init and fold are its
-    REDUCER_TABLE row, in
-    the source's compute type; the scale and the saver apply once, to the result.
+    (sum_rows, sumall_except_dim, reduce_except_dim, reduce_with_axis and reduce_keepdim,
+    their arg forms included): one block an output element at a time (a grid-stride loop
+    over outputs), its threads folding the reduced elements of the source, each evaluated
+    where it is read (fused: no scratch), in strides of blockDim.x, then each warp by
+    shuffles and the first warp the warps' results (blockDim.x a multiple of 32, at most
+    REDUCE_BLOCK; every thread runs every step, so the fold's barriers are uniform). The
+    reducer's init and fold are its REDUCER_TABLE row, in the source's compute type; an arg
+    form (``mask``) keeps (value, index) pairs: the first extreme, a NaN the extreme (numpy's
+    argmax), ties to the smaller index. The scale and the saver apply once, to the result.
 
     The source, of shape S, is read as (A, B, M) around the reduced axis d (with_axis,
     keepdim: output (a, m) folds over b) or around the kept axis (except_dim: output b folds
@@ -634,9 +635,6 @@ def emit_reduce(key, dst_code, saver):
     is dst's 2-D element (o / dst_cols, o % dst_cols)) and ``scale`` (the compute type)."""
     if type(key) is not ir.Reduce:
         raise TypeError(f"emit_reduce takes an ir.Reduce node, got {ir.describe(key)}")
-    if key.mask:
-        raise UnsupportedNodeError(f"the CUDA emitter does not lower arg-reductions yet "
-                                   f"({ir.describe(key)})", node=key)
     if saver not in ir.SAVER_BY_NAME:
         raise ValueError(f"unknown saver {saver!r} (expected one of "
                          f"{', '.join(ir.SAVER_BY_NAME)})")
@@ -648,40 +646,61 @@ def emit_reduce(key, dst_code, saver):
     src_code = _node_code(key.src)
     v, vc = e.visit(key.src, (src_code, compute_code(src_code)))
     A = _CTYPE[cc]
-    fold = e.reducer_fold(red, cc)
+    S = A if A in ("float", "double", "int64_t", "uint64_t") else "int"   # what shuffles
+    init = f"({A})({e.reducer_init(red, cc)})"
 
-    def folded(a, b):
-        return "(" + re.sub(r"\(([ab])\)", lambda m: f"({a if m.group(1) == 'a' else b})",
-                            fold) + ")"
-    e.lines.append(f"acc = ({A})({folded('acc', f'({A}){v}')});")
+    def shfl(x, t):
+        return f"({t})__shfl_down_sync(0xffffffffu, ({S if t == A else t}){x}, off)"
+    if key.mask:   # (acc, idx): idx < 0 holds nothing yet
+        cmp = ">" if red.name == "maximum" else "<"
+
+        def better(nv, ni, ov, oi):
+            return (f"({oi} < 0 || ({nv} != {nv} ? ({ov} == {ov} || {ni} < {oi}) : "
+                    f"({ov} == {ov} && ({nv} {cmp} {ov} || ({nv} == {ov} && {ni} < {oi})))))")
+        state = [f"{A} acc = ({A})0;", "long long idx = -1;"]
+        e.lines.append(f"if {better(f'(({A}){v})', 'k', 'acc', 'idx')} "
+                       f"{{ acc = ({A}){v}; idx = k; }}")
+        merge = [f"const {A} ov = {shfl('acc', A)};",
+                 f"const long long oi = {shfl('idx', 'long long')};",
+                 f"if (oi >= 0 && {better('ov', 'oi', 'acc', 'idx')}) {{ acc = ov; idx = oi; }}"]
+        shared = [f"__shared__ {A} sbuf[{REDUCE_BLOCK // 32}];",
+                  f"__shared__ long long sidx[{REDUCE_BLOCK // 32}];"]
+        put = ["if (lane == 0) { sbuf[warp] = acc; sidx[warp] = idx; }"]
+        take = [f"acc = tid < blockDim.x / 32 ? sbuf[tid] : ({A})0;",
+                "idx = tid < blockDim.x / 32 ? sidx[tid] : -1;"]
+        res = f"({A})(({A})(idx < 0 ? 0 : idx) * scale)"   # mshadow's index starts at 0
+    else:
+        fold = e.reducer_fold(red, cc)
+
+        def folded(a, b):
+            return "(" + re.sub(r"\(([ab])\)",
+                                lambda m: f"({a if m.group(1) == 'a' else b})", fold) + ")"
+        state = [f"{A} acc = {init};"]
+        e.lines.append(f"acc = ({A})({folded('acc', f'({A}){v}')});")
+        merge = [f"const {A} other = {shfl('acc', A)};",
+                 f"acc = ({A})({folded('acc', 'other')});"]
+        shared = [f"__shared__ {A} sbuf[{REDUCE_BLOCK // 32}];"]
+        put = ["if (lane == 0) sbuf[warp] = acc;"]
+        take = [f"acc = tid < blockDim.x / 32 ? sbuf[tid] : {init};"]
+        res = f"({A})(acc * scale)"     # reduce_into's scale, whatever the reducer
+    warp = ["  for (int off = 16; off > 0; off >>= 1) {"] + ["    " + t for t in merge] + ["  }"]
     at = "dst[(o / dst_cols) * dst_pitch + o % dst_cols]"
-    res = f"({A})(acc * scale)"         # reduce_into's scale, whatever the reducer
-    # a warp's fold by shuffles (32 lanes, halving); types narrower than int go as int
-    S = A if A in ("float", "double", "int64_t", "uint64_t") else "int"
-    warp = [f"  for (int off = 16; off > 0; off >>= 1) {{",
-            f"    const {A} other = ({A})__shfl_down_sync(0xffffffffu, ({S})acc, off);",
-            f"    acc = ({A})({folded('acc', 'other')});",
-            "  }"]
-    lines = [f"__shared__ {A} sbuf[{REDUCE_BLOCK // 32}];",
-             "const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32;",
-             "for (long long o = blockIdx.x; o < nout; o += gridDim.x) {",
-             "  /* except_dim keeps b = o; the others keep (a, m) = (o / M, o % M) */",
-             "  const long long oa = except_dim ? 0 : o / M, ob = except_dim ? o : 0,",
-             "                  om = except_dim ? 0 : o % M;",
-             f"  {A} acc = ({A})({e.reducer_init(red, cc)});",
-             "  for (long long k = tid; k < nred; k += blockDim.x) {",
-             "    const long long a = except_dim ? k / M : oa, b = except_dim ? ob : k,",
-             "                    m = except_dim ? k % M : om;",
-             "    const long long flat = (a * B + b) * M + m;",
-             "    const long long y = flat / src_cols, x = flat % src_cols;"]
+    lines = shared + [
+        "const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32;",
+        "for (long long o = blockIdx.x; o < nout; o += gridDim.x) {",
+        "  /* except_dim keeps b = o; the others keep (a, m) = (o / M, o % M) */",
+        "  const long long oa = except_dim ? 0 : o / M, ob = except_dim ? o : 0,",
+        "                  om = except_dim ? 0 : o % M;"]
+    lines += ["  " + t for t in state]
+    lines += ["  for (long long k = tid; k < nred; k += blockDim.x) {",
+              "    const long long a = except_dim ? k / M : oa, b = except_dim ? ob : k,",
+              "                    m = except_dim ? k % M : om;",
+              "    const long long flat = (a * B + b) * M + m;",
+              "    const long long y = flat / src_cols, x = flat % src_cols;"]
     lines += ["    " + t for t in e.lines]
     lines += ["  }", "  /* each warp folds its lanes, then the first warp the warps' folds */"]
-    lines += warp
-    lines += ["  if (lane == 0) sbuf[warp] = acc;",
-              "  __syncthreads();",
-              f"  acc = tid < blockDim.x / 32 ? sbuf[tid] : ({A})({e.reducer_init(red, cc)});"]
-    lines += warp
-    lines += ["  if (tid == 0) {"]
+    lines += warp + ["  " + t for t in put] + ["  __syncthreads();"]
+    lines += ["  " + t for t in take] + warp + ["  if (tid == 0) {"]
     e.lines = []
     out = e.value(A, res)
     sop = ir.SAVERS[saver]
