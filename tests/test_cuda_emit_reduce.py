@@ -153,6 +153,8 @@ def test_nvrtc_compiles_every_reduction():
     kernels = [emit_reduce(r.key, r.key.code, s) for _, r, s in _cases()]
     x16 = ms.new_tensor((3, 40), 1.0, dtype=np.float16)
     kernels.append(emit_reduce(ms.sum_rows(x16 * 2).key, "f16", "plusto"))
+    from mshadow.cuda.lower import emit_softmax
+    kernels += [emit_softmax("f32"), emit_softmax("f64")]
     assert compile_all(kernels, archs=("sm_90",)) >= 40   # distinct structures
 
 
@@ -170,3 +172,37 @@ def test_what_it_refuses():
         "nout", "nred", "A", "B", "M", "except_dim", "src_cols", "dst", "dst_pitch",
         "dst_cols", "scale"]
     assert ir.describe(ms.sum_rows(x * 2).key) in k.source
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_softmax_rows_give_the_cpu_bits(dtype):
+    """emit_softmax: the CPU kernel's order (16 lanes, pairwise) and vmath's exp, so the
+    harness stores the CPU's nn.softmax bits: every width from 1 to 40 and 1000, pitched
+    rows, in place, NaN and infinities."""
+    from mshadow.codegen_cpu import REDUCE_LANES
+    from mshadow.cuda.lower import SOFTMAX_LANES, emit_softmax
+    assert SOFTMAX_LANES == REDUCE_LANES
+    code = "f32" if dtype == np.float32 else "f64"
+    k = emit_softmax(code)
+    lib = cuda_host.build([k])
+    rng = np.random.default_rng(3)
+    for cols in list(range(1, 41)) + [1000]:
+        e = (rng.standard_normal((5, cols)) * 6).astype(dtype)
+        if cols > 3:
+            e[1, 2], e[3, 0], e[4, 1] = np.nan, np.inf, -np.inf
+        cpu = ms.new_tensor(e.shape, dtype=dtype, pad=True)
+        with np.errstate(invalid="ignore"):
+            ms.nn.softmax(cpu, ms.from_numpy(e))
+        wide = np.zeros((5, cols + 7), dtype)      # pitched rows on the device side too
+        src = wide[:, :cols]
+        src[...] = e
+        host = np.zeros((5, cols), dtype)
+        for inplace in (False, True):
+            out = src if inplace else host
+            cuda_host.run(lib, k, out, (), (), grid=(2, 1), block=32,
+                          extra={"src": src.ctypes.data, "src_pitch": cols + 7})
+            assert out.tobytes() == cpu.numpy().tobytes(), (cols, inplace)
+            src[...] = e
+    with pytest.raises(ValueError, match="float32 or float64"):
+        emit_softmax("f16")

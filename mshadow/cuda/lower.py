@@ -32,7 +32,8 @@ Design:
     ms_cu_view. Parameters, shapes and maps are kernel arguments (Binding), never source.
 
     A reduction (ir.Reduce, emit_reduce) is a kernel of its own: a block an output element,
-    its threads folding the source (inlined as above), then its warps by shuffles.
+    its threads folding the source (inlined as above), then its warps by shuffles. Softmax
+    over rows (emit_softmax) is one too, in the CPU kernel's summation order.
 
     Not handled yet (UnsupportedNodeError names the node): a View of an expression,
     ImplicitDot and products (they need stages: a later step). A defined
@@ -54,7 +55,7 @@ from ..errors import UnsupportedNodeError, UntracedOperatorError
 from ..ops_table import OPS_BY_NAME
 from ..readers import READERS_BY_NAME, REDUCER_TABLE
 
-__all__ = ["emit", "emit_reduce", "REDUCE_BLOCK", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
+__all__ = ["emit", "emit_reduce", "emit_softmax", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
 
 KERNEL_PREFIX = "ms_ew_"
 VIEW_MAXDIM = 7   # leading axes a view maps (MS_VIEW_MAXDIM of include/mshadow/plan_exec.h)
@@ -716,6 +717,58 @@ def emit_reduce(key, dst_code, saver):
               ("src_cols", "long long"), ("dst", f"{_CTYPE[dst_code]} *"),
               ("dst_pitch", "long long"), ("dst_cols", "long long"), ("scale", A)]
     return _assemble(e, f"{ir.describe(key)} -> dst<{dst_code}> ({saver})", params, body)
+
+
+SOFTMAX_LANES = 16      # codegen_cpu.REDUCE_LANES: the CPU softmax kernel's sum order
+
+
+def emit_softmax(code):
+    """The CUDA kernel of mshadow's Softmax over rows (nn.softmax of 1-D and 2-D float32 /
+    float64 tensors): a block of 32 threads a row (a grid-stride loop over rows): the row's
+    maximum, then exp(e - max) stored and summed in SOFTMAX_LANES lanes by the first 16
+    threads (element i in lane i % 16, in order; the lanes added pairwise), then d /= sum:
+    the CPU kernel's order (codegen_cpu._softmax) and vmath's exp, so the same bits as the
+    CPU. ``dst`` may be ``src``. Parameters: rows, cols, dst, dst_pitch, src, src_pitch
+    (pitches in elements); launch with blockDim.x = 32."""
+    if code not in ("f32", "f64"):
+        raise ValueError(f"emit_softmax: the kernel is float32 or float64 rows, got {code!r}")
+    T, L = _CTYPE[code], SOFTMAX_LANES
+    e = _Emitter()
+    e.vmath(code)
+    body = f"""  __shared__ {T} part[32];
+  __shared__ {T} tot[{L}];
+  const unsigned t = threadIdx.x;
+  for (long long y = blockIdx.x; y < rows; y += gridDim.x) {{
+    const {T} *er = src + y * src_pitch;
+    {T} *dr = dst + y * dst_pitch;
+    {T} m = ({T})-INFINITY;
+    for (long long i = t; i < cols; i += 32) m = er[i] > m ? er[i] : m;
+    part[t] = m;
+    __syncthreads();
+    m = ({T})-INFINITY;
+    for (int j = 0; j < 32; ++j) m = part[j] > m ? part[j] : m;
+    if (t < {L}) {{
+      {T} s = 0;
+      for (long long i = t; i < cols; i += {L}) {{
+        const {T} v = ms_s_exp_{code}(er[i] - m);
+        dr[i] = v;
+        s += v;
+      }}
+      tot[t] = s;
+    }}
+    __syncthreads();
+    if (t == 0)
+      for (int w = {L} / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; ++l) tot[l] += tot[l + w];
+    __syncthreads();
+    const {T} s = tot[0];
+    for (long long i = t; i < cols; i += 32) dr[i] = dr[i] / s;
+    __syncthreads();   /* part and tot are the next row's */
+  }}
+"""
+    params = [("rows", "long long"), ("cols", "long long"), ("dst", f"{T} *"),
+              ("dst_pitch", "long long"), ("src", f"const {T} *"), ("src_pitch", "long long")]
+    return _assemble(e, f"softmax rows -> dst<{code}>", params, body)
 
 
 def _assemble(e, what, params, body):
