@@ -33,7 +33,8 @@ Design:
 
     A reduction (ir.Reduce, emit_reduce) is a kernel of its own: a block an output element,
     its threads folding the source (inlined as above), then its warps by shuffles. Softmax
-    over rows (emit_softmax) is one too, in the CPU kernel's summation order.
+    over rows (emit_softmax) is one too, in the CPU kernel's summation order, and so are
+    the uniform and gaussian samplers (emit_random: Philox4x32-10, counter-based).
 
     Not handled yet (UnsupportedNodeError names the node): a View of an expression,
     ImplicitDot and products (they need stages: a later step). A defined
@@ -55,7 +56,7 @@ from ..errors import UnsupportedNodeError, UntracedOperatorError
 from ..ops_table import OPS_BY_NAME
 from ..readers import READERS_BY_NAME, REDUCER_TABLE
 
-__all__ = ["emit", "emit_reduce", "emit_softmax", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
+__all__ = ["emit", "emit_reduce", "emit_softmax", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
 
 KERNEL_PREFIX = "ms_ew_"
 VIEW_MAXDIM = 7   # leading axes a view maps (MS_VIEW_MAXDIM of include/mshadow/plan_exec.h)
@@ -769,6 +770,77 @@ def emit_softmax(code):
     params = [("rows", "long long"), ("cols", "long long"), ("dst", f"{T} *"),
               ("dst_pitch", "long long"), ("src", f"const {T} *"), ("src_pitch", "long long")]
     return _assemble(e, f"softmax rows -> dst<{code}>", params, body)
+
+
+_PHILOX = """static __device__ __forceinline__ void ms_philox4x32_10(uint32_t c[4], uint32_t k0,
+                                                        uint32_t k1) {
+  /* Philox4x32-10 (Salmon et al., SC11; Random123's constants): 10 rounds of two 32x32->64
+   * products, the key bumped by the Weyl constants between rounds */
+  for (int r = 0; r < 10; ++r) {
+    const uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
+    const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+    c[1] = (uint32_t)p1;
+    c[3] = (uint32_t)p0;
+    c[0] = n0;
+    c[2] = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+}"""
+
+
+def emit_random(dist, code):
+    """The CUDA kernel filling a float32 / float64 tensor with mshadow's SampleUniform (``dist``
+    "uniform": a + (b - a) * u, u in [0, 1)) or SampleGaussian ("gaussian": a + b * z, z
+    standard normal by Box-Muller), counter-based: element i of the tensor's logical order
+    (y * cols + x, whatever its pitch) comes from Philox4x32-10 with key (seed_lo, seed_hi)
+    and counter (n, n >> 32, 0, 0), n = offset + i / per (per: 4 elements a block for a
+    float32 uniform, 2 for a float64 uniform or a float32 gaussian, 1 for a float64
+    gaussian), its words from (i % per) * (4 / per) on: float32 uniform (word >> 8) *
+    2**-24; float64 uniform the top 53 bits of two words (first word high) * 2**-53;
+    gaussian u1 from the first half of its words (as uniform, in (0, 1]: +1), u2 from the
+    other, z = sqrt(-2 log u1) cos(2 pi u2). So any grid, thread count or launch order
+    gives the same values, and a launcher
+    continues a stream by advancing ``offset`` past the counters used. Parameters: rows,
+    cols, dst, dst_pitch (elements), seed_lo, seed_hi, offset (long long), a, b."""
+    if dist not in ("uniform", "gaussian") or code not in ("f32", "f64"):
+        raise ValueError(f"emit_random: dist is 'uniform' or 'gaussian' and the dtype float32 "
+                         f"or float64, got {dist!r}, {code!r}")
+    T = _CTYPE[code]
+    e = _Emitter()
+    e.need("PHILOX", _PHILOX)
+    # elements per Philox block (4 words): a float32 uniform takes a word, a float64 one
+    # or a float32 gaussian two, a float64 gaussian four
+    per = {("uniform", "f32"): 4, ("uniform", "f64"): 2, ("gaussian", "f32"): 2,
+           ("gaussian", "f64"): 1}[dist, code]
+    if code == "f32":
+        unit = "(float)(w[{j}] >> 8) * 0x1p-24f"
+        unit1 = "(float)((w[{j}] >> 8) + 1) * 0x1p-24f"
+    else:
+        unit = "(double)((((uint64_t)w[{j}] << 32) | w[{j} + 1]) >> 11) * 0x1p-53"
+        unit1 = "(double)(((((uint64_t)w[{j}] << 32) | w[{j} + 1]) >> 11) + 1) * 0x1p-53"
+    words = 4 // per                                            # words an element takes
+    if dist == "uniform":
+        value = f"a + (b - a) * ({unit.format(j='j')})"
+    else:
+        half = words // 2
+        value = (f"a + b * (sqrt(({T})-2 * log({unit1.format(j='j')})) * "
+                 f"cos(({T})6.283185307179586 * ({unit.format(j=f'j + {half}')})))")
+    body = f"""  const long long n = rows * cols;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {{
+    const unsigned long long ctr = (unsigned long long)offset + (unsigned long long)(i / {per});
+    uint32_t w[4] = {{(uint32_t)ctr, (uint32_t)(ctr >> 32), 0u, 0u}};
+    ms_philox4x32_10(w, (uint32_t)seed_lo, (uint32_t)seed_hi);
+    const int j = (int)(i % {per}) * {words};
+    const {T} v = {value};
+    dst[(i / cols) * dst_pitch + i % cols] = v;
+  }}
+"""
+    params = [("rows", "long long"), ("cols", "long long"), ("dst", f"{T} *"),
+              ("dst_pitch", "long long"), ("seed_lo", "long long"), ("seed_hi", "long long"),
+              ("offset", "long long"), ("a", T), ("b", T)]
+    return _assemble(e, f"random {dist} -> dst<{code}>", params, body)
 
 
 def _assemble(e, what, params, body):
