@@ -11,6 +11,7 @@ import pytest
 
 import mshadow as ms
 from mshadow import ir
+from mshadow.cuda.launch import reduce_geometry
 from mshadow.cuda.lower import REDUCE_BLOCK, emit_reduce
 
 import cuda_host
@@ -18,16 +19,6 @@ from test_cuda_emit import compile_all, needs_gxx, needs_nvrtc
 
 RED = {"sum": ms.red.sum, "maximum": ms.red.maximum, "minimum": ms.red.minimum,
        "product": ms.red.product}
-
-
-def _geometry(shape, form, axis):
-    """(nout, nred, A, B, M, except_dim) of emit_reduce for a source of ``shape``."""
-    A = int(np.prod(shape[:axis], dtype=np.int64))
-    B = shape[axis]
-    M = int(np.prod(shape[axis + 1:], dtype=np.int64))
-    if form == "except_dim":
-        return B, A * M, A, B, M, 1
-    return A * M, B, A, B, M, 0
 
 
 def _parts(r):
@@ -91,7 +82,7 @@ def _cases(seed=0):
 
 def _run(lib, k, r, saver, scale, grid=(3, 1), block=32):
     key, leaves, scalars, shape = _parts(r)
-    nout, nred, A, B, M, exc = _geometry(shape, key.form, key.axis)
+    nout, nred, A, B, M, exc = reduce_geometry(shape, key.form, key.axis)
     dst = ms.new_tensor(tuple(r.shape), dtype=r.dtype)
     rng = np.random.default_rng(1)
     dst.numpy()[...] = rng.integers(-3, 4, dst.numpy().shape)

@@ -721,6 +721,8 @@ def emit_reduce(key, dst_code, saver):
 
 
 SOFTMAX_LANES = 16      # codegen_cpu.REDUCE_LANES: the CPU softmax kernel's sum order
+# the float types computed as themselves (float16 computes as its compute type)
+_FLOAT_COMPUTE = frozenset(c for c in FLOAT_CODES if compute_code(c) == c)
 
 
 def emit_softmax(code):
@@ -731,7 +733,7 @@ def emit_softmax(code):
     the CPU kernel's order (codegen_cpu._softmax) and vmath's exp, so the same bits as the
     CPU. ``dst`` may be ``src``. Parameters: rows, cols, dst, dst_pitch, src, src_pitch
     (pitches in elements); launch with blockDim.x = 32."""
-    if code not in ("f32", "f64"):
+    if code not in _FLOAT_COMPUTE:
         raise ValueError(f"emit_softmax: the kernel is float32 or float64 rows, got {code!r}")
     T, L = _CTYPE[code], SOFTMAX_LANES
     e = _Emitter()
@@ -803,7 +805,7 @@ def emit_random(dist, code):
     gives the same values, and a launcher
     continues a stream by advancing ``offset`` past the counters used. Parameters: rows,
     cols, dst, dst_pitch (elements), seed_lo, seed_hi, offset (long long), a, b."""
-    if dist not in ("uniform", "gaussian") or code not in ("f32", "f64"):
+    if dist not in ("uniform", "gaussian") or code not in _FLOAT_COMPUTE:
         raise ValueError(f"emit_random: dist is 'uniform' or 'gaussian' and the dtype float32 "
                          f"or float64, got {dist!r}, {code!r}")
     T = _CTYPE[code]
