@@ -12,11 +12,15 @@ def softmax_rows(Tensor dst, Tensor energy):
     """mshadow's Softmax of each row of ``energy`` (1-D: one row) into ``dst``, of the same
     shape and dtype (nn.softmax checks them), float32 or float64: each row's maximum, exp
     and sum and the division in one visit (codegen_cpu._softmax). ``dst`` may be
-    ``energy``. Returns False, with nothing done, for another dtype."""
+    ``energy`` element for element. Returns False, with nothing done, for another dtype or
+    when they share memory otherwise (rows shifted against each other: the kernel would read
+    rows it has already written; nn.softmax's numpy passes take that case)."""
     if dst.shape != energy.shape or dst.type_flag != energy.type_flag:
         raise ShapeError(f"softmax_rows: dst {dst.shape} {dst.dtype} and energy "
                          f"{energy.shape} {energy.dtype} differ")
     if dst.dtype != np.float32 and dst.dtype != np.float64:
+        return False
+    if _overlaps(dst, energy) and not _same_elements(dst, energy):
         return False
     cdef char *d = dst.data()
     cdef const char *e = energy.data()
