@@ -54,7 +54,7 @@ from .. import ir, vmath
 from ..dtypes import BY_CODE, FLOAT_CODES, compute_code
 from ..errors import UnsupportedNodeError, UntracedOperatorError
 from ..ops_table import OPS_BY_NAME
-from ..readers import READERS_BY_NAME, REDUCER_TABLE
+from ..readers import READERS_BY_NAME, REDUCER_BY_NAME, REDUCER_TABLE
 
 __all__ = ["emit", "emit_reduce", "emit_softmax", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
 
@@ -553,6 +553,16 @@ class _Emitter(ir.Visitor):
             return f"(({_CTYPE[cc]})ms_bits_f64(0x{bits:016x}ull))"
         return f"(({_CTYPE[cc]}){int(value)}ll)"
 
+    def store(self, at, res, dst_code, saver):
+        """``at <saver> res`` (``res`` a value of dst_code's compute type): combined with the
+        value held in the compute type, then rounded once to the storage type."""
+        cc = compute_code(dst_code)
+        sop = ir.SAVERS[saver]
+        if sop is not None:
+            cur = self.value(_CTYPE[cc], f"ms_half_to_float({at})" if dst_code == "f16" else at)
+            res = self.apply(sop, [cur, res], cc)
+        self.lines.append(f"{at} = {self.convert(res, cc, dst_code)};")
+
     def convert(self, v, src, dst):
         """C conversion of value ``v`` of compute type ``src`` to storage type ``dst``."""
         if src == dst:
@@ -573,6 +583,12 @@ class _Emitter(ir.Visitor):
         self.need(f"VMATH_{code}", _vmath_functions(code))
 
 
+def _check_saver(saver):
+    if saver not in ir.SAVER_BY_NAME:
+        raise ValueError(f"unknown saver {saver!r} (expected one of "
+                         f"{', '.join(ir.SAVER_BY_NAME)})")
+
+
 def _node_code(node):
     """The storage code of what ``node`` computes (a gather's source)."""
     if type(node) is ir.Scalar:
@@ -587,9 +603,7 @@ def emit(key, dst_code, saver):
     Returns Emitted(source, name, binding): the source defines ``extern "C" __global__ void
     <name>(long long rows, long long cols, <dst type> *dst, long long dst_pitch, <params>)``,
     every pitch in elements; ``binding`` (a Binding) says what each parameter takes."""
-    if saver not in ir.SAVER_BY_NAME:
-        raise ValueError(f"unknown saver {saver!r} (expected one of "
-                         f"{', '.join(ir.SAVER_BY_NAME)})")
+    _check_saver(saver)
     if dst_code not in BY_CODE:
         raise ValueError(f"unknown dtype code {dst_code!r}")
     e = _Emitter()
@@ -598,12 +612,7 @@ def emit(key, dst_code, saver):
     if rc != cc:
         raise ValueError(f"expression {ir.describe(key)} computes {rc}, not the "
                          f"destination's {dst_code}")
-    at = "dst[y * dst_pitch + x]"
-    sop = ir.SAVERS[saver]
-    if sop is not None:   # combine with the value held, in the compute type, rounded once
-        cur = e.value(_CTYPE[cc], f"ms_half_to_float({at})" if dst_code == "f16" else at)
-        res = e.apply(sop, [cur, res], cc)
-    e.lines.append(f"{at} = {e.convert(res, cc, dst_code)};")
+    e.store("dst[y * dst_pitch + x]", res, dst_code, saver)
     params = [("rows", "long long"), ("cols", "long long"),
               ("dst", f"{_CTYPE[dst_code]} *"), ("dst_pitch", "long long")]
     body = "\n".join(line if line.startswith("#") else "      " + line for line in e.lines)
@@ -637,13 +646,11 @@ def emit_reduce(key, dst_code, saver):
     is dst's 2-D element (o / dst_cols, o % dst_cols)) and ``scale`` (the compute type)."""
     if type(key) is not ir.Reduce:
         raise TypeError(f"emit_reduce takes an ir.Reduce node, got {ir.describe(key)}")
-    if saver not in ir.SAVER_BY_NAME:
-        raise ValueError(f"unknown saver {saver!r} (expected one of "
-                         f"{', '.join(ir.SAVER_BY_NAME)})")
+    _check_saver(saver)
     if dst_code != key.code:
         raise ValueError(f"a reduction of {key.code} is stored into {key.code}, not {dst_code}")
     cc = compute_code(dst_code)
-    red = next(r for r in REDUCER_TABLE if r.name == key.reducer)
+    red = REDUCER_BY_NAME[key.reducer]
     e = _Emitter()
     src_code = _node_code(key.src)
     v, vc = e.visit(key.src, (src_code, compute_code(src_code)))
@@ -704,12 +711,7 @@ def emit_reduce(key, dst_code, saver):
     lines += warp + ["  " + t for t in put] + ["  __syncthreads();"]
     lines += ["  " + t for t in take] + warp + ["  if (tid == 0) {"]
     e.lines = []
-    out = e.value(A, res)
-    sop = ir.SAVERS[saver]
-    if sop is not None:   # combine with the value held, in the compute type, rounded once
-        cur = e.value(A, f"ms_half_to_float({at})" if dst_code == "f16" else at)
-        out = e.apply(sop, [cur, out], cc)
-    e.lines.append(f"{at} = {e.convert(out, cc, dst_code)};")
+    e.store(at, e.value(A, res), dst_code, saver)
     lines += ["    " + t for t in e.lines]
     lines += ["  }", "  __syncthreads();   /* sbuf is the next output's */", "}"]
     body = "\n".join(line if line.startswith("#") else "  " + line for line in lines) + "\n"
