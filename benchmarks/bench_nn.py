@@ -385,19 +385,20 @@ def softmax_section(R, dtypes, lib, rng):
                 ms.softmax(D, E)
                 return D
 
-            def np_div(d=d_np, e=e, mx=mx, sm=sm):
+            def np_exp_sum(d=d_np, e=e, mx=mx, sm=sm):
+                """d = exp(e - row max), sm = the row sums: both numpy forms' first passes."""
                 np.max(e, axis=1, keepdims=True, out=mx)
                 np.subtract(e, mx, out=d)
                 np.exp(d, out=d)
                 np.sum(d, axis=1, keepdims=True, out=sm)
+
+            def np_div(d=d_np, sm=sm, first=np_exp_sum):   # (this row's buffers)
+                first()
                 np.divide(d, sm, out=d)
                 return d
 
-            def np_recip(d=d_np, e=e, mx=mx, sm=sm):
-                np.max(e, axis=1, keepdims=True, out=mx)
-                np.subtract(e, mx, out=d)
-                np.exp(d, out=d)
-                np.sum(d, axis=1, keepdims=True, out=sm)
+            def np_recip(d=d_np, sm=sm, first=np_exp_sum):
+                first()
                 np.reciprocal(sm, out=sm)
                 np.multiply(d, sm, out=d)
                 return d

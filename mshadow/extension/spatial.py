@@ -28,11 +28,11 @@ _ACCEPTED = {where: _accepted(where) for where in ("pool", "unpool", "chpool", "
 
 def _reducer(reducer, where):
     """The id of ``reducer`` for the reader named ``where`` (_accepted)."""
-    rid = _ACCEPTED[where].get(reducer)
+    accepted = _ACCEPTED[where]
+    rid = accepted.get(reducer)
     if rid is not None:
         return rid
-    need = readers.READERS_BY_NAME[where].red_needs
-    ok = [r.name for r in readers.REDUCER_TABLE if not need or getattr(r, need) is not None]
+    ok = [r.name for r in accepted]        # another _Reducer object of an accepted name
     if not isinstance(reducer, _Reducer) or reducer.name not in ok:
         why = (f" (the reducers with a PartialGrad, which {where} multiplies the gradient by)"
                if len(ok) < len(_REDUCER_ID) else "")
