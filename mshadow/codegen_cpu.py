@@ -688,51 +688,8 @@ def _softmax(code, ctype):
     lane i % 16, lanes added pairwise, as the reductions do), then d /= sum. vmath's exp
     and that order give the same bits at every ISA level and in the plain loop. ``d`` may
     be ``e``. numpy's five passes, each over the whole array, took 2.3-2.9x torch's time."""
-    L, lanes = REDUCE_LANES, REDUCE_LANES
-    plain = f"""static void ms_softmax_row_{code}_plain(const {ctype} *e, {ctype} *d, npy_intp n) {{
-  {ctype} m = ({ctype})-INFINITY, tot[{lanes}], s;
-  npy_intp i;
-  int l, w;
-  for (i = 0; i < n; ++i) m = e[i] > m ? e[i] : m;
-  for (l = 0; l < {lanes}; ++l) tot[l] = 0;
-  for (i = 0; i < n; ++i) {{ const {ctype} t = ms_s_exp_{code}(e[i] - m); d[i] = t; tot[i % {lanes}] += t; }}
-  for (w = {lanes} / 2; w > 0; w /= 2) for (l = 0; l < w; ++l) tot[l] += tot[l + w];
-  s = tot[0];
-  for (i = 0; i < n; ++i) d[i] = d[i] / s;
-}}"""
-    out = [plain, "#if MS_X86"]
-    for isa in ISAS:
-        W = _WIDTH[isa, code]
-        NA = L // W
-        V = f"ms_{isa}_v_{code}"
-        f = lambda op: f"ms_{isa}_{op}_{code}"     # noqa: E731
-        out.append(f"""static {_TARGET[isa]}void ms_softmax_row_{code}_{isa}(const {ctype} *e, {ctype} *d, npy_intp n) {{
-  {ctype} m = ({ctype})-INFINITY, tot[{lanes}], s;
-  {V} acc[{NA}], vm;
-  npy_intp i;
-  int l, w, u;
-  for (u = 0; u < {NA}; ++u) acc[u] = {f("set1")}(({ctype})-INFINITY);
-  for (i = 0; i + {L} <= n; i += {L})
-    for (u = 0; u < {NA}; ++u) acc[u] = {f("max")}(acc[u], {f("loadu")}(e + i + u * {W}));
-  for (u = 0; u < {NA}; ++u) {f("storeu")}(tot + u * {W}, acc[u]);
-  for (l = 0; l < {lanes}; ++l) m = tot[l] > m ? tot[l] : m;
-  for (; i < n; ++i) m = e[i] > m ? e[i] : m;
-  vm = {f("set1")}(m);
-  for (u = 0; u < {NA}; ++u) acc[u] = {f("zero")}();
-  for (i = 0; i + {L} <= n; i += {L})
-    for (u = 0; u < {NA}; ++u) {{
-      const {V} t = {f("exp")}({f("sub")}({f("loadu")}(e + i + u * {W}), vm));
-      {f("storeu")}(d + i + u * {W}, t);
-      acc[u] = {f("add")}(acc[u], t);
-    }}
-  for (u = 0; u < {NA}; ++u) {f("storeu")}(tot + u * {W}, acc[u]);
-  for (; i < n; ++i) {{ const {ctype} t = ms_s_exp_{code}(e[i] - m); d[i] = t; tot[i % {lanes}] += t; }}
-  for (w = {lanes} / 2; w > 0; w /= 2) for (l = 0; l < w; ++l) tot[l] += tot[l + w];
-  s = tot[0];
-  vm = {f("set1")}(s);
-  for (i = 0; i + {W} <= n; i += {W}) {f("storeu")}(d + i, {f("div")}({f("loadu")}(d + i), vm));
-  for (; i < n; ++i) d[i] = d[i] / s;
-}}""")
+    out = [_softmax_row(code, ctype, None), "#if MS_X86"]
+    out += [_softmax_row(code, ctype, isa) for isa in ISAS]
     out.append(f"static void (*const ms_softmax_row_{code}_tab[4])(const {ctype} *, {ctype} *, "
                f"npy_intp) = {{ms_softmax_row_{code}_plain, "
                + ", ".join(f"ms_softmax_row_{code}_{isa}" for isa in ISAS) + "};")
@@ -753,6 +710,46 @@ static void ms_softmax_rows_{code}(const char *e, npy_intp es, char *d, npy_intp
   for (y = 0; y < rows; ++y) row((const {ctype} *)(e + y * es), ({ctype} *)(d + y * ds), cols);
 }}""")
     return "\n".join(out)
+
+
+def _softmax_row(code, ctype, isa):
+    """One row's softmax for ``isa`` (None: the plain loop). Each pass runs its whole
+    REDUCE_LANES-element groups in vectors, then the rest element by element from where
+    they stopped; the plain loop is the same passes with no vectors, so the lanes sum in
+    the same order."""
+    L = REDUCE_LANES
+    head = (f"static {_TARGET[isa] if isa else ''}void ms_softmax_row_{code}_{isa or 'plain'}"
+            f"(const {ctype} *e, {ctype} *d, npy_intp n) {{")
+    decl = [f"  {ctype} m = ({ctype})-INFINITY, tot[{L}], s;", "  npy_intp i = 0;", "  int l, w;"]
+    vmax, vexp, vdiv = [], [f"  for (l = 0; l < {L}; ++l) tot[l] = 0;"], []
+    if isa:
+        W, V = _WIDTH[isa, code], f"ms_{isa}_v_{code}"
+        NA = L // W
+        f = lambda op: f"ms_{isa}_{op}_{code}"     # noqa: E731
+        decl += [f"  {V} acc[{NA}], vm;", "  int u;"]
+        vmax = [f"  for (u = 0; u < {NA}; ++u) acc[u] = {f('set1')}(({ctype})-INFINITY);",
+                f"  for (; i + {L} <= n; i += {L})",
+                f"    for (u = 0; u < {NA}; ++u) acc[u] = {f('max')}(acc[u], {f('loadu')}(e + i + u * {W}));",
+                f"  for (u = 0; u < {NA}; ++u) {f('storeu')}(tot + u * {W}, acc[u]);",
+                f"  for (l = 0; l < {L}; ++l) m = tot[l] > m ? tot[l] : m;"]
+        vexp = [f"  vm = {f('set1')}(m);",
+                f"  for (u = 0; u < {NA}; ++u) acc[u] = {f('zero')}();",
+                f"  for (; i + {L} <= n; i += {L})",
+                f"    for (u = 0; u < {NA}; ++u) {{",
+                f"      const {V} t = {f('exp')}({f('sub')}({f('loadu')}(e + i + u * {W}), vm));",
+                f"      {f('storeu')}(d + i + u * {W}, t);",
+                "      acc[u] = " + f"{f('add')}(acc[u], t);",
+                "    }",
+                f"  for (u = 0; u < {NA}; ++u) {f('storeu')}(tot + u * {W}, acc[u]);"]
+        vdiv = [f"  vm = {f('set1')}(s);",
+                f"  for (; i + {W} <= n; i += {W}) {f('storeu')}(d + i, {f('div')}({f('loadu')}(d + i), vm));"]
+    body = (decl + vmax + ["  for (; i < n; ++i) m = e[i] > m ? e[i] : m;", "  i = 0;"] + vexp
+            + [f"  for (; i < n; ++i) {{ const {ctype} t = ms_s_exp_{code}(e[i] - m); d[i] = t; "
+               f"tot[i % {L}] += t; }}",
+               f"  for (w = {L} / 2; w > 0; w /= 2) for (l = 0; l < w; ++l) tot[l] += tot[l + w];",
+               "  s = tot[0];", "  i = 0;"] + vdiv
+            + ["  for (; i < n; ++i) d[i] = d[i] / s;", "}"])
+    return "\n".join([head] + body)
 
 
 REDUCE_LANES = 16
