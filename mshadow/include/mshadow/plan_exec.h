@@ -150,12 +150,11 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy
       in->fn(args, dims, steps, in->data);
     } else {
       npy_intp r;
-      for (r = 0; r < nr; ++r) {
-        for (j = 0; j <= in->nin; ++j)
-          if (r > 0)
-            args[j] += in->kind[j] == MS_OPD_LEAF ? p->leaf[in->idx[j]].rowstep
-                       : in->kind[j] == MS_OPD_REG ? n * steps[j] : 0;
+      for (r = 0; r < nr; ++r) {   /* then each operand on to its next row */
         in->fn(args, dims, steps, in->data);
+        for (j = 0; j <= in->nin; ++j)
+          args[j] += in->kind[j] == MS_OPD_LEAF ? p->leaf[in->idx[j]].rowstep
+                     : in->kind[j] == MS_OPD_REG ? n * steps[j] : 0;
       }
     }
   }
