@@ -9,7 +9,7 @@ compiles once, and ``pip wheel .`` after it packs the same binary), so editable,
 stderr and, when pip hides that, to the terminal.
 
 MSHADOW_NO_OPENMP=1 forces a single-threaded build; MSHADOW_DEBUG=1 builds without -O3 and
-keeps symbols. Per-ISA kernels (SSE2 baseline, AVX2, AVX-512) are compiled inside the
+keeps symbols; MSHADOW_KEEP_SYMBOLS=1 keeps them in an -O3 build (for perf). Per-ISA kernels (SSE2 baseline, AVX2, AVX-512) are compiled inside the
 extension with target pragmas and chosen at import, so no -march flag is needed here.
 """
 import glob
@@ -249,7 +249,8 @@ class BuildExt(build_ext):
             debug = os.environ.get("MSHADOW_DEBUG") == "1"
             if not debug:
                 ext.extra_compile_args += ["-O3"]
-                if sys.platform.startswith("linux"):
+                if (sys.platform.startswith("linux")
+                        and os.environ.get("MSHADOW_KEEP_SYMBOLS") != "1"):
                     ext.extra_link_args += ["-Wl,--strip-all"]   # no debug info in the .so
             # -fwrapv: integer overflow wraps as in mshadow's C++ on every compiler we use;
             # -ffp-contract=off: no FMA contraction, so packet and plain paths agree bit for bit.

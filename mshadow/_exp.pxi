@@ -21,8 +21,11 @@ from cpython.ref cimport Py_INCREF
 
 cdef extern from "Python.h":
     ctypedef object (*_allocfunc)(PyTypeObject *, Py_ssize_t)
+    ctypedef void *_PyObjectPtr "PyObject *"
+    ctypedef object (*_newfunc)(PyTypeObject *, object, _PyObjectPtr)
     ctypedef struct _TypeAlloc "PyTypeObject":
         _allocfunc tp_alloc
+        _newfunc tp_new
     int PY_VERSION_HEX
 
 cdef object _tuple_new = tuple.__new__
@@ -56,6 +59,25 @@ cdef object _new_ir_node(object cls, str tag, object f1, object f2, tuple keys):
     for i in range(n):
         _tuple_put(<tuple> node, i + 3, keys[i])
     return node
+
+
+cdef object _tuple_of(object cls, tuple items):
+    """A ``cls`` (a tuple subclass with no fields of its own: Shape) holding ``items``,
+    allocated at once as _new_ir_node allocates a node."""
+    cdef Py_ssize_t n = len(items), i
+    if PY_VERSION_HEX >= 0x030E0000:
+        return _tuple_new(cls, items)
+    t = (<_TypeAlloc *> <PyTypeObject *> cls).tp_alloc(<PyTypeObject *> cls, n)
+    for i in range(n):
+        _tuple_put(<tuple> t, i, items[i])
+    return t
+
+
+cdef inline object _new_exp(object cls):
+    """An instance of ``cls`` (Exp or a subclass of it, compiled or Python) by its tp_new
+    alone: Exp and its subclasses have no __init__, and ``cls()`` or ``Exp.__new__(cls)``
+    are Python calls (a fifth of building a gather node)."""
+    return (<_TypeAlloc *> <PyTypeObject *> cls).tp_new(<PyTypeObject *> cls, (), NULL)
 
 
 cdef tuple _CODE_BY_FLAG = _DT_CODE_BY_FLAG

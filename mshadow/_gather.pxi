@@ -126,7 +126,7 @@ cdef object _fast_shape(object shape):
         for d in <tuple> shape:
             if type(d) is not int or <object> d < 0:
                 return as_shape(shape)
-        return _tuple_new(Shape, shape)
+        return _tuple_of(Shape, shape)
     return as_shape(shape)
 
 
@@ -187,55 +187,112 @@ def gather(str reader, srcs, shape, str code, tuple params=None, index=None, cls
     is its GatherArgs."""
     if type(srcs) is not tuple:
         srcs = tuple(srcs)
-    if cls is None:
-        cls = _gather_class
     cdef _Row row = _row(reader)
     if len(srcs) != len(row.sources):
         raise TypeError(f"reader {reader} takes sources {row.sources}, got {len(srcs)}")
-    cdef Py_ssize_t n = len(srcs), k
+    if params is None:
+        params = _pack(row, named)
+    elif named or len(params) != len(row.params):
+        raise TypeError(f"reader {reader} takes the parameters {row.params} in order or by "
+                        f"name, got {params} and {sorted(named)}")
+    return _gather_node(row, srcs, shape, code, params, index,
+                        _gather_class if cls is None else cls)
+
+
+cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple params,
+                         object index, object cls):
+    """gather()'s node, its sources and parameters counted (the compiled constructors'
+    common end). Its leaves: the GatherArgs, then each source's, in one tuple."""
+    cdef Py_ssize_t n = len(srcs), k, j, nl = 1, il = 1, ns = 0, js = 0
     cdef tuple keys = PyTuple_New(n)
-    cdef tuple leaves = ()
-    cdef tuple scalars = ()
     cdef Exp e
     cdef ViewLeaf vl
     for k in range(n):
         s = srcs[k]
         if isinstance(s, Tensor):
             key = _LEAF_KEY[(<Tensor> s).type_flag]
-            leaves += (s,)
+            nl += 1
         elif isinstance(s, ViewLeaf):
             if not row.views:
-                raise TypeError(f"reader {reader} reads tensors only (its row has "
+                raise TypeError(f"reader {row.name} reads tensors only (its row has "
                                 f"views=False)")
             vl = <ViewLeaf> s
             key = _new_ir_node(_IRView, "V", _CODE_BY_FLAG[vl.src.type_flag],
                                view_step_kind(vl.strides[-1], vl.itemsize), ())
-            leaves += (s,)
+            nl += 1
         else:
             e = <Exp?> s
             key = e.key
-            leaves += e.leaves
-            if e.scalars:
-                scalars += e.scalars
+            nl += len(e.leaves)
+            ns += len(e.scalars)
         _tuple_put(keys, k, key)
     kernel = row.kernels.get(code)
     if kernel is None:
-        raise ValueError(f"reader {reader} has no kernel for storage code {code!r}")
-    if params is None:
-        params = _pack(row, named)
-    elif named or len(params) != len(row.params):
-        raise TypeError(f"reader {reader} takes the parameters {row.params} in order or by "
-                        f"name, got {params} and {sorted(named)}")
+        raise ValueError(f"reader {row.name} has no kernel for storage code {code!r}")
     args = _gather_args(kernel, srcs, params, shape, index)
-    node = <Exp?> cls()
-    node.key = _new_ir_node(_IRGather, "X", reader, code, keys)
+    cdef tuple leaves = PyTuple_New(nl)
+    cdef tuple scalars = PyTuple_New(ns) if ns else ()
+    _tuple_put(leaves, 0, args)
+    for k in range(n):
+        s = srcs[k]
+        if isinstance(s, Exp):
+            e = <Exp> s
+            for j in range(len(e.leaves)):
+                _tuple_put(leaves, il, e.leaves[j])
+                il += 1
+            for j in range(len(e.scalars)):
+                _tuple_put(scalars, js, e.scalars[j])
+                js += 1
+        else:
+            _tuple_put(leaves, il, s)
+            il += 1
+    cdef Exp node = <Exp?> _new_exp(cls)
+    node.key = _new_ir_node(_IRGather, "X", row.name, code, keys)
     node.shape = args.shape
     node.code = code
-    node.leaves = (args,) + leaves
+    node.leaves = leaves       # (GatherExp.args is leaves[0])
     node.scalars = scalars
     node.exp_type = kChainer
-    (<object> node).args = args
     return node
+
+
+cdef _Row _POOL = None      # pool's row, for pool_node
+
+
+def pool_node(src, ky, kx, sy, sx, int red):
+    """extension/spatial.py pool's node in its common case, compiled (its checks in Python
+    were most of a small nested statement's build): ``src`` a Tensor or an expression that
+    is not kComplex, of at least two axes; the window ``ky`` x ``kx`` ints in [1, the image]
+    and the strides ints in [1, INDEX_MAX]; ``red`` a reducer id pool takes. Returns None
+    when any of that does not hold: spatial.pool then checks again and raises the error
+    that says which."""
+    global _POOL
+    cdef object shape
+    cdef str code
+    if type(src) is Tensor:
+        shape, code = (<Tensor> src).shape, _CODE_BY_FLAG[(<Tensor> src).type_flag]
+    elif isinstance(src, Exp) and (<Exp> src).exp_type != kComplex:
+        shape, code = (<Exp> src).shape, (<Exp> src).code
+    else:
+        return None
+    cdef Py_ssize_t nd = len(shape), k, H, W, cky, ckx, csy, csx
+    if (nd < 2 or type(ky) is not int or type(kx) is not int or type(sy) is not int
+            or type(sx) is not int or not (0 < sy <= _INDEX_MAX and 0 < sx <= _INDEX_MAX)):
+        return None
+    H, W = shape[nd - 2], shape[nd - 1]
+    if not (0 < ky <= H and 0 < kx <= W):
+        return None
+    cky, ckx, csy, csx = ky, kx, sy, sx      # each in [1, INDEX_MAX] now: C integers
+    cdef Py_ssize_t oh = (H - cky) // csy + 1, ow = (W - ckx) // csx + 1
+    cdef tuple out = PyTuple_New(nd)
+    for k in range(nd - 2):
+        _tuple_put(out, k, shape[k])
+    _tuple_put(out, nd - 2, oh)
+    _tuple_put(out, nd - 1, ow)
+    if _POOL is None:
+        _POOL = _row("pool")
+    return _gather_node(_POOL, (src,), _tuple_of(Shape, out), code,
+                        (red, H, W, ky, kx, sy, sx, oh), None, _gather_class)
 
 
 def gather_args(str kernel, tuple srcs, tuple params, shape, index=None):
@@ -272,7 +329,7 @@ cdef GatherArgs _gather_args(str kernel, tuple srcs, tuple params, shape, index)
                                  f"got {src!r}")
             snap = None
         _tuple_put(snapshot, k, snap)
-        shape_k = _fast_shape(src.shape)
+        shape_k = _fast_shape((<Exp> src).shape if isinstance(src, Exp) else src.shape)
         _tuple_put(shapes, k, shape_k)
     g.src_shapes = shapes
     g.snapshot = snapshot

@@ -11,7 +11,7 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.ref cimport Py_INCREF, Py_DECREF, PyObject
 from cpython.tuple cimport PyTuple_Check, PyTuple_GET_SIZE, PyTuple_GET_ITEM
 
-from .shape import Shape, as_shape, int_text as _shape_int_text
+from .shape import Shape, as_shape, int_text as _shape_int_text, INDEX_MAX as _INDEX_MAX
 from .dtypes import as_dtype, type_flag as _type_flag, dtype_from_flag
 from .device import cpu, gpu, as_device, check_devices, Stream
 from .errors import ShapeError, DTypeError, DeviceError, FreedTensorError, MShadowError

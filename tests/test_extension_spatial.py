@@ -592,3 +592,55 @@ def test_im2col_and_col2im_wide_rows_bit_for_bit(dtype, k, s, d):
     for src in (T(mat), padded(mat)):
         got = run(ms.pack_col2patch(src, img.shape, k, k, s, s, d, d), img.shape, dtype)
         assert got.tobytes() == want2.tobytes()
+
+
+@pytest.mark.parametrize("src_kind", ["tensor", "expr"])
+@pytest.mark.parametrize("shape, k, s", [((1, 2, 8, 8), (2, 2), (2, 2)), ((5, 7), (3, 2), (1, 3)),
+                                         ((2, 3, 9, 4), (9, 4), (5, 1)),
+                                         ((3, 6, 6), (1, 1), (7, 7))])
+@pytest.mark.parametrize("name", list(RED))
+def test_pool_compiled_path_builds_the_python_paths_node(src_kind, shape, k, s, name):
+    """_core.pool_node (pool's common case, compiled) builds the node the checked Python
+    path builds: pshape spelled out at its default takes that path. Same IR node, shape,
+    parameters and leaves; and both evaluate to the numpy fold."""
+    x = T(np.random.default_rng(1).uniform(-2, 2, shape).astype(np.float32))
+    src = x if src_kind == "tensor" else ms.F(ms.op.relu, x * 2)
+    (ky, kx), (sy, sx) = k, s
+    oshape = ((shape[-2] - ky) // sy + 1, (shape[-1] - kx) // sx + 1)
+    fast = ms.pool(src, ky, kx, sy, sx, RED[name])
+    slow = ms.pool(src, ky, kx, sy, sx, RED[name], pshape=oshape)
+    assert ms._core.pool_node(src, ky, kx, sy, sx, ms.readers.REDUCER_IDS[name]) is not None
+    assert fast.key == slow.key and type(fast) is type(slow)
+    assert fast.shape == slow.shape == shape[:-2] + oshape and type(fast.shape) is ms.Shape
+    assert fast.args.params == slow.args.params and fast.args is fast.leaves[0]
+    assert fast.leaves[1:] == slow.leaves[1:] and fast.scalars == slow.scalars
+    a = x.numpy() if src_kind == "tensor" else np.maximum(x.numpy() * 2, 0)
+    want = _fold_in_order(a, ky, kx, sy, sx, name, oshape)
+    np.testing.assert_array_equal(run(fast, fast.shape, np.float32), want)
+    np.testing.assert_array_equal(run(slow, slow.shape, np.float32), want)
+
+
+def test_pool_compiled_path_leaves_every_other_case_to_the_checks():
+    """pool_node returns None (nothing built) wherever its fast checks fail, and pool's
+    Python checks then take the case: numpy integers are accepted, bools, floats, sizes
+    past the image, zero or huge strides and sources of too few axes get their errors."""
+    x = T(np.zeros((2, 5, 5), np.float32))
+    red = ms.readers.REDUCER_IDS["maximum"]
+    for args in [(np.int64(2), 2, 2, 2), (True, 2, 2, 2), (2.0, 2, 2, 2), (6, 2, 2, 2),
+                 (2, 2, 0, 2), (2, 2, 2, 2 ** 70), (2, 2, -1, 1)]:
+        assert ms._core.pool_node(x, *args, red) is None
+    assert ms._core.pool_node(T(np.zeros(5, np.float32)), 1, 1, 1, 1, red) is None
+    assert ms._core.pool_node(ms.sum_rows(T(np.zeros((3, 4), np.float32))), 1, 1, 1, 1,
+                              red) is None
+    assert ms.pool(x, np.int64(2), 2, 2, 2).shape == (2, 2, 2)
+    with pytest.raises(ms.ShapeError, match="PoolingExp: kernel must be smaller than image"):
+        ms.pool(x, 6, 2, 2, 2)
+    with pytest.raises(ms.ShapeError, match="pool: sy must be >= 1, got 0"):
+        ms.pool(x, 2, 2, 0, 2)
+    with pytest.raises(ms.ShapeError, match="pool: the source must have at least 2 axes"):
+        ms.pool(T(np.zeros(5, np.float32)), 1, 1, 1, 1)
+    with pytest.raises(ms.IntegerArgumentError, match="pool: sx must be an integer, got 2.0"):
+        ms.pool(x, 2, 2, 2, 2.0)
+    with pytest.raises(ms.ShapeError, match=r"pool: sx = 1180591620717411303424 is out of"):
+        ms.pool(x, 2, 2, 2, 2 ** 70)
+    assert ms.pool(x, 2, 2, 2, True).shape == (2, 2, 4)     # operator.index(True) == 1

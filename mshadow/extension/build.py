@@ -12,7 +12,12 @@ class GatherExp(Target, _core.Exp):
     """An extension expression evaluated by a gather kernel (not an assignment target,
     but concat of two tensors: ConcatExp). ``args`` are its run-time arguments."""
 
-    __slots__ = ("args",)
+    __slots__ = ()
+
+    @property
+    def args(self):
+        """Its _core.GatherArgs: the first of its leaves (_core.gather puts it there)."""
+        return self.leaves[0]
 
 
 # gather(reader, srcs, shape, code, params=None, index=None, cls=GatherExp, **named):

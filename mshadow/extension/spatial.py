@@ -2,7 +2,7 @@
 Each is a gather over a reader of mshadow/readers.py; shapes are checked here. The readers'
 parameters go in their rows' order (positional: a keyword dict cost a third of pool's build)."""
 
-from .. import readers
+from .. import _core, readers
 from .._core import Exp, Tensor
 from ..expr import kComplex
 from ..errors import DTypeError, ShapeError
@@ -24,6 +24,8 @@ def _accepted(where):
 
 
 _ACCEPTED = {where: _accepted(where) for where in ("pool", "unpool", "chpool", "ch_unpool")}
+_POOL_IDS = _ACCEPTED["pool"]
+_pool_node = _core.pool_node
 
 
 def _reducer(reducer, where):
@@ -85,6 +87,12 @@ def pool(src, ky, kx, sy, sx, reducer=red.maximum, pshape=None):
     The output is ``(H - ky) // sy + 1`` by ``(W - kx) // sx + 1`` unless ``pshape`` gives
     it; windows are clipped at the border and start from the reducer's init value.
     """
+    if pshape is None:      # the common case, checked and built compiled (_core.pool_node)
+        r = _POOL_IDS.get(reducer)
+        if r is not None:
+            node = _pool_node(src, ky, kx, sy, sx, r)
+            if node is not None:
+                return node
     r = _reducer(reducer, "pool")
     src = _source(src, "pool", 2)
     ky, kx, sy, sx = _positive("pool", "ky kx sy sx", ky, kx, sy, sx)
