@@ -843,10 +843,10 @@ def run_plan_view(Plan plan, ViewLeaf dst, tuple leaves, tuple scalars):
     if view_needs_strided_plan(dst) and not getattr(plan.program, "dst_strided", False):
         raise ValueError("run_plan_view: the view's last axis is not contiguous: it needs the "
                          "plan's strided form (engine.get_plan(..., strided=True))")
-    cdef Py_ssize_t rows = _rows_of(shape), cols = shape[-1]
+    cdef Py_ssize_t rows = _rows_of(shape), cols = _axis(shape, -1)
     cdef _Out o
     cdef _Out view_out         # the view's address now, pinned with its tensor at once
-    _out_at(&view_out, NULL, 0, 0, _rows_of(shape), shape[-1])
+    _out_at(&view_out, NULL, 0, 0, rows, cols)
     _bind_view(&view_out.leaf, dst)
     cdef _Run r = _open_run(plan, leaves, scalars, shape, base)
     cdef bint elsewhere

@@ -279,14 +279,14 @@ def pool_node(src, ky, kx, sy, sx, int red):
     if (nd < 2 or type(ky) is not int or type(kx) is not int or type(sy) is not int
             or type(sx) is not int or not (0 < sy <= _INDEX_MAX and 0 < sx <= _INDEX_MAX)):
         return None
-    H, W = shape[nd - 2], shape[nd - 1]
+    H, W = _axis(shape, nd - 2), _axis(shape, nd - 1)
     if not (0 < ky <= H and 0 < kx <= W):
         return None
     cky, ckx, csy, csx = ky, kx, sy, sx      # each in [1, INDEX_MAX] now: C integers
     cdef Py_ssize_t oh = (H - cky) // csy + 1, ow = (W - ckx) // csx + 1
     cdef tuple out = PyTuple_New(nd)
     for k in range(nd - 2):
-        _tuple_put(out, k, shape[k])
+        _tuple_put(out, k, _axis(shape, k))
     _tuple_put(out, nd - 2, oh)
     _tuple_put(out, nd - 1, ow)
     if _POOL is None:

@@ -275,7 +275,7 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
         b.gv = <ms_gather *> b.gheap
     if type(shape) is not Shape:
         shape = as_shape(shape)
-    _bind_leaves(plan, leaves, scalars, shape, _rows_of(shape), shape[-1], dst, pins, top,
+    _bind_leaves(plan, leaves, scalars, shape, _rows_of(shape), _axis(shape, -1), dst, pins, top,
                  b.lv, b.gv, b.sv, &b.dense, &b.alias)
     if plan.stage_info:
         _bind_stages(b, leaves, scalars, dst, pins)
@@ -284,7 +284,8 @@ cdef _Bound _bind(Plan plan, tuple leaves, tuple scalars, object shape, Tensor d
 
 cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_ssize_t rows,
                       Py_ssize_t cols, Tensor dst, _Pins *pins, bint top, ms_leaf *lv,
-                      ms_gather *gv, char *sv, bint *dense, bint *alias) except -1:
+                      ms_gather *gv, char *sv, bint *dense, bint *alias,
+                      Py_ssize_t l0=0, Py_ssize_t s0=0) except -1:
     """Bind ``plan``'s leaves and scalars (an expression of ``shape``: ``rows`` x ``cols``
     flattened) into ``lv``, ``gv`` (its gathers' arguments; NULL when it has none) and
     ``sv``: check every leaf (alive, of the right geometry, unchanged since built), take
@@ -294,10 +295,13 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
     unpin when the run ends. ``dense``: every leaf a dense tensor read in place. With
     ``dst``, ``alias``: whether a leaf reads dst's bytes at other positions than it writes
     (at ``top`` a map leaf may read the very elements written; a leaf under a stage is read
-    at remapped positions, so any overlap counts)."""
-    if len(leaves) != plan.nbind or len(scalars) != plan.nscalar_bind:
+    at remapped positions, so any overlap counts). A stage's producer binds its slice of
+    the expression's leaves and scalars, from ``l0`` and ``s0`` (_small_run: no slices)."""
+    if (len(leaves) != plan.nbind + l0 if top else len(leaves) < plan.nbind + l0) or (
+            len(scalars) != plan.nscalar_bind + s0 if top
+            else len(scalars) < plan.nscalar_bind + s0):
         raise ValueError(f"plan binds {plan.nbind} leaves and {plan.nscalar_bind} scalars, "
-                         f"got {len(leaves)} and {len(scalars)}")
+                         f"got {len(leaves) - l0} and {len(scalars) - s0}")
     cdef Py_ssize_t nl = plan.nleaf, k
     dense[0] = True
     alias[0] = False
@@ -315,7 +319,7 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
         L.ptr = NULL
         L.rowstep = L.colstep = L.inner = 0
         role = plan.leaf_role[k]
-        obj = leaves[plan.leaf_bind[k]]
+        obj = leaves[l0 + plan.leaf_bind[k]]
         if role == ROLE_GSRC or role == ROLE_GVIEW:
             continue                        # read by their gather (below)
         if role == ROLE_GATHER or role == ROLE_SCATTER:
@@ -323,7 +327,7 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
             if ga.shape != shape:
                 raise ShapeError(f"Assignment: {ga.name} of shape {ga.shape} does not "
                                  f"match target {shape}")
-            srcs = _gather_sources(leaves, <tuple> plan.gather_binds[k])
+            srcs = _gather_sources(leaves, l0, <tuple> plan.gather_binds[k])
             ga.bind(&gv[k], srcs, pins, dst, alias)
             if role == ROLE_GATHER:         # (a scatter's leaf is its stage's values)
                 L.gather = &gv[k]
@@ -387,17 +391,18 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
     for k in range(plan.nscalar):
         a = plan.scalar_arg[k]
         _store_scalar(sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
-                      plan.const_value[k] if a < 0 else scalars[a])
+                      plan.const_value[k] if a < 0 else scalars[s0 + a])
     return 0
 
 
-cdef tuple _gather_sources(tuple leaves, tuple binds):
-    """A gather's sources: the leaf bound at each position, None for a staged one."""
+cdef tuple _gather_sources(tuple leaves, Py_ssize_t l0, tuple binds):
+    """A gather's sources: the leaf bound at each position (from ``l0`` on in ``leaves``),
+    None for a staged one."""
     cdef Py_ssize_t n = len(binds), k, i
     cdef tuple out = PyTuple_New(n)
     for k in range(n):
         i = <Py_ssize_t> binds[k]
-        src = leaves[i] if i >= 0 else None
+        src = leaves[l0 + i] if i >= 0 else None
         _tuple_put(out, k, src)
     return out
 
@@ -428,7 +433,7 @@ cdef int _bind_stages(_Bound b, tuple leaves, tuple scalars, Tensor dst, _Pins *
             st.view = leaves[plan.leaf_bind[st.consumer]]
             pshape = st.view.src.shape      # the dense tensor the view's strides address
         st.nd = len(pshape)
-        st.rows, st.cols = _rows_of(pshape), pshape[-1]
+        st.rows, st.cols = _rows_of(pshape), _axis(pshape, -1)
         sub = plan.stage_plans[j]
         st.child = _bind(sub, leaves[l0:l1], scalars[s0:s1], pshape, dst, pins, False,
                          b.flags)
@@ -610,14 +615,16 @@ cdef bint _is_small(Plan plan, int depth) except -1:
 
 cdef int _small_run(Plan plan, tuple leaves, tuple scalars, object shape, Py_ssize_t rows,
                     Py_ssize_t cols, Tensor dst, _Pins *pins, bint top, int *flags, _Out *o,
-                    int depth) except -1:
+                    int depth, Py_ssize_t lbase=0, Py_ssize_t sbase=0) except -1:
     """Evaluate ``plan`` (_is_small) into ``o`` with everything bound on the C stack: each
     stage's producer (of at most SMALL_STAGE elements) evaluated whole into scratch of its
     own, below its consumer, before anything is stored; then ``plan`` itself. What a _Bound,
     its _StageRuns and the arena cost is a small statement's largest part. Returns
     SMALL_DONE; SMALL_NOT when a stage is larger or reads an index (the caller runs the plan
     through _bind: nothing was stored); SMALL_ALIAS when a leaf reads the destination at
-    other positions than written (nothing stored). Allocations read are pinned in ``pins``."""
+    other positions than written (nothing stored). Allocations read are pinned in ``pins``.
+    A stage's producer reads its slice of ``leaves`` and ``scalars`` from ``lbase`` and
+    ``sbase`` on (no slice is made)."""
     cdef ms_leaf lv[INLINE_LEAVES]
     cdef ms_gather gv[INLINE_LEAVES]
     cdef char sv[16 * INLINE_LEAVES]
@@ -635,7 +642,7 @@ cdef int _small_run(Plan plan, tuple leaves, tuple scalars, object shape, Py_ssi
     cdef ViewLeaf view = None
     cdef _Out so
     _bind_leaves(plan, leaves, scalars, shape, rows, cols, dst, pins, top, lv, gv, sv, &dense,
-                 &alias)
+                 &alias, lbase, sbase)
     if alias:
         return SMALL_ALIAS
     for j in range(nst):
@@ -645,15 +652,15 @@ cdef int _small_run(Plan plan, tuple leaves, tuple scalars, object shape, Py_ssi
         for j in range(nst):
             schedule, consumer, pos, l0, l1, s0, s1, isz, type_flag = plan.stage_info[j]
             if plan.leaf_role[consumer] == ROLE_GATHER:
-                args = <GatherArgs> leaves[plan.leaf_bind[consumer]]
+                args = <GatherArgs> leaves[lbase + plan.leaf_bind[consumer]]
                 if args.index is not None and args.index[0] == pos:
                     return SMALL_NOT      # an index a stage holds: checked by _fill_whole
                 pshape = args.src_shapes[pos]
             else:
-                view = <ViewLeaf> leaves[plan.leaf_bind[consumer]]
+                view = <ViewLeaf> leaves[lbase + plan.leaf_bind[consumer]]
                 pshape = view.src.shape   # the dense tensor the view's strides address
             nd = len(pshape)
-            srows, scols = _rows_of(pshape), pshape[nd - 1]
+            srows, scols = _rows_of(pshape), _axis(pshape, nd - 1)
             n = srows * scols
             if n > SMALL_STAGE:
                 return SMALL_NOT
@@ -668,8 +675,9 @@ cdef int _small_run(Plan plan, tuple leaves, tuple scalars, object shape, Py_ssi
                 owned[j] = True
             _out_at(&so, scratch[j], scols * isz, isz, srows, scols)
             so.contiguous = True          # (the producer's leaves say whether they are)
-            done = _small_run(<Plan> plan.stage_plans[j], leaves[l0:l1], scalars[s0:s1],
-                              pshape, srows, scols, dst, pins, False, flags, &so, depth + 1)
+            done = _small_run(<Plan> plan.stage_plans[j], leaves, scalars, pshape, srows,
+                              scols, dst, pins, False, flags, &so, depth + 1, lbase + l0,
+                              sbase + s0)
             if done != SMALL_DONE:
                 return done
             if plan.leaf_role[consumer] == ROLE_GATHER:

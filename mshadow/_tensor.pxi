@@ -175,6 +175,17 @@ cdef Py_ssize_t _rows_of(object shape) except -1:
     return n
 
 
+cdef inline object _axis(object shape, Py_ssize_t k):
+    """Axis ``k`` of ``shape`` (from the end when negative), read as _rows_of reads it."""
+    if not PyTuple_Check(shape):
+        return shape[k]
+    if k < 0:
+        k += PyTuple_GET_SIZE(shape)
+    if not 0 <= k < PyTuple_GET_SIZE(shape):
+        raise IndexError(f"axis {k} of a shape of {PyTuple_GET_SIZE(shape)} axes")
+    return <object> PyTuple_GET_ITEM(shape, k)
+
+
 # the docstring's first line is the text signature: Cython must not prepend its own
 @cython.embedsignature(False)
 cdef class Tensor:
@@ -204,8 +215,7 @@ cdef class Tensor:
         self.itemsize = dt.itemsize
         self.device = as_device(device)
         self.stream = _check_stream(stream)
-        self.stride = shape[-1]
-        self.cols = shape[-1]
+        self.stride = self.cols = _axis(shape, -1)
         self.rows = _rows_of(shape)
         self.mem = None
 
@@ -231,7 +241,7 @@ cdef class Tensor:
         v.device = self.device
         v.stream = self.stream
         v.readonly = self.readonly
-        v.cols = shape[-1]
+        v.cols = _axis(shape, -1)
         v.rows = _rows_of(shape)
         return v
 

@@ -318,7 +318,7 @@ _WINDOW_REDUCE = "\n      " + _fold_over("for (a = ys; a < ye; ++a) for (b = xs;
 READERS = (
     Reader("pad", "zero padding of the last two axes: out(lead, oh, ow) = src(lead, oh - py, "
            "ow - px), 0 outside", ("src",), ("H", "W", "py", "px", "oH"),
-           row="const npy_intp lead = y / oH, h = y % oH - py;",
+           row="const npy_intp lead = MS_DIV(y, oH), h = MS_MOD(y, oH) - py;",
            elem="v = (h >= 0 && h < H && x >= px && x - px < W) ? LD(0, lead * H + h, x - px) : ZERO;",
            src_rows=_pad_rows),
     Reader("take", "take(index, src): out[y][x] = src[index[y]][x]", ("src", "index"),
@@ -337,7 +337,7 @@ READERS = (
            elem="v = x == c ? LD(2, y, 0) : LD(0, y, x);", src_rows=_same_rows),
     Reader("upsample", "upsampling_nearest: out(lead, oh, ow) = src(lead, oh / s, ow / s)",
            ("src",), ("H", "scale", "oH"),
-           row="const npy_intp r = (y / oH) * H + (y % oH) / scale;",
+           row="const npy_intp r = MS_DIV(y, oH) * H + MS_MOD(y, oH) / scale;",
            elem="v = LD(0, r, x / scale);",
            src_rows=lambda p, y0, y1: (_up_row(p, y0), _up_row(p, y1 - 1) + 1)),
     Reader("concat", "concat along the last axis (split: the first column of b) or a leading "
@@ -366,8 +366,8 @@ READERS = (
     Reader("im2col", "unpack_patch2col: out[(c*ky + i)*kx + j][(n*oh + oy)*ow + ox] = "
            "img(n, c, oy*sy + i*dy, ox*sx + j*dx), zero outside the image",
            ("img",), ("C", "H", "W", "ky", "kx", "sy", "sx", "dy", "dx", "oh", "ow"),
-           row="const npy_intp xoff = (y % kx) * dx, yoff = ((y / kx) % ky) * dy, "
-               "c = y / (kx * ky);\n"
+           row="const npy_intp xoff = MS_MOD(y, kx) * dx, yoff = MS_MOD(MS_DIV(y, kx), ky) * dy, "
+               "c = MS_DIV(y, kx * ky);\n"
                "  /* walk (image, oy, ox) incrementally: divisions once per block */\n"
                "  npy_intp ox = x0 % ow, oy = (x0 / ow) % oh, img = x0 / (ow * oh);",
            elem="{ const npy_intp h = oy * sy + yoff, w = ox * sx + xoff;\n"
@@ -377,15 +377,15 @@ READERS = (
     Reader("pool", "pool: out(lead, py, px) = reduce of src(lead, py*sy.., px*sx..) over the "
            "ky x kx window clipped to the image (a window past it keeps the init value)",
            ("src",), ("red", "H", "W", "ky", "kx", "sy", "sx", "oH"),
-           row="const npy_intp ys = MS_MIN((y % oH) * sy, H), ye = MS_MIN(ys + ky, H);\n"
-               "  const npy_intp base = (y / oH) * H;\n  npy_intp a, b;",
+           row="const npy_intp ys = MS_MIN(MS_MOD(y, oH) * sy, H), ye = MS_MIN(ys + ky, H);\n"
+               "  const npy_intp base = MS_DIV(y, oH) * H;\n  npy_intp a, b;",
            elem="const npy_intp xs = MS_MIN(x * sx, W), xe = MS_MIN(xs + kx, W);"
                 + _WINDOW_REDUCE,
            block=_WINDOW_TILES, src_rows=_pool_rows),
     Reader("unpool", "unpool: out(y, x) = sum over the pooled windows holding (y, x) of "
            "PartialGrad * grad (every tied extreme gets the gradient)",
            ("data_src", "data_pooled", "grad_pooled"), ("red", "H", "ky", "kx", "sy", "sx", "pH", "pW"),
-           row="const npy_intp h = y % H, prow = (y / H) * pH;\n"
+           row="const npy_intp h = MS_MOD(y, H), prow = MS_DIV(y, H) * pH;\n"
                "  const npy_intp pymin = h < ky ? 0 : (h - ky + sy) / sy;\n"
                "  const npy_intp pymax = MS_MIN((h + sy) / sy, pH);\n  npy_intp a, b;",
            elem="const npy_intp pxmin = x < kx ? 0 : (x - kx + sx) / sx;\n"
@@ -402,7 +402,7 @@ READERS = (
     Reader("chpool", "chpool: out(n, c, h, w) = reduce over channels [c*stride - pad, +nsize), "
            "clipped by the output channel count (quirk 11) and by C",
            ("src",), ("red", "C", "oC", "H", "nsize", "stride", "pad"),
-           row="const npy_intp h = y % H, c = (y / H) % oC, img = (y / H) / oC;\n"
+           row="const npy_intp h = MS_MOD(y, H), c = MS_MOD(MS_DIV(y, H), oC), img = MS_DIV(MS_DIV(y, H), oC);\n"
                "  const npy_intp cs = MS_MAX(c * stride - pad, 0);\n"
                "  const npy_intp ce = MS_MIN(MS_MIN(c * stride - pad + nsize, oC), C);\n"
                "  npy_intp k;",
@@ -412,7 +412,7 @@ READERS = (
     Reader("ch_unpool", "ch_unpool: the gradient of chpool (mshadow's window formula, its end "
            "clipped by the pooled channel count)",
            ("data_src", "data_pooled", "grad_pooled"), ("red", "C", "pC", "H", "nsize", "stride", "pad"),
-           row="const npy_intp h = y % H, c = (y / H) % C, img = (y / H) / C;\n"
+           row="const npy_intp h = MS_MOD(y, H), c = MS_MOD(MS_DIV(y, H), C), img = MS_DIV(MS_DIV(y, H), C);\n"
                "  const npy_intp cs = c < nsize - pad ? 0 : (c - (nsize - pad) + stride) / stride;\n"
                "  const npy_intp ce = MS_MIN((c + pad + stride) / stride, pC);\n  npy_intp k;",
            elem="const V vsrc = LD(0, y, x);\n"
@@ -427,7 +427,7 @@ READERS = (
     Reader("col2im", "pack_col2patch: out(n, c, h, w) = sum of the column entries "
            "unpack_patch2col reads from (h, w), windows in mshadow's order, each tap found exactly",
            ("mat",), ("C", "H", "ky", "kx", "sy", "sx", "dy", "dx", "oh", "ow"),
-           row="const npy_intp h = y % H, c = (y / H) % C, img = (y / H) / C;\n  npy_intp a, b;",
+           row="const npy_intp h = MS_MOD(y, H), c = MS_MOD(MS_DIV(y, H), C), img = MS_DIV(MS_DIV(y, H), C);\n  npy_intp a, b;",
            elem="A acc = 0;\n"
                 "      for (a = ky - 1; a >= 0; --a) {\n"
                 "        const npy_intp ty = h - a * dy;\n"
@@ -463,7 +463,7 @@ READERS += (
     Reader("reduce_axis", "reduce_with_axis over a leading axis: out(a, m, x) = reduce over b "
            "of src(a, b, m, x), rows (a, b, m) of the source's 2-D flattening",
            ("src",), ("red", "mask", "B", "M"),
-           row="const npy_intp a0 = y / M, m0 = y % M;\n  npy_intp b;",
+           row="const npy_intp a0 = MS_DIV(y, M), m0 = MS_MOD(y, M);\n  npy_intp b;",
            elem="#define N B\n#define ROW(b) ((a0 * B + (b)) * M + m0)\n#define COL(b) x"
                 + _AXIS_REDUCE + "\n#undef N\n#undef ROW\n#undef COL",
            src_rows=lambda p, y0, y1: (y0 // p["M"] * p["B"] * p["M"],
