@@ -1,6 +1,6 @@
 """Host SIMT harness: runs the kernels mshadow/cuda/lower.py emits on the CPU.
 
-The emitted CUDA C is compiled as C++ by the system g++ under tests/cuda_host/shim.h (a
+The emitted CUDA C is compiled as C++ by the system g++ under mshadow/cuda/include/host_shim.h (a
 block's threads are an OpenMP team, blocks run one after another) into a shared library,
 one per set of sources, cached by the hash of its text under the temporary directory; each
 kernel gets a launcher ``run_<name>(grid_x, grid_y, block_x, <kernel parameters>)`` that
@@ -15,10 +15,12 @@ import tempfile
 
 import numpy as np
 
+import mshadow.cuda
 from mshadow.cuda.lower import VIEW_MAXDIM
 from mshadow.dtypes import BY_CODE
 
-SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_host", "shim.h")
+SHIM = os.path.join(os.path.dirname(os.path.abspath(mshadow.cuda.__file__)), "include",
+                    "host_shim.h")
 CXX = shutil.which("g++")
 FLAGS = ("-x", "c++", "-std=gnu++17", "-O2", "-ffp-contract=off", "-fwrapv",
          "-fno-strict-aliasing", "-fopenmp", "-shared", "-fPIC", "-w")

@@ -43,6 +43,16 @@ def test_wheel_carries_pxd_and_headers_not_sources(pyproject):
     assert {"*.c", "*.pyx", "*.pxi"} <= set(st["exclude-package-data"]["mshadow"])
 
 
+def test_the_host_shim_ships(pyproject):
+    # the kernels' host shim is package data: the emulated device compiles under it
+    import mshadow.cuda
+    shim = os.path.join(os.path.dirname(mshadow.cuda.__file__), "include", "host_shim.h")
+    assert os.path.exists(shim)
+    assert "include/*.h" in pyproject["tool"]["setuptools"]["package-data"]["mshadow.cuda"]
+    manifest = open(os.path.join(ROOT, "MANIFEST.in")).read().splitlines()
+    assert "recursive-include mshadow/cuda/include *.h" in manifest
+
+
 def test_cibuildwheel_builds_310_to_314(pyproject):
     build = pyproject["tool"]["cibuildwheel"]["build"].split()
     assert build == ["cp310-*", "cp311-*", "cp312-*", "cp313-*", "cp314-*"]

@@ -1,5 +1,6 @@
 /* Host SIMT shim: compiles the CUDA C that mshadow/cuda/lower.py emits as C++ for the CPU,
- * so tests run the emitted kernels without a GPU (tests/cuda_host.py).
+ * so kernels run without a GPU (tests/cuda_host.py; shipped with the package for the
+ * emulated device).
  *
  * A block's threads run as OpenMP threads (num_threads(blockDim)); blocks run one after
  * another, so __shared__ is a static local; __syncthreads() is an OpenMP barrier; atomics
