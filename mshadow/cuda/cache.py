@@ -23,7 +23,8 @@ from collections import OrderedDict, namedtuple
 
 from ._cuda import compile_cubin, nvrtc_version
 
-__all__ = ["KernelCache", "CacheStats", "OPTIONS", "default_directory", "kernel_cache"]
+__all__ = ["KernelCache", "CacheStats", "OPTIONS", "default_directory", "kernel_cache",
+           "write_atomic"]
 
 # What every emitted kernel compiles with: no fused multiply-add, so a kernel gives the CPU
 # backend's bits (mshadow/cuda/lower.py); --prec-div, --prec-sqrt and --ftz keep NVRTC's
@@ -32,6 +33,25 @@ OPTIONS = ("--fmad=false",)
 
 _ELF_MAGIC = b"\x7fELF"
 CacheStats = namedtuple("CacheStats", "memory_hits disk_hits compiles disk_errors entries")
+
+
+def write_atomic(path, data):
+    """Write ``data`` to ``path`` whole or not at all: into a temporary file beside it, then
+    renamed over it, so a reader sees the old file or the new one. Makes the directory;
+    raises OSError, leaving no temporary file behind."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path)[:16] + ".", suffix=".tmp",
+                               dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def default_directory():
@@ -127,24 +147,10 @@ class KernelCache:
     def _write(self, key, data):
         if self.directory is None:
             return
-        path = self._path(key)
-        tmp = None
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=key[:16] + ".", suffix=".tmp",
-                                       dir=os.path.dirname(path))
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)          # atomic: readers see the old file, or the new one
-            tmp = None
+            write_atomic(self._path(key), data)
         except OSError:
             self._count("disk_errors")     # the memory entry still serves this process
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
 
     def _count(self, what):
         with self._lock:
