@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import mshadow as ms
-from mshadow import cuda
+# the real loader, whatever MSHADOW_CUDA says (the emulated device: tests/cuda/)
+from mshadow.cuda import _cuda as cuda
 from mshadow.errors import CudaError, MShadowError, ShapeError
 
 GPU = cuda.available()
@@ -86,7 +87,7 @@ def test_importing_opens_no_cuda_library():
             "except cuda.CudaError:\n"
             "    pass\n"
             "print(libs())\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, MSHADOW_CUDA="", PYTHONPATH=os.pathsep.join(
         p for p in (os.path.dirname(os.path.dirname(ms.__file__)),
                     os.environ.get("PYTHONPATH")) if p))
     # (cwd: not a source checkout, whose unbuilt mshadow/ would shadow the install)
@@ -135,7 +136,7 @@ def test_a_missing_library_says_where_it_looked_and_how_to_get_it(tmp_path):
             "    print(e)\n"
             "else:\n"
             "    print('LOADED')\n")
-    env = dict(os.environ, CUDA_HOME=str(tmp_path), PYTHONPATH=os.pathsep.join(
+    env = dict(os.environ, MSHADOW_CUDA="", CUDA_HOME=str(tmp_path), PYTHONPATH=os.pathsep.join(
         p for p in (os.path.dirname(os.path.dirname(ms.__file__)),
                     os.environ.get("PYTHONPATH")) if p))
     env.pop("CUDA_PATH", None)

@@ -1,4 +1,7 @@
-# Type stubs of mshadow/cuda/__init__.py: the names it re-exports from mshadow.cuda._cuda.
+# Type stubs of mshadow/cuda/__init__.py: driver(), and the names it resolves through the
+# driver in use, typed as mshadow.cuda._cuda's (mshadow.cuda.emulate has the same API).
+from types import ModuleType
+
 from ..errors import CudaError as CudaError
 from ._cuda import (BlasHandle as BlasHandle, Event as Event, Function as Function,
                     Memory as Memory, Module as Module, Stream as Stream,
@@ -8,5 +11,10 @@ from ._cuda import (BlasHandle as BlasHandle, Event as Event, Function as Functi
                     elapsed_time as elapsed_time, is_available as is_available,
                     nvrtc_supported_archs as nvrtc_supported_archs,
                     nvrtc_version as nvrtc_version, unavailable_reason as unavailable_reason)
+
+ENV: str
+DRIVERS: dict[str, str]
+
+def driver() -> ModuleType: ...
 
 __all__: list[str]
