@@ -17,7 +17,8 @@ from ..errors import CudaError
 
 __all__ = ["CudaError", "driver", "available", "is_available", "unavailable_reason",
            "driver_version", "device_count", "device_attributes", "nvrtc_version",
-           "nvrtc_supported_archs", "cublas_version", "compile_cubin", "Memory", "Stream",
+           "nvrtc_supported_archs", "cublas_version", "compile_cubin", "copy_2d",
+           "synchronize", "Memory", "Stream",
            "Event", "elapsed_time", "Module", "Function", "BlasHandle"]
 
 ENV = "MSHADOW_CUDA"

@@ -56,7 +56,8 @@ from .cache import default_directory, write_atomic
 
 __all__ = ["available", "is_available", "unavailable_reason", "driver_version",
            "device_count", "device_attributes", "nvrtc_version", "nvrtc_supported_archs",
-           "cublas_version", "compile_cubin", "Memory", "Stream", "Event", "elapsed_time",
+           "cublas_version", "compile_cubin", "copy_2d", "synchronize", "Memory", "Stream",
+           "Event", "elapsed_time",
            "Module", "Function", "BlasHandle", "compiler", "compiler_version", "image_ok",
            "as_arg", "kernel_signatures", "build_library", "library_cache", "HostLibrary",
            "LibraryCache", "DEVICE", "EMULATED", "IMAGE_MAGIC", "BASE_ALIGNMENT",
@@ -338,6 +339,47 @@ def _copy(mem, arr, to_host, stream):
         host[...] = dev[:rows, :row_bytes]
     else:
         dev[:rows, :row_bytes] = host
+
+
+def _side(call, address, pitch, width, height, device, what):
+    """A 2-D copy's side as a (height, pitch)-strided uint8 numpy view of its bytes (rows of
+    ``width``), with what keeps them alive: device memory checked whole against the live
+    allocations (CUDA_ERROR_INVALID_VALUE outside them), host memory taken as given."""
+    span = (height - 1) * pitch + width
+    if not device:
+        buf = (ctypes.c_uint8 * span).from_address(address)
+        return np.lib.stride_tricks.as_strided(np.frombuffer(buf, np.uint8), (height, width),
+                                               (pitch, 1)), buf
+    got = _owner(address, span)
+    if got is None:
+        raise _error(call, "CUDA_ERROR_INVALID_VALUE",
+                     f"the {what} rows [{address:#x}, +{span}) are not in one live allocation")
+    _, buf, off = got
+    return np.lib.stride_tricks.as_strided(buf[off:], (height, width), (pitch, 1)), buf
+
+
+def copy_2d(dst, dst_pitch, dst_device, src, src_pitch, src_device, width_bytes, height,
+            stream=None, device=0):
+    """``height`` rows of ``width_bytes`` from address ``src`` (rows ``src_pitch`` bytes
+    apart; emulated device memory when ``src_device``, else host memory) to ``dst``, as
+    cuMemcpy2DAsync then a wait (at once, here). The device sides must lie in live
+    allocations; overlapping rows copy from a snapshot."""
+    call = "cuMemcpy2DAsync"
+    _live_stream(stream, call)
+    _device(device)
+    if height == 0 or width_bytes == 0:
+        return
+    if (height > 1 and (src_pitch < width_bytes or dst_pitch < width_bytes)) or not (src and dst):
+        raise ValueError(f"copy_2d: rows of {width_bytes} bytes at pitches {dst_pitch} and "
+                         f"{src_pitch} (the rows must fit their pitch; addresses not 0)")
+    d, keep_d = _side(call, dst, dst_pitch, width_bytes, height, dst_device, "destination")
+    s, keep_s = _side(call, src, src_pitch, width_bytes, height, src_device, "source")
+    d[...] = np.array(s) if np.shares_memory(d, s) else s
+
+
+def synchronize(device=0):
+    """Wait for all work on the device (cuCtxSynchronize): everything has run already."""
+    _device(device)
 
 
 # ---- streams and events ---------------------------------------------------------------------
