@@ -143,6 +143,15 @@ def _cuda():
         return f"unavailable (import mshadow.cuda failed: {e})"
     except Exception as e:
         return f"unavailable (import mshadow.cuda failed: {type(e).__name__}: {e})"
+    driver = getattr(cuda, "driver", None)
+    if driver is not None:
+        try:
+            drv = driver()
+        except Exception as e:            # MSHADOW_CUDA names no driver
+            return f"unavailable ({' '.join(str(e).split())})"
+        if getattr(drv, "EMULATED", False):
+            line = f"emulated device ({cuda.ENV}=emulate)"
+            return line if drv.compiler() else line + ": no g++ to compile its kernels"
     try:
         ok = cuda.is_available()
     except Exception as e:

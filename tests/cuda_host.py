@@ -1,32 +1,21 @@
-"""Host SIMT harness: runs the kernels mshadow/cuda/lower.py emits on the CPU.
+"""Host SIMT harness: runs the kernels mshadow/cuda/lower.py emits on the CPU, over numpy
+arrays and CPU tensors in place.
 
-The emitted CUDA C is compiled as C++ by the system g++ under tests/cuda_host/shim.h (a
-block's threads are an OpenMP team, blocks run one after another) into a shared library,
-one per set of sources, cached by the hash of its text under the temporary directory; each
-kernel gets a launcher ``run_<name>(grid_x, grid_y, block_x, <kernel parameters>)`` that
-ctypes calls with numpy buffers. Flags as the CPU core's: -O2 -ffp-contract=off -fwrapv.
+The emulated device's compiler does the work (mshadow/cuda/emulate.py: the emitted CUDA C
+compiled by g++ under mshadow/cuda/include/host_shim.h, a block's threads an OpenMP team,
+blocks one after another, flags as the CPU core's, its libraries cached in memory and on
+disk); this module binds a kernel's parameters by name (lower.Binding) to host arrays and
+calls the library's launcher, which unlike Function.launch takes any host address.
 """
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
 
 import numpy as np
 
+from mshadow.cuda import emulate
 from mshadow.cuda.lower import VIEW_MAXDIM
 from mshadow.dtypes import BY_CODE
 
-SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_host", "shim.h")
-CXX = shutil.which("g++")
-FLAGS = ("-x", "c++", "-std=gnu++17", "-O2", "-ffp-contract=off", "-fwrapv",
-         "-fno-strict-aliasing", "-fopenmp", "-shared", "-fPIC", "-w")
-_CACHE = os.path.join(tempfile.gettempdir(), f"mshadow-cuda-host-{os.getuid()}")
-_CTYPES = {"long long": ctypes.c_longlong, "float": ctypes.c_float,
-           "double": ctypes.c_double, "uint8_t": ctypes.c_uint8, "int8_t": ctypes.c_int8,
-           "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64}
-_libs = {}
+CXX = emulate.compiler()
 
 
 class View(ctypes.Structure):
@@ -35,9 +24,6 @@ class View(ctypes.Structure):
                 ("mdiv", ctypes.c_longlong * VIEW_MAXDIM), ("mmod", ctypes.c_longlong * VIEW_MAXDIM),
                 ("mstride", ctypes.c_longlong * VIEW_MAXDIM)]
 
-
-_CTYPES["ms_cu_view"] = View
-_CTYPES["int"] = ctypes.c_int
 
 
 def view_map(vl):
@@ -55,36 +41,11 @@ def view_map(vl):
     return m
 
 
-def _launcher(k):
-    params = ", ".join(f"{t}{'' if t.endswith('*') else ' '}{n}" for n, t in k.binding.params)
-    names = ", ".join(n for n, _ in k.binding.params)
-    return (f'extern "C" void run_{k.name}(unsigned gx, unsigned gy, unsigned bx, {params}) {{\n'
-            f"  ms_host_launch(dim3(gx, gy), dim3(bx), [&] {{ {k.name}({names}); }});\n}}\n")
-
-
 def build(kernels):
-    """A ctypes library running every kernel of ``kernels`` (lower.Emitted), compiled once
-    per distinct text (memory and disk cache)."""
+    """The emulate.HostLibrary running every kernel of ``kernels`` (lower.Emitted): their
+    sources in one translation unit, compiled once per distinct text."""
     uniq = list({k.name: k for k in kernels}.values())
-    with open(SHIM) as f:
-        shim = f.read()
-    text = (shim + "\n" + "\n".join(k.source for k in uniq) + "\n"
-            + "\n".join(_launcher(k) for k in uniq))
-    key = hashlib.sha256((text + " ".join(FLAGS)).encode()).hexdigest()[:24]
-    lib = _libs.get(key)
-    if lib is not None:
-        return lib
-    os.makedirs(_CACHE, exist_ok=True)
-    so = os.path.join(_CACHE, key + ".so")
-    if not os.path.exists(so):
-        tmp = f"{so}.{os.getpid()}.tmp"
-        r = subprocess.run([CXX, *FLAGS, "-o", tmp, "-"], input=text, text=True,
-                           capture_output=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"g++ failed on the emitted source:\n{r.stderr[:4000]}")
-        os.replace(tmp, so)   # atomic: a concurrent run sees a whole library or none
-    lib = _libs[key] = ctypes.CDLL(so)
-    return lib
+    return emulate.build_library("\n".join(k.source for k in uniq))
 
 
 def _rows(a):
@@ -132,10 +93,6 @@ def run(lib, k, dst, leaves, scalars, grid=(3, 2), block=8, extra=None):
     named.update({"rows": d2.shape[0], "cols": d2.shape[1], "dst": d2.ctypes.data,
                   "dst_pitch": dpitch, "ms_err": ctypes.addressof(err)})
     named.update(extra or {})
-    args = [named[name] for name, _ in k.binding.params]
-    fn = getattr(lib, f"run_{k.name}")
-    fn.restype = None
-    fn.argtypes = [ctypes.c_uint] * 3 + [ctypes.c_void_p if t.endswith("*") else _CTYPES[t]
-                                         for _, t in k.binding.params]
-    fn(grid[0], grid[1], block, *args)
+    args = [emulate.as_arg(t, named[name]) for name, t in k.binding.params]
+    assert lib.run(k.name, (grid[0], grid[1], 1), (block, 1, 1), args) == 0
     return err.value

@@ -85,7 +85,22 @@ def test_cuda_line(printed):
         assert printed["CUDA"] == config.CUDA_NOT_BUILT
         assert "NVRTC" in printed["CUDA"] and "driver" in printed["CUDA"]
     else:
-        assert printed["CUDA"].startswith(("available", "not available", "unavailable"))
+        assert printed["CUDA"].startswith(("available", "not available", "unavailable",
+                                           "emulated device"))
+
+
+@pytest.mark.parametrize("value, line", [
+    ("emulate", "emulated device (MSHADOW_CUDA=emulate)"),
+    ("gpu", "unavailable (MSHADOW_CUDA='gpu' is not a CUDA driver mshadow has: leave "
+            "MSHADOW_CUDA unset (or empty) for the real device, or set MSHADOW_CUDA=emulate "
+            "for the emulated one)")])
+def test_cuda_line_follows_mshadow_cuda(value, line):
+    pytest.importorskip("mshadow.cuda._cuda", reason="no GPU backend in this build")
+    r = _run("--json", env=dict(os.environ, MSHADOW_CUDA=value))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)["CUDA"]
+    assert got == line or (value == "emulate" and got == line + ": no g++ to compile its "
+                                                                "kernels")
 
 
 def test_json_and_usage():

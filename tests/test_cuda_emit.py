@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import mshadow as ms
-from mshadow import cuda, engine, ir
+from mshadow import engine, ir
+from mshadow.cuda import _cuda as cuda   # NVRTC itself, whatever MSHADOW_CUDA says
 from mshadow.cuda.lower import emit
 from mshadow.dtypes import BY_CODE, DTYPES, FLOAT_CODES
 from mshadow.errors import CudaError, UnsupportedNodeError, UntracedOperatorError

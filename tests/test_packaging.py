@@ -43,6 +43,16 @@ def test_wheel_carries_pxd_and_headers_not_sources(pyproject):
     assert {"*.c", "*.pyx", "*.pxi"} <= set(st["exclude-package-data"]["mshadow"])
 
 
+def test_the_emulated_devices_shim_ships(pyproject):
+    # mshadow.cuda.emulate compiles every kernel under it, from a wheel or an sdist too
+    from mshadow.cuda import emulate
+    shim = os.path.relpath(emulate.SHIM, os.path.dirname(emulate.__file__))
+    assert shim == os.path.join("include", "host_shim.h") and os.path.exists(emulate.SHIM)
+    assert "include/*.h" in pyproject["tool"]["setuptools"]["package-data"]["mshadow.cuda"]
+    manifest = open(os.path.join(ROOT, "MANIFEST.in")).read().splitlines()
+    assert "recursive-include mshadow/cuda/include *.h" in manifest
+
+
 def test_cibuildwheel_builds_310_to_314(pyproject):
     build = pyproject["tool"]["cibuildwheel"]["build"].split()
     assert build == ["cp310-*", "cp311-*", "cp312-*", "cp313-*", "cp314-*"]

@@ -1,17 +1,50 @@
-"""mshadow's GPU backend. Today its first layer: the CUDA driver API, NVRTC and cuBLAS,
-opened at run time by mshadow.cuda._cuda (the only module that opens CUDA libraries).
+"""mshadow's GPU backend. Its first layer, the driver: the CUDA driver API, NVRTC and cuBLAS,
+opened at run time by mshadow.cuda._cuda (the only module that opens CUDA libraries), or the
+emulated device of mshadow.cuda.emulate when ``MSHADOW_CUDA=emulate`` (CI with no GPU).
 
-Importing this package opens nothing: the first call that needs a library opens it, once.
-Without a GPU, ``available()`` is False and says why (``unavailable_reason()``); NVRTC alone
+``driver()`` is the module in use; the public names here (Memory, Stream, Module,
+available, ...) are its names, looked up at each access, so code that says
+``cuda.Memory(...)`` runs on whichever device the environment chose. Importing this package
+opens nothing: the first call that needs a library opens it, once. Without a GPU,
+``available()`` is False and says why (``unavailable_reason()``); NVRTC alone
 (``pip install "mshadow[cuda]"``) compiles CUDA C to CUBIN on any Linux or Windows machine.
 """
-from ._cuda import (BlasHandle, Event, Function, Memory, Module, Stream, available,
-                    compile_cubin, cublas_version, device_attributes, device_count,
-                    driver_version, elapsed_time, is_available, nvrtc_supported_archs,
-                    nvrtc_version, unavailable_reason)
+import importlib
+import os
+
+from . import _cuda
 from ..errors import CudaError
 
-__all__ = ["CudaError", "available", "is_available", "unavailable_reason", "driver_version",
-           "device_count", "device_attributes", "nvrtc_version", "nvrtc_supported_archs",
-           "cublas_version", "compile_cubin", "Memory", "Stream", "Event", "elapsed_time",
-           "Module", "Function", "BlasHandle"]
+__all__ = ["CudaError", "driver", "available", "is_available", "unavailable_reason",
+           "driver_version", "device_count", "device_attributes", "nvrtc_version",
+           "nvrtc_supported_archs", "cublas_version", "compile_cubin", "copy_2d",
+           "synchronize", "Memory", "Stream",
+           "Event", "elapsed_time", "Module", "Function", "BlasHandle"]
+
+ENV = "MSHADOW_CUDA"
+# what MSHADOW_CUDA may say -> the driver module: unset or empty, the real one
+DRIVERS = {"": "_cuda", "emulate": "emulate"}
+_DRIVER_NAMES = frozenset(__all__) - {"CudaError", "driver"}
+
+
+def driver():
+    """The driver module in use: mshadow.cuda._cuda (the real device), or
+    mshadow.cuda.emulate when the environment says ``MSHADOW_CUDA=emulate``. Any other
+    value raises CudaError naming the accepted ones. Read at each call (cheap)."""
+    value = os.environ.get(ENV, "")
+    name = DRIVERS.get(value)
+    if name is None:
+        raise CudaError(f"{ENV}={value!r} is not a CUDA driver mshadow has: leave {ENV} unset "
+                        f"(or empty) for the real device, or set {ENV}=emulate for the "
+                        f"emulated one")
+    return _cuda if name == "_cuda" else importlib.import_module(f"{__name__}.{name}")
+
+
+def __getattr__(name):
+    if name in _DRIVER_NAMES:
+        return getattr(driver(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _DRIVER_NAMES)

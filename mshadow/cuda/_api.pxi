@@ -283,6 +283,41 @@ cdef int _copy(Memory self, arr, bint to_host, Stream stream) except -1:
     return 0
 
 
+def copy_2d(size_t dst, size_t dst_pitch, bint dst_device, size_t src, size_t src_pitch,
+            bint src_device, size_t width_bytes, size_t height, Stream stream=None,
+            int device=0):
+    """``height`` rows of ``width_bytes`` from address ``src`` (rows ``src_pitch`` bytes
+    apart; on the device when ``src_device``, else host memory) to ``dst``: one
+    cuMemcpy2DAsync, then a wait on ``stream`` (the caller keeps both sides alive)."""
+    cdef CUDA_MEMCPY2D c
+    if height == 0 or width_bytes == 0:
+        return
+    if (height > 1 and (src_pitch < width_bytes or dst_pitch < width_bytes)) or not (src and dst):
+        raise ValueError(f"copy_2d: rows of {width_bytes} bytes at pitches {dst_pitch} and "
+                         f"{src_pitch} (the rows must fit their pitch; addresses not 0)")
+    memset(&c, 0, sizeof(c))
+    c.WidthInBytes, c.Height = width_bytes, height
+    if src_device:
+        c.srcMemoryType, c.srcDevice = CU_MEMORYTYPE_DEVICE, <CUdeviceptr> src
+    else:
+        c.srcMemoryType, c.srcHost = CU_MEMORYTYPE_HOST, <void *> src
+    if dst_device:
+        c.dstMemoryType, c.dstDevice = CU_MEMORYTYPE_DEVICE, <CUdeviceptr> dst
+    else:
+        c.dstMemoryType, c.dstHost = CU_MEMORYTYPE_HOST, <void *> dst
+    c.srcPitch = src_pitch if height > 1 else width_bytes
+    c.dstPitch = dst_pitch if height > 1 else width_bytes
+    activate(device)
+    memcpy2DAsync(&c, _stream(stream))
+    streamSynchronize(_stream(stream))
+
+
+def synchronize(int device=0):
+    """Wait for all work on ``device`` (cuCtxSynchronize)."""
+    activate(device)
+    ctxSynchronize()
+
+
 cdef class Stream:
     """A CUDA stream on a device (cuStreamCreate); ``non_blocking`` streams do not wait for
     the legacy default stream."""

@@ -106,6 +106,7 @@ cdef int memcpy2DAsync(const CUDA_MEMCPY2D *copy, CUstream stream) except -1
 cdef CUstream streamCreate(unsigned int flags) except NULL
 cdef int streamDestroy(CUstream stream) except -1
 cdef int streamSynchronize(CUstream stream) except -1
+cdef int ctxSynchronize() except -1
 cdef bint streamQuery(CUstream stream) except -1
 cdef int streamWaitEvent(CUstream stream, CUevent event) except -1
 cdef CUevent eventCreate(unsigned int flags) except NULL

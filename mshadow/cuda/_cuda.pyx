@@ -71,6 +71,7 @@ cdef CUresult (*_cuMemcpy2DAsync)(const CUDA_MEMCPY2D *, CUstream) noexcept nogi
 cdef CUresult (*_cuStreamCreate)(CUstream *, unsigned int) noexcept nogil
 cdef CUresult (*_cuStreamDestroy)(CUstream) noexcept nogil
 cdef CUresult (*_cuStreamSynchronize)(CUstream) noexcept nogil
+cdef CUresult (*_cuCtxSynchronize)() noexcept nogil
 cdef CUresult (*_cuStreamQuery)(CUstream) noexcept nogil
 cdef CUresult (*_cuStreamWaitEvent)(CUstream, CUevent, unsigned int) noexcept nogil
 cdef CUresult (*_cuEventCreate)(CUevent *, unsigned int) noexcept nogil
@@ -244,6 +245,7 @@ cdef int _bind_driver(_Library L) except -1:
     L.bind(<void **>&_cuStreamCreate, b"cuStreamCreate")
     L.bind(<void **>&_cuStreamDestroy, b"cuStreamDestroy_v2")
     L.bind(<void **>&_cuStreamSynchronize, b"cuStreamSynchronize")
+    L.bind(<void **>&_cuCtxSynchronize, b"cuCtxSynchronize")
     L.bind(<void **>&_cuStreamQuery, b"cuStreamQuery")
     L.bind(<void **>&_cuStreamWaitEvent, b"cuStreamWaitEvent")
     L.bind(<void **>&_cuEventCreate, b"cuEventCreate")
@@ -460,6 +462,14 @@ cdef int streamSynchronize(CUstream stream) except -1:
     with nogil:
         st = _cuStreamSynchronize(stream)
     return check_status(st, b"cuStreamSynchronize")
+
+
+cdef int ctxSynchronize() except -1:
+    cdef CUresult st
+    init()
+    with nogil:
+        st = _cuCtxSynchronize()
+    return check_status(st, b"cuCtxSynchronize")
 
 
 cdef bint _done(CUresult st, const char *what) except -1:

@@ -1,10 +1,14 @@
-/* Host SIMT shim: compiles the CUDA C that mshadow/cuda/lower.py emits as C++ for the CPU,
- * so tests run the emitted kernels without a GPU (tests/cuda_host.py).
+/* Host SIMT shim: compiles the CUDA C that mshadow/cuda/lower.py emits (and kernels written
+ * in the same subset) as C++ for the CPU. The emulated device (mshadow/cuda/emulate.py) and
+ * the tests' harness (tests/cuda_host.py) compile every kernel under it.
  *
  * A block's threads run as OpenMP threads (num_threads(blockDim)); blocks run one after
  * another, so __shared__ is a static local; __syncthreads() is an OpenMP barrier; atomics
  * are the compiler's __atomic builtins; the bit-cast intrinsics go through memcpy; warp
- * shuffles through an exchange buffer and barriers. */
+ * shuffles through an exchange buffer and barriers. gridDim, blockDim and __shared__ are
+ * statics of the library, so its caller runs one launch of a library at a time.
+ * Not covered: dynamic shared memory (extern __shared__), warp votes and the other
+ * shuffles, textures, cooperative groups, device-side printf. */
 #ifndef MS_CUDA_HOST_SHIM_H_
 #define MS_CUDA_HOST_SHIM_H_
 #include <math.h>
@@ -65,22 +69,31 @@ template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned
 }
 
 /* Run ``body`` (a kernel call) over grid x block: blocks one after another, a block's
- * threads as one OpenMP team. */
-template <class F> static void ms_host_launch(dim3 grid, dim3 block, F body) {
+ * threads as one OpenMP team. Returns 0, or the size of a team that OpenMP made smaller than
+ * the block (OMP_THREAD_LIMIT, thread creation failing): then no thread of that block runs
+ * the kernel, and the launch stops there. */
+template <class F> static int ms_host_launch(dim3 grid, dim3 block, F body) {
   gridDim = grid;
   blockDim = block;
   const int nthreads = (int)(block.x * block.y * block.z);
+  int short_team = 0;
   omp_set_dynamic(0);
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
 #pragma omp parallel num_threads(nthreads)
         {
-          const unsigned t = (unsigned)omp_get_thread_num();
-          blockIdx = dim3(bx, by, bz);
-          threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-          body();
+          if (omp_get_num_threads() != nthreads) {
+            if (omp_get_thread_num() == 0) short_team = omp_get_num_threads();
+          } else {
+            const unsigned t = (unsigned)omp_get_thread_num();
+            blockIdx = dim3(bx, by, bz);
+            threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+            body();
+          }
         }
+        if (short_team) return short_team;
       }
+  return 0;
 }
 #endif  /* MS_CUDA_HOST_SHIM_H_ */
