@@ -14,6 +14,11 @@ def copy(Tensor dst, Tensor src, stream=None):
         raise ShapeError(f"Copy:shape mismatch:{dst.shape} vs {src.shape}")
     if dst.dtype != src.dtype:
         raise DTypeError(f"Copy: dtype mismatch: {dst.dtype} vs {src.dtype} (use tcast to convert)")
+    if dst.device is not cpu or src.device is not cpu:
+        if dst.readonly:
+            raise ValueError("Copy: destination tensor is read-only")
+        _copy_device(dst, src)
+        return
     check_devices("Copy", dst.device, (src.device,))
     if dst.readonly:
         raise ValueError("Copy: destination tensor is read-only")
@@ -55,3 +60,35 @@ def copy(Tensor dst, Tensor src, stream=None):
     if failed:
         raise MemoryError(f"Copy: could not allocate {row_bytes * rows} bytes of scratch "
                           f"for overlapping tensors")
+
+
+cdef int _copy_device(Tensor dst, Tensor src) except -1:
+    """``Copy`` with a gpu side (mshadow's cudaMemcpy2DAsync honouring both pitches): one 2-D
+    copy by the CUDA driver in use, finished when this returns (mshadow's Copy with no
+    stream). Two overlapping views of one gpu buffer go through a device temporary."""
+    from .cuda import driver
+    drv = driver()
+    cdef char *d = dst.data()
+    cdef char *s = src.data()
+    cdef Py_ssize_t row_bytes = dst.cols * dst.itemsize, rows = dst.rows
+    cdef Py_ssize_t dpitch = dst.stride * dst.itemsize, spitch = src.stride * src.itemsize
+    if rows == 0 or row_bytes == 0 or (d == s and dpitch == spitch):
+        return 0
+    cdef bint d_dev = dst.device is not cpu, s_dev = src.device is not cpu
+    dst.mem.pin()          # a free_space from another thread meanwhile waits for the copy
+    src.mem.pin()
+    try:
+        if d_dev and s_dev and (d < s + (rows - 1) * spitch + row_bytes
+                                and s < d + (rows - 1) * dpitch + row_bytes):
+            tmp = drv.Memory(row_bytes * rows)
+            drv.copy_2d(tmp.address, row_bytes, True, <size_t> s, spitch, True, row_bytes,
+                        rows)
+            drv.copy_2d(<size_t> d, dpitch, True, tmp.address, row_bytes, True, row_bytes,
+                        rows)
+            tmp.free()
+        else:
+            drv.copy_2d(<size_t> d, dpitch, d_dev, <size_t> s, spitch, s_dev, row_bytes, rows)
+    finally:
+        src.mem.unpin()
+        dst.mem.unpin()
+    return 0

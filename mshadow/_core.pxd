@@ -17,7 +17,9 @@ cdef class Allocation:
     cdef Py_ssize_t n_exports
     cdef Py_ssize_t n_running   # evaluations using the bytes with the GIL released
     cdef bint free_pending      # released while running: freed when the last one ends
+    cdef object device_mem      # GPU memory: the driver's Memory (ptr is its address); None
     cdef void release(self) except *
+    cdef void _free(self) except *
     cdef void pin(self) noexcept
     cdef void unpin(self) noexcept
 

@@ -433,10 +433,6 @@ cdef object _operand(object a, str where):
 cdef object _operand_parts(object name, object a):
     """(code, shape) of a non-scalar operand; refuses kComplex ones."""
     if isinstance(a, Tensor):
-        if (<Tensor> a).device is not _CPU_DEV:
-            raise DeviceError(f"{name}: a {(<Tensor> a).device.name} tensor in a CPU expression; "
-                              f"tensors of different devices cannot be mixed (and this build has "
-                              f"no GPU backend)")
         return _CODE_BY_FLAG[(<Tensor> a).type_flag], (<Tensor> a).shape
     if (<Exp> a).exp_type == kComplex:
         raise TypeError(f"{name}: a {_describe((<Exp> a).key)} expression (kComplex) "
@@ -473,9 +469,16 @@ cpdef object make_map(object name, tuple args):
     cdef tuple leaves = (), scalars = (), keys = ()
     cdef Exp e
     cdef Tensor t
+    cdef object device = None      # of the tensor operands: one (a run checks the rest)
     # pass 1: operands' dtype and shape (the scalars take the dtype found here)
     for i in range(n):
         a = args[i]
+        if isinstance(a, Tensor):
+            if device is None:
+                device = (<Tensor> a).device
+            elif (<Tensor> a).device is not device:
+                raise DeviceError(f"{name}: operands on different devices ({device.name} and "
+                                  f"{(<Tensor> a).device.name}); use ms.copy between devices")
         if isinstance(a, Exp) and (<Exp> a).exp_type == kComplex:
             nested = chained(a)       # a reduction nests as mshadow's chainer
             if nested is not a:

@@ -559,6 +559,9 @@ cdef inline int _pin_now(Allocation m, _Pins *pins) except -1:
     another thread free or resize it (and keep it, to unpin when the run ends)."""
     if m is None:
         return 0
+    if m.device_mem is not None:     # the CPU evaluates: GPU bytes are not host memory
+        raise DeviceError("a gpu tensor in an evaluation on the cpu: every operand and the "
+                          "destination must be on one device (ms.copy between devices)")
     m.pin()
     if pins.n < PINS_INLINE:
         Py_INCREF(m)

@@ -69,10 +69,18 @@ cdef class Allocation:
     """Owns (or borrows) the bytes of one or more tensors and knows whether they are valid."""
 
     def __dealloc__(self):
-        # an evaluation in flight holds references to its tensors, so n_running is 0 here
-        if self.owned and self.ptr != NULL:
+        # an evaluation in flight holds references to its tensors, so n_running is 0 here;
+        # GPU memory is freed by its own Memory object when that is collected
+        if self.owned and self.ptr != NULL and self.device_mem is None:
             ms_aligned_free(self.ptr)
             self.ptr = NULL
+
+    cdef void _free(self) except *:
+        if self.device_mem is not None:
+            self.device_mem.free()
+        else:
+            ms_aligned_free(self.ptr)
+        self.ptr = NULL
 
     cdef void release(self) except *:
         if not self.alive:
@@ -87,8 +95,7 @@ cdef class Allocation:
         if self.n_running:          # an evaluation without the GIL still reads or writes
             self.free_pending = True   # the bytes: the last one to finish frees them
             return
-        ms_aligned_free(self.ptr)
-        self.ptr = NULL
+        self._free()
 
     cdef void pin(self) noexcept:
         """An evaluation is about to use the bytes without the GIL (call with the GIL)."""
@@ -99,8 +106,45 @@ cdef class Allocation:
         self.n_running -= 1
         if self.n_running == 0 and self.free_pending:
             self.free_pending = False
-            ms_aligned_free(self.ptr)
+            if self.device_mem is not None:
+                self.device_mem.free()
+            else:
+                ms_aligned_free(self.ptr)
             self.ptr = NULL
+
+
+cdef Allocation _allocate_device(Tensor t, bint pad):
+    """GPU memory for ``t`` from the CUDA driver in use (mshadow.cuda.driver()): pitched
+    rows (cuMemAllocPitch) when ``pad`` and the rows are at least 64 elements wide, as
+    mshadow's AllocSpace<gpu> pads; else one contiguous block (cuMemAlloc)."""
+    from .cuda import driver, unavailable_reason
+    reason = unavailable_reason()
+    if reason is not None:
+        raise DeviceError(f"alloc_space: gpu tensors need the CUDA backend, which has no "
+                          f"device here: {reason.splitlines()[0]}")
+    drv = driver()
+    cdef size_t row_bytes = <size_t> t.cols * t.itemsize
+    cdef bint pitched = pad and len(t.shape) > 1 and t.cols >= 64
+    if pitched:
+        m = drv.Memory.pitched(row_bytes, max(t.rows, 1), min(max(t.itemsize, 4), 16))
+    else:
+        m = drv.Memory(max(row_bytes * <size_t> t.rows, 1))
+    cdef Allocation mem = Allocation.__new__(Allocation)
+    mem.device_mem = m
+    mem.ptr = <char *> <size_t> m.address
+    mem.nbytes = m.nbytes
+    mem.alive = True
+    mem.owned = True
+    t.mem = mem
+    t.offset = 0
+    t.stride = m.pitch // t.itemsize if pitched else t.cols
+    t.readonly = False
+    return mem
+
+
+def data_address(Tensor t):
+    """The address of ``t``'s first element (on its device), raising if it was freed."""
+    return <size_t> t.data()
 
 
 cdef Allocation _allocate(Py_ssize_t nbytes):
@@ -436,6 +480,9 @@ cdef class Tensor:
     # ---- numpy / DLPack ---------------------------------------------------------
     def _export(self):
         """A numpy view honouring the pitch; it pins the memory until it is deleted."""
+        if self.device is not cpu:
+            raise DeviceError(f"a {self.device.name} tensor has no host view: copy it to a "
+                              f"cpu tensor first (ms.copy, or t.to_numpy())")
         cdef char *p = self.data()
         cdef _Export ex = _Export.__new__(_Export)
         nd = len(self.shape)
@@ -604,7 +651,16 @@ cdef class Tensor:
     def __str__(self):
         if not self.is_allocated:
             return repr(self)
-        return str(self._export())
+        return str(self.to_numpy() if self.device is not cpu else self._export())
+
+    def to_numpy(self):
+        """A numpy copy of the elements, from any device (``numpy()`` is a zero-copy view
+        of a cpu tensor)."""
+        if self.device is cpu:
+            return np.array(self._export())
+        host = new_tensor(self.shape, None, dtype=self.dtype)
+        copy(host, self)
+        return np.array(host._export())
 
     # ---- expressions ------------------------------------------------------------
     __array_ufunc__ = None   # numpy scalars and arrays defer to our operators: stay lazy
@@ -755,7 +811,10 @@ cdef _assign(Tensor dst, object value, str saver):
 
 def alloc_space(Tensor t, bint pad=True):
     """Give ``t`` fresh memory; with ``pad`` every row starts on an ALIGN_BYTES boundary."""
-    check_devices("alloc_space", t.device)
+    check_devices("alloc_space", t.device, gpu_ok=True)
+    if t.device is not cpu:
+        _allocate_device(t, pad)
+        return
     cdef size_t row_bytes = <size_t> t.cols * t.itemsize
     cdef size_t pitch = ms_upper_align(row_bytes) if (pad and len(t.shape) > 1) else row_bytes
     t.mem = _allocate(<Py_ssize_t> (pitch * <size_t> t.rows))
@@ -789,6 +848,9 @@ def new_tensor(shape, init=0, bint pad=False, dtype=np.float32, device=cpu, stre
     cdef Tensor t = Tensor(shape, dtype=dtype, device=device, stream=stream)
     alloc_space(t, pad)
     if init is not None:
+        if t.device is not cpu:      # filled on the host, then copied over
+            copy(t, new_tensor(t.shape, init, dtype=t.dtype))
+            return t
         a = t._export()
         a[...] = init
         del a

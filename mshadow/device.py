@@ -37,10 +37,11 @@ def as_device(device):
     raise DeviceError(f"unknown device {device!r} (expected mshadow.cpu or mshadow.gpu)")
 
 
-def check_devices(where, dst=None, srcs=()):
+def check_devices(where, dst=None, srcs=(), gpu_ok=False):
     """The device check, made here only: the destination's device ``dst`` (None when there
     is none) and every operand's in ``srcs`` must be one device (a DeviceError names them),
-    and one this build evaluates on: the CPU (the CUDA backend is not built yet)."""
+    and one that ``where`` evaluates on: the CPU, or the GPU where the caller runs it there
+    (``gpu_ok``: allocation, copies and element-wise assignments, mshadow/cuda/)."""
     if dst is None or dst is cpu:                # the common case, without building sets
         for d in srcs:
             if d is not cpu:
@@ -55,9 +56,10 @@ def check_devices(where, dst=None, srcs=()):
         raise DeviceError(f"{where}: tensors of different devices ({got}); use ms.copy "
                           f"between devices")
     device = devices.pop() if devices else cpu
-    if device is not cpu:
-        raise DeviceError(f"{where}: {device.name} tensors need the CUDA backend, which is "
-                          f"not available in this build")
+    if device is not cpu and not gpu_ok:
+        raise DeviceError(f"{where}: {device.name} tensors need the CUDA backend, which runs "
+                          f"allocation, copies and element-wise assignments so far; copy them "
+                          f"to the cpu with ms.copy for this")
 
 
 class Stream:

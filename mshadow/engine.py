@@ -82,7 +82,7 @@ def _parts(dst, value):
     if isinstance(value, Exp):
         return value.key, value.leaves, value.scalars, value.code, value.shape
     if isinstance(value, Tensor):
-        check_devices("Assignment", dst.device, (value.device,))
+        check_devices("Assignment", dst.device, (value.device,), gpu_ok=True)
         return (ir.LEAF[_CODE_BY_FLAG[value.type_flag]], (value,), (),
                 _CODE_BY_FLAG[value.type_flag], value.shape)
     if _is_scalar(value):
@@ -121,6 +121,9 @@ def assign(dst, value, saver):
     if isinstance(value, Exp) and value.exp_type == kComplex:
         return _complex_engines[value.key[0]](dst, value, saver)
     node, leaves, scalars = checked(dst, value)
+    if dst.device is not _core.cpu:        # one kernel from the CUDA lowering
+        from .cuda import executor
+        return executor.assign(dst, node, leaves, scalars, saver)
     code = _CODE_BY_FLAG[dst.type_flag]
     plan = get_plan(node, code, saver, dst.device)
     if plan is _FALLBACK:

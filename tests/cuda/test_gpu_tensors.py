@@ -1,0 +1,155 @@
+"""ms.gpu tensors on the emulated device (MSHADOW_CUDA=emulate; on a real GPU where there is
+one): allocation with mshadow's pitch rule, copies between every pair of devices honouring
+both pitches, element-wise assignments (one kernel of mshadow/cuda/lower.py per structure)
+storing the CPU backend's bits, and the device errors. numpy and the CPU backend are the
+oracles."""
+import os
+
+import numpy as np
+import pytest
+
+import mshadow as ms
+from mshadow import cuda
+from mshadow.dtypes import DTYPES
+from mshadow.ir import SAVER_TABLE
+
+
+@pytest.fixture(autouse=True)
+def gpu_device(monkeypatch):
+    """The emulated device unless the environment chose one (a real GPU run sets nothing
+    and needs a device: it skips where there is none)."""
+    if os.environ.get("MSHADOW_CUDA") is None and not cuda.available():
+        monkeypatch.setenv("MSHADOW_CUDA", "emulate")
+    if cuda.driver().__name__.endswith("emulate") and cuda.driver().compiler() is None:
+        pytest.skip("no g++: the emulated device compiles kernels with it")
+
+
+def gpu_from(a, pad=True):
+    t = ms.new_tensor(a.shape, None, dtype=a.dtype, device=ms.gpu, pad=pad)
+    ms.copy(t, ms.from_numpy(np.ascontiguousarray(a)))
+    return t
+
+
+@pytest.mark.parametrize("shape, pad", [((3, 70), True), ((3, 70), False), ((2, 3, 100), True),
+                                        ((7,), True), ((5, 63), True), ((1, 1), True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.float16])
+def test_allocation_pitch_and_round_trip(shape, pad, dtype):
+    """Rows of 64 elements or more are pitched when pad (AllocSpace<gpu>'s rule); a copy up
+    and back returns the bits, whatever the two pitches."""
+    a = (np.arange(int(np.prod(shape))) * 7 % 251).astype(dtype).reshape(shape)
+    t = gpu_from(a, pad)
+    assert t.device is ms.gpu and t.shape == shape
+    if pad and len(shape) > 1 and shape[-1] >= 64:
+        assert t.stride * a.itemsize % 512 == 0 and t.stride >= shape[-1]
+    else:
+        assert t.stride == shape[-1]
+    np.testing.assert_array_equal(t.to_numpy(), a)
+    host = ms.new_tensor(shape, 0, dtype=dtype, pad=True)     # a pitched cpu destination
+    ms.copy(host, t)
+    np.testing.assert_array_equal(host.numpy(), a)
+
+
+def test_new_tensor_init_and_gpu_to_gpu_copies_of_views():
+    t = ms.new_tensor((4, 80), 2.5, device=ms.gpu, pad=True)
+    np.testing.assert_array_equal(t.to_numpy(), np.full((4, 80), 2.5, np.float32))
+    a = np.arange(4 * 80, dtype=np.float32).reshape(4, 80)
+    src = gpu_from(a)
+    dst = ms.new_tensor((2, 80), 0, device=ms.gpu, pad=False)
+    ms.copy(dst, src.slice(1, 3))
+    np.testing.assert_array_equal(dst.to_numpy(), a[1:3])
+    ms.copy(src.slice(0, 3), src.slice(1, 4))         # overlapping rows of one buffer
+    want = a.copy()
+    want[0:3] = a[1:4]
+    np.testing.assert_array_equal(src.to_numpy(), want)
+
+
+def _tree(rng, mk, shape, depth):
+    """A random element-wise expression over tensors made by ``mk`` (same draws, same tree)."""
+    if depth == 0 or rng.rand() < 0.25:
+        if rng.rand() < 0.2:
+            return float(rng.uniform(-2, 2))
+        return mk(rng.uniform(-3, 3, size=shape).astype(np.float32))
+    kind = rng.randint(5)
+    a = _tree(rng, mk, shape, depth - 1)
+    if kind == 0:
+        return ms.F(ms.op.exp, a if not isinstance(a, float) else mk(np.full(shape, a, np.float32)))
+    b = _tree(rng, mk, shape, depth - 1)
+    if isinstance(a, float) and isinstance(b, float):
+        b = mk(np.full(shape, b, np.float32))
+    return [lambda: a + b, lambda: a - b, lambda: a * b, lambda: ms.F(ms.op.maximum, a, b)
+            if not (isinstance(a, float) or isinstance(b, float)) else a * b][kind - 1]()
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("saver", [s.name for s in SAVER_TABLE])
+def test_random_element_wise_assignments_store_the_cpu_bits(seed, saver):
+    shape = [(3, 70), (5, 7), (2, 3, 65)][seed % 3]
+    cpu = _tree(np.random.RandomState(seed), lambda a: ms.from_numpy(a), shape, 3)
+    gpu = _tree(np.random.RandomState(seed), gpu_from, shape, 3)
+    if isinstance(cpu, float):
+        pytest.skip("a scalar tree")
+    start = np.random.RandomState(99).uniform(1, 2, size=shape).astype(np.float32)
+    d_cpu, d_gpu = ms.from_numpy(start.copy()), gpu_from(start)
+    with np.errstate(all="ignore"):
+        _save(d_cpu, cpu, saver)
+        _save(d_gpu, gpu, saver)
+    np.testing.assert_array_equal(d_gpu.to_numpy().view(np.uint32), d_cpu.numpy().view(np.uint32))
+
+
+def _save(dst, value, saver):
+    if saver == "saveto":
+        dst[:] = value
+    elif saver == "plusto":
+        dst += value
+    elif saver == "minusto":
+        dst -= value
+    elif saver == "multo":
+        dst *= value
+    else:
+        dst /= value
+
+
+@pytest.mark.parametrize("dtype", [d.np for d in DTYPES])
+def test_every_dtype_with_a_scalar_and_a_transposed_leaf(dtype):
+    rng = np.random.RandomState(3)
+    a = (rng.uniform(0, 50, size=(6, 6))).astype(dtype)
+    b = (rng.uniform(0, 50, size=(6, 6))).astype(dtype)
+    want = ms.new_tensor((6, 6), 0, dtype=dtype)
+    want[:] = ms.from_numpy(a) * 2 + ms.from_numpy(b).T
+    got = ms.new_tensor((6, 6), 0, dtype=dtype, device=ms.gpu)
+    got[:] = gpu_from(a) * 2 + gpu_from(b).T
+    np.testing.assert_array_equal(got.to_numpy(), want.numpy())
+
+
+def test_mixing_devices_and_host_views_are_device_errors():
+    c = ms.new_tensor((3, 4), 1)
+    g = ms.new_tensor((3, 4), 1, device=ms.gpu)
+    with pytest.raises(ms.DeviceError, match="different devices .*gpu.*cpu|cpu.*gpu"):
+        g[:] = c * 2
+    with pytest.raises(ms.DeviceError, match="gpu"):
+        c[:] = g * 2
+    with pytest.raises(ms.DeviceError, match="has no host view"):
+        g.numpy()
+    with pytest.raises(ms.DeviceError, match="has no host view"):
+        np.asarray(g)
+    with pytest.raises(ms.DeviceError, match="CUDA backend"):
+        ms.sum(g)
+    np.testing.assert_array_equal(c.numpy(), np.ones((3, 4), np.float32))
+
+
+def test_freed_gpu_tensor_raises_and_the_memory_goes_back():
+    g = ms.new_tensor((3, 70), 1, device=ms.gpu, pad=True)
+    v = g.slice(0, 1)
+    ms.free_space(g)
+    with pytest.raises(ms.FreedTensorError):
+        g[:] = 2
+    with pytest.raises(ms.FreedTensorError):
+        ms.copy(ms.new_tensor((1, 70)), v)
+    with pytest.raises(ms.FreedTensorError):
+        ms.free_space(g)
+
+
+def test_str_copies_to_the_host():
+    g = ms.new_tensor((2, 3), 4, device=ms.gpu)
+    assert str(g) == str(np.full((2, 3), 4, np.float32))
+    assert "gpu" in repr(g)
