@@ -77,7 +77,7 @@ cdef class Allocation:
 
     cdef void _free(self) except *:
         if self.device_mem is not None:
-            self.device_mem.free()
+            _device_free(self.device_mem)
         else:
             ms_aligned_free(self.ptr)
         self.ptr = NULL
@@ -107,10 +107,19 @@ cdef class Allocation:
         if self.n_running == 0 and self.free_pending:
             self.free_pending = False
             if self.device_mem is not None:
-                self.device_mem.free()
+                _device_free(self.device_mem)
             else:
                 ms_aligned_free(self.ptr)
             self.ptr = NULL
+
+
+cdef int _device_free(object m) except -1:
+    """Free GPU memory once the kernels queued before (asynchronous on the default stream,
+    cuda/executor.py) have finished with it."""
+    from .cuda import driver
+    driver().synchronize()
+    m.free()
+    return 0
 
 
 cdef Allocation _allocate_device(Tensor t, bint pad):

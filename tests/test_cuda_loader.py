@@ -335,13 +335,13 @@ def blas():
 
 def _dev(array):
     m = cuda.Memory(array.nbytes)
-    m.copy_from_host(np.ascontiguousarray(array))
+    m.copy_from_host(np.ascontiguousarray(array).reshape(-1))    # (copies take 1-D or 2-D)
     return m
 
 
 def _host(m, shape, dtype):
     out = np.empty(shape, dtype)
-    m.copy_to_host(out)
+    m.copy_to_host(out.reshape(-1))
     return out
 
 

@@ -26,7 +26,8 @@ from ..dtypes import BY_CODE, CODE_BY_FLAG
 from ..errors import DeviceError
 from . import cache, launch, lower
 
-GpuPlan = namedtuple("GpuPlan", "function binding name")
+# ``convs``: per kernel parameter (its Binding name, the numpy scalar type the launch takes)
+GpuPlan = namedtuple("GpuPlan", "function binding name convs")
 
 
 def _driver():
@@ -58,7 +59,9 @@ def plan(node, dst_code, saver):
         k = lower.emit(node, dst_code, saver)
         image = cache.kernel_cache().cubin(k.source, _facts(drv)[1])
         fn = drv.Module(image).get_function(k.name)
-        got = GpuPlan(fn, k.binding, k.name)
+        from .emulate import as_arg       # (both drivers' argument forms)
+        convs = tuple((n, type(as_arg(t, 0))) for n, t in k.binding.params)
+        got = GpuPlan(fn, k.binding, k.name, convs)
         _core.cache_plan(ck, got)
     return got
 
@@ -80,8 +83,9 @@ def assign(dst, node, leaves, scalars, saver):
     drv = _driver()
     args = _bind(drv, p, dst, leaves, scalars)
     geo = launch.elementwise(*_rows_cols(dst.shape), _facts(drv)[0])
+    # no stream: the default one, asynchronous as mshadow's MapExp; a copy to the host
+    # waits for it, and freeing GPU memory waits for the device first (_tensor.pxi)
     p.function.launch(geo.grid, geo.block, args)
-    drv.synchronize()      # no stream: the default one, finished on return (mshadow's NULL)
 
 
 def _rows_cols(shape):
@@ -105,5 +109,4 @@ def _bind(drv, p, dst, leaves, scalars):
         named[f"L{i}_pitch"] = obj.stride
     for i, (v, (store, comp)) in enumerate(zip(scalars, p.binding.scalars)):
         named[f"s{i}"] = np.asarray(v).astype(BY_CODE[store].np).astype(BY_CODE[comp].np)
-    from .emulate import as_arg
-    return [as_arg(t, named[n]) for n, t in p.binding.params]
+    return [conv(named[n]) for n, conv in p.convs]
