@@ -13,6 +13,10 @@ others synchronize after each call too):
     small  the same statement at n = 16: per-statement host overhead, microseconds
     first  the first call of a new structure (NVRTC compile) and the same structure with the
        disk cache warm (a fresh kernel cache in memory)
+    kernel E1's kernel alone at 2**27 float32, launched directly (no Python per call but the
+       launch): the emitted kernel over (1, n) and over (n / 1024, 1024), and hand-written
+       grid-stride kernels with 64-bit and 32-bit indices, to tell the kernel's cost from
+       the statement's
 """
 import argparse
 import statistics
@@ -104,6 +108,63 @@ def first_call():
     return cold
 
 
+_HAND = r"""
+extern "C" __global__ void e1_i64(long long n, float *w, const float *g, float eta, float lam) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) w[i] = -eta * (g[i] + lam * w[i]);
+}
+extern "C" __global__ void e1_i32(int n, float *w, const float *g, float eta, float lam) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    w[i] = -eta * (g[i] + lam * w[i]);
+}
+"""
+
+
+def kernel_variants(n, number, rounds):
+    """E1's kernels launched directly, timed by events over ``number`` launches."""
+    from mshadow import engine
+    from mshadow.cuda import cache, executor, launch, lower
+    drv = cuda.driver()
+    limits, arch = executor._facts(drv)
+    W = ms.new_tensor((n,), 0.5, device=ms.gpu)
+    G = ms.new_tensor((n,), 0.25, device=ms.gpu)
+    w, g = ms._core.data_address(W), ms._core.data_address(G)
+    f32, i64 = np.float32, np.int64
+    out = {}
+    e = -0.1 * (G + 0.01 * W)
+    k = lower.emit(e.key, "f32", "saveto")
+    fn = drv.Module(cache.kernel_cache().cubin(k.source, arch)).get_function(k.name)
+    for rows in (1, n // 1024):
+        cols = n // rows
+        geo = launch.elementwise(rows, cols, limits)
+        args = [i64(rows), i64(cols), np.uint64(w), i64(cols), f32(-0.1), np.uint64(g),
+                i64(cols), f32(0.01), np.uint64(w), i64(cols)]
+        out[f"emitted ({rows}, {cols}) grid {geo.grid}"] = (fn, geo.grid, geo.block, args)
+    hand = drv.Module(drv.compile_cubin(_HAND, arch=arch, options=("--fmad=false",)))
+    blocks = min(-(-n // 256), limits.sm_count * 32)
+    for name, nt in (("e1_i64", i64), ("e1_i32", np.int32)):
+        out[f"hand {name} grid ({blocks},)"] = (hand.get_function(name), (blocks, 1, 1),
+                                                (256, 1, 1),
+                                                [nt(n), np.uint64(w), np.uint64(g), f32(0.1),
+                                                 f32(0.01)])
+        out[f"hand {name} grid ({-(-n // 256)},)"] = (hand.get_function(name),
+                                                      (-(-n // 256), 1, 1), (256, 1, 1),
+                                                      [nt(n), np.uint64(w), np.uint64(g),
+                                                       f32(0.1), f32(0.01)])
+    res = {}
+    for _ in range(rounds):
+        for name, (f, grid, block, args) in out.items():
+            a, b = drv.Event(), drv.Event()
+            f.launch(grid, block, args)
+            a.record()
+            for _ in range(number):
+                f.launch(grid, block, args)
+            b.record()
+            b.synchronize()
+            res.setdefault(name, []).append(drv.elapsed_time(a, b) / number)
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -130,6 +191,9 @@ def main(argv=None):
         print(f"  {k:8s} {v * 1e6:8.2f} us  mshadow/{k} {t['mshadow'] / v:5.2f}x")
     print(f"\nfirst call of a new structure (NVRTC compile, cold caches): "
           f"{first_call() * 1e3:.1f} ms")
+    print("\nE1 kernels alone, n = 2**27 float32 (events over back-to-back launches)")
+    for k, v in kernel_variants(n, 20, rounds).items():
+        print(f"  {k:44s} {v:7.3f} ms  {3 * n * 4 / v / 1e6:6.0f} GB/s")
     return 0
 
 

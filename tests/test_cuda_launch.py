@@ -34,6 +34,12 @@ def test_every_launch_is_within_the_limits(limits):
     assert launch.softmax(5).block == (32, 1, 1)
     # mshadow's "too large launch parameter": 10**6 rows took a grid of 10**6 in y
     assert launch.elementwise(10 ** 6, 4).grid[1] <= 65535
+    # at most ELEMENTWISE_WAVES waves of resident blocks; the stride loops walk the rest
+    most = launch.H100.sm_count * launch.BLOCKS_PER_SM * launch.ELEMENTWISE_WAVES
+    for rows, cols in [(1, 2 ** 27), (2 ** 17, 1024), (10 ** 6, 4), (3, 5)]:
+        (gx, gy, _), (bx, _, _) = launch.elementwise(rows, cols)
+        assert gx * gy <= most and gx * bx >= min(cols, most * bx) and gy <= rows
+    assert launch.elementwise(1, 2 ** 27).grid == (most, 1, 1)
 
 
 def test_reduce_geometry():

@@ -22,6 +22,10 @@ Launch = namedtuple("Launch", "grid block")
 H100 = Limits(2 ** 31 - 1, 65535, 1024, 132)
 BLOCKS_PER_SM = 8          # resident blocks a multiprocessor holds, enough to hide latency
 ELEMENTWISE_BLOCK = 256    # threads of an element-wise block (x: along a row)
+# An element-wise grid holds at most this many waves of resident blocks; its stride loops walk
+# the rest. On an H200 a hand-written E1 kernel over 2**27 floats ran in 0.443 ms with 4224
+# blocks (4 waves) and 0.557 ms with one thread an element (524288 blocks).
+ELEMENTWISE_WAVES = 4
 
 
 def _cap(n, most):
@@ -32,9 +36,9 @@ def elementwise(rows, cols, limits=H100):
     """The launch of an element-wise or gather kernel (lower.emit) over rows x cols:
     blockIdx.y walks rows, blockIdx.x * blockDim.x + threadIdx.x columns."""
     block = _cap(min(ELEMENTWISE_BLOCK, limits.max_block), -(-max(cols, 1) // 32) * 32)
-    gx = _cap(-(-max(cols, 1) // block), limits.max_grid_x)
-    busy = limits.sm_count * BLOCKS_PER_SM                   # blocks that fill the device
-    gy = _cap(min(rows, max(1, busy // gx)), limits.max_grid_y)
+    most = limits.sm_count * BLOCKS_PER_SM * ELEMENTWISE_WAVES    # the grid's blocks at most
+    gx = _cap(min(-(-max(cols, 1) // block), most), limits.max_grid_x)
+    gy = _cap(min(rows, max(1, most // gx)), limits.max_grid_y)
     return Launch((gx, gy, 1), (block, 1, 1))
 
 
