@@ -12,7 +12,8 @@ cpu: Device
 gpu: Device
 
 def as_device(device: Device | str | int) -> Device: ...
-def check_devices(where: str, dst: Device | None = None, srcs: Iterable[Device] = ()) -> None: ...
+def check_devices(where: str, dst: Device | None = None, srcs: Iterable[Device] = (),
+                  gpu_ok: bool = False) -> None: ...
 
 class Stream:
     """``Stream<cpu>``: work on the CPU is synchronous, so wait() returns at once."""

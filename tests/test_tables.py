@@ -171,6 +171,9 @@ def test_the_device_check_is_made_in_one_place():
         "mshadow/blob.py": "TBlob.dev_mask, mshadow's own field",
         "mshadow/_blas.pyx": "product's per-call path: identity tests; dot.py's check_devices "
                              "raises when they fail",
+        "mshadow/engine.py": "assign routes a gpu destination to the GPU executor, whose "
+                             "check_devices then checks the operands",
+        "mshadow/_copy.pxi": "copy routes a copy with a gpu side to the CUDA driver",
     }
     hits = _hits(r"\.device\s+(is|is not|==|!=)\s|kDevCPU|dev_mask\s*(==|!=)|!= self\.dev_mask",
                  ("*.py", "*.pyx", "*.pxi"), tuple(allowed))
