@@ -16,6 +16,10 @@ cdef inline void _gather_rows_at(ms_gather *g, Py_ssize_t pos, const char *p,
     g.code[pos] = code
 
 
+# Not tracked by the cycle collector: it holds only ints, shapes, tuples of them and its bounds
+# forms (partials of readers.py functions), so it is in no cycle; tracking it made the small
+# nested statement pool(F(relu, x*2)) 2.2x the element-wise one instead of 2.0x.
+@cython.no_gc
 cdef class GatherArgs:
     """Parameters, output and source shapes of one gather (mshadow/include/mshadow/gather.h)."""
     cdef readonly str kernel          # the kernel's name in ms_reader_table ("g_take_f32", ...)
@@ -338,5 +342,7 @@ cdef GatherArgs _gather_args(str kernel, tuple srcs, tuple params, shape, index)
         if isinstance(src, (Tensor, ViewLeaf)):
             g._check_source(k, src)
     if index is not None and isinstance(srcs[index[0]], Tensor):
-        g.check_index((<Tensor> srcs[index[0]]).numpy())
+        g.check_index((<Tensor> srcs[index[0]]).to_numpy()       # (a gpu index: a copy)
+                      if (<Tensor> srcs[index[0]]).device is not cpu
+                      else (<Tensor> srcs[index[0]]).numpy())
     return g

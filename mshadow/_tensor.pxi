@@ -151,11 +151,6 @@ cdef Allocation _allocate_device(Tensor t, bint pad):
     return mem
 
 
-def data_address(Tensor t):
-    """The address of ``t``'s first element (on its device), raising if it was freed."""
-    return <size_t> t.data()
-
-
 cdef Allocation _allocate(Py_ssize_t nbytes):
     cdef Allocation mem = Allocation.__new__(Allocation)
     mem.ptr = <char *> ms_aligned_malloc(<size_t> nbytes)

@@ -90,3 +90,11 @@ def strided_view(Tensor src, shape, Py_ssize_t offset, strides, bint handle=Fals
     v.src_shape = src.shape
     v.src_stride = src.stride
     return v
+
+
+def data_address(obj):
+    """The address of the first element of a Tensor or a ViewLeaf (on its device), raising
+    if its memory was freed (or, for a view, its tensor changed)."""
+    if isinstance(obj, ViewLeaf):
+        return <size_t> (<ViewLeaf> obj).data()
+    return <size_t> (<Tensor?> obj).data()

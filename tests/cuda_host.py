@@ -12,6 +12,7 @@ import ctypes
 import numpy as np
 
 from mshadow.cuda import emulate
+from mshadow.cuda import lower
 from mshadow.cuda.lower import VIEW_MAXDIM
 from mshadow.dtypes import BY_CODE
 
@@ -29,15 +30,10 @@ class View(ctypes.Structure):
 def view_map(vl):
     """A ViewLeaf's map as _stages.pxi _bind_view_at binds it, strides in elements."""
     isz = vl.itemsize
-    shape, strides = tuple(vl.shape), [s // isz for s in vl.strides]
-    m = View(colstep=strides[-1])
-    if len(shape) == 1:
-        m.nmap, m.mdiv[0], m.mmod[0], m.mstride[0] = 1, 1, 1, 0
-        return m
-    m.nmap, div = len(shape) - 1, 1
-    for a in range(len(shape) - 2, -1, -1):
-        m.mdiv[a], m.mmod[a], m.mstride[a] = div, shape[a], strides[a]
-        div *= shape[a]
+    nmap, colstep, mdiv, mmod, mstride = lower.view_map(vl.shape, [s // isz for s in vl.strides])
+    m = View(nmap=nmap, colstep=colstep)
+    for a in range(VIEW_MAXDIM):
+        m.mdiv[a], m.mmod[a], m.mstride[a] = mdiv[a], mmod[a], mstride[a]
     return m
 
 

@@ -16,18 +16,22 @@ Design:
     leaf, goes through a temporary on the device first.
     Never: reads device memory from the host but for an index check; imports the CPU lowering.
 """
+import struct
 from collections import namedtuple
 
 import numpy as np
 
-from .. import _core
+from .. import _core, ir
 from ..device import check_devices, gpu
 from ..dtypes import BY_CODE, CODE_BY_FLAG
 from ..errors import DeviceError
+from ..readers import READERS_BY_NAME
 from . import cache, launch, lower
 
-# ``convs``: per kernel parameter (its Binding name, the numpy scalar type the launch takes)
-GpuPlan = namedtuple("GpuPlan", "function binding name convs")
+# ``convs``: per kernel parameter (its Binding name, the numpy scalar type the launch takes);
+# ``flag``: the device int a gather's index check sets (lower.Binding.checks), else None;
+# ``sources``: per gather leaf position, its sources' (first leaf position, is a plain leaf)
+GpuPlan = namedtuple("GpuPlan", "function binding name convs flag sources")
 
 
 def _driver():
@@ -59,9 +63,9 @@ def plan(node, dst_code, saver):
         k = lower.emit(node, dst_code, saver)
         image = cache.kernel_cache().cubin(k.source, _facts(drv)[1])
         fn = drv.Module(image).get_function(k.name)
-        from .emulate import as_arg       # (both drivers' argument forms)
-        convs = tuple((n, type(as_arg(t, 0))) for n, t in k.binding.params)
-        got = GpuPlan(fn, k.binding, k.name, convs)
+        convs = tuple((n, _conv(t)) for n, t in k.binding.params)
+        flag = drv.Memory(4) if k.binding.checks else None
+        got = GpuPlan(fn, k.binding, k.name, convs, flag, _gather_sources(node))
         _core.cache_plan(ck, got)
     return got
 
@@ -88,6 +92,15 @@ def assign(dst, node, leaves, scalars, saver):
     p.function.launch(geo.grid, geo.block, args)
 
 
+def _conv(ctype):
+    """What makes a launch argument of C type ``ctype`` from a bound value (as_arg's numpy
+    types: both drivers take them); a struct passes its bytes as they come."""
+    from .emulate import as_arg
+    if ctype.strip() == "ms_cu_view":
+        return lambda v: v
+    return type(as_arg(ctype, 0))
+
+
 def _rows_cols(shape):
     """The 2-D flattening: every leading axis a row."""
     rows = 1
@@ -97,16 +110,75 @@ def _rows_cols(shape):
 
 
 def _bind(drv, p, dst, leaves, scalars):
-    """The launch's arguments, by the Binding's parameter names."""
+    """The launch's arguments, by the Binding's parameter names (lower.py's Binding says
+    what each takes): a tensor its address and row pitch, a view its first element and row
+    map, a gather its parameters and each source's 1-D flag; index sources are range-checked
+    on the host first, so an out-of-range index stores nothing."""
     rows, cols = _rows_cols(dst.shape)
     named = {"rows": rows, "cols": cols, "dst": _core.data_address(dst),
              "dst_pitch": dst.stride}
     for i, (obj, b) in enumerate(zip(leaves, p.binding.leaves)):
-        if b.kind != "tensor":
-            raise DeviceError(f"Assignment: {b.kind} leaves are not evaluated on the GPU yet "
-                              f"(a tensor leaf is)")
-        named[f"L{i}"] = _core.data_address(obj)
-        named[f"L{i}_pitch"] = obj.stride
+        if b.kind == "tensor":
+            named[f"L{i}"] = _core.data_address(obj)
+            named[f"L{i}_pitch"] = obj.stride
+        elif b.kind == "view":
+            named[f"L{i}"] = _core.data_address(obj)
+            isz = obj.itemsize
+            named[f"L{i}_map"] = _view_struct(lower.view_map(obj.shape,
+                                                             [s // isz for s in obj.strides]))
+        else:                                    # a GatherArgs
+            reader = READERS_BY_NAME[b.detail]
+            for name, v in zip(reader.params, obj.params):
+                named[f"L{i}_{name}"] = v
+            for j, shape in enumerate(obj.src_shapes):
+                named[f"L{i}_vec{j}"] = int(len(shape) == 1)
+            if obj.index is not None:
+                start, plain = p.sources[i][obj.index[0]]
+                _check_index(obj, leaves[start] if plain else None)
     for i, (v, (store, comp)) in enumerate(zip(scalars, p.binding.scalars)):
         named[f"s{i}"] = np.asarray(v).astype(BY_CODE[store].np).astype(BY_CODE[comp].np)
+    if p.binding.checks:
+        named["ms_err"] = p.flag.address
     return [conv(named[n]) for n, conv in p.convs]
+
+
+def _gather_sources(node):
+    """Per Gather of ``node`` (by its leaf position, ir.leaves order), each source's first
+    leaf position and whether the source is a plain Leaf (a tensor read in place)."""
+    out = {}
+
+    def walk(n, pos):
+        t = type(n)
+        if t is ir.Leaf:
+            return pos + 1
+        if t is ir.ImplicitDot:
+            return walk(n.rhs, walk(n.lhs, pos))
+        if t is ir.View or t is ir.Gather:
+            me, pos, starts = pos, pos + 1, []
+            for c in n.children:
+                starts.append((pos, type(c) is ir.Leaf))
+                pos = walk(c, pos)
+            if t is ir.Gather:
+                out[me] = starts
+            return pos
+        for c in n.children:
+            pos = walk(c, pos)
+        return pos
+    walk(node, 0)
+    return out
+
+
+def _check_index(args, index):
+    """The index source of a gather (a gpu tensor), copied to the host and range-checked
+    (GatherArgs.check_index, the CPU's check)."""
+    if index is None:
+        raise DeviceError(f"{args.name}: an index that is an expression is not evaluated on the "
+                          f"GPU yet; assign it to a gpu tensor first")
+    args.check_index(index.to_numpy())
+
+
+def _view_struct(fields):
+    """An ms_cu_view (lower.view_map's fields) as the bytes a launch passes by value."""
+    nmap, colstep, mdiv, mmod, mstride = fields
+    return np.void(struct.pack(f"<{2 + 3 * lower.VIEW_MAXDIM}q", nmap, colstep, *mdiv, *mmod,
+                               *mstride))

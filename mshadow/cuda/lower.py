@@ -56,7 +56,7 @@ from ..errors import UnsupportedNodeError, UntracedOperatorError
 from ..ops_table import OPS_BY_NAME
 from ..readers import READERS_BY_NAME, REDUCER_BY_NAME, REDUCER_TABLE
 
-__all__ = ["emit", "emit_reduce", "emit_softmax", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
+__all__ = ["emit", "emit_reduce", "view_map", "emit_softmax", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
 
 KERNEL_PREFIX = "ms_ew_"
 VIEW_MAXDIM = 7   # leading axes a view maps (MS_VIEW_MAXDIM of include/mshadow/plan_exec.h)
@@ -234,6 +234,25 @@ static __device__ __forceinline__ long long ms_view_row(const ms_cu_view &m, lon
   for (long long a = 0; a < m.nmap; ++a) off += ((y / m.mdiv[a]) % m.mmod[a]) * m.mstride[a];
   return off;
 }}"""
+
+
+def view_map(shape, strides):
+    """The fields of the ms_cu_view a view leaf of ``shape`` and element ``strides`` binds
+    (nmap, colstep, mdiv, mmod, mstride; each list VIEW_MAXDIM long), as _stages.pxi
+    _bind_view_at binds a view on the CPU: row y starts at the sum over the leading axes a
+    of ((y / mdiv[a]) % mmod[a]) * mstride[a]."""
+    shape, strides = tuple(shape), tuple(strides)
+    mdiv, mmod, mstride = [0] * VIEW_MAXDIM, [0] * VIEW_MAXDIM, [0] * VIEW_MAXDIM
+    if len(shape) == 1:
+        mdiv[0], mmod[0] = 1, 1
+        return 1, strides[-1], mdiv, mmod, mstride
+    div = 1
+    for a in range(len(shape) - 2, -1, -1):
+        mdiv[a], mmod[a], mstride[a] = div, shape[a], strides[a]
+        div *= shape[a]
+    return len(shape) - 1, strides[-1], mdiv, mmod, mstride
+
+
 _TABLE_PRIMS = """static __device__ __forceinline__ int32_t ms_s_bucket_f32(float v, uint32_t base) {
   return (int32_t)((ms_f32_bits(v) - base) >> 22); }
 static __device__ __forceinline__ float ms_s_tab_f32(const float *t, int32_t i) { return t[i]; }"""

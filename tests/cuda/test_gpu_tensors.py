@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mshadow as ms
-from mshadow import cuda
+from mshadow import cuda, engine
 from mshadow.dtypes import DTYPES
 from mshadow.ir import SAVER_TABLE
 
@@ -91,22 +91,9 @@ def test_random_element_wise_assignments_store_the_cpu_bits(seed, saver):
     start = np.random.RandomState(99).uniform(1, 2, size=shape).astype(np.float32)
     d_cpu, d_gpu = ms.from_numpy(start.copy()), gpu_from(start)
     with np.errstate(all="ignore"):
-        _save(d_cpu, cpu, saver)
-        _save(d_gpu, gpu, saver)
+        engine.assign(d_cpu, cpu, saver)      # (what dst[:] = e, dst += e, ... call)
+        engine.assign(d_gpu, gpu, saver)
     np.testing.assert_array_equal(d_gpu.to_numpy().view(np.uint32), d_cpu.numpy().view(np.uint32))
-
-
-def _save(dst, value, saver):
-    if saver == "saveto":
-        dst[:] = value
-    elif saver == "plusto":
-        dst += value
-    elif saver == "minusto":
-        dst -= value
-    elif saver == "multo":
-        dst *= value
-    else:
-        dst /= value
 
 
 @pytest.mark.parametrize("dtype", [d.np for d in DTYPES])
@@ -153,3 +140,43 @@ def test_str_copies_to_the_host():
     g = ms.new_tensor((2, 3), 4, device=ms.gpu)
     assert str(g) == str(np.full((2, 3), 4, np.float32))
     assert "gpu" in repr(g)
+
+
+def _both(make, shape_out, dtype=np.float32, *arrays):
+    """``make(*tensors)`` evaluated into a cpu and a gpu destination from the same arrays."""
+    cpu = ms.new_tensor(shape_out, 0, dtype=dtype)
+    cpu[:] = make(*[ms.from_numpy(a) for a in arrays])
+    gpu = ms.new_tensor(shape_out, 0, dtype=dtype, device=ms.gpu, pad=True)
+    gpu[:] = make(*[gpu_from(a) for a in arrays])
+    return cpu.numpy(), gpu.to_numpy()
+
+
+_RNG = np.random.RandomState(7)
+_A = _RNG.uniform(-2, 2, size=(2, 3, 9, 70)).astype(np.float32)
+_I = np.array([3, 0, 69, 5, 5, 1], np.int32)
+GATHERS_AND_VIEWS = {
+    "flip": (lambda a: ms.flip(a, 2) * 2, (2, 3, 9, 70), (_A,)),
+    "broadcast_with_axis": (lambda a: ms.broadcast_with_axis(a[0][0], -1, 4) + 1, (4, 9, 70),
+                            (_A,)),
+    "pad": (lambda a: ms.pad(ms.F(ms.op.relu, a), 2), (2, 3, 13, 74), (_A,)),
+    "pool": (lambda a: ms.pool(a * 2 - 1, 3, 3, 2, 2, ms.red.sum), (2, 3, 4, 34), (_A,)),
+    "im2col": (lambda a: ms.unpack_patch2col(a, 3, 3, 1), (27, 2 * 7 * 68), (_A,)),
+    "take": (lambda a, i: ms.take(i, a * 2), (6, 9), (_A[0, 0].T.copy(), _I)),
+    "concat": (lambda a: ms.concat(a, a * 3, 3), (2, 3, 9, 140), (_A,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATHERS_AND_VIEWS))
+def test_views_and_gathers_store_the_cpu_bits(name):
+    make, shape, arrays = GATHERS_AND_VIEWS[name]
+    want, got = _both(make, shape, np.float32, *arrays)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_an_index_out_of_range_stores_nothing():
+    src = gpu_from(np.arange(40, dtype=np.float32).reshape(10, 4))
+    idx = gpu_from(np.array([1, 10, 2], np.int32))
+    dst = ms.new_tensor((3, 4), 7, device=ms.gpu)
+    with pytest.raises(IndexError, match=r"take: index values must lie in \[0, 10\), got \[1, 10\]"):
+        dst[:] = ms.take(idx, src)
+    np.testing.assert_array_equal(dst.to_numpy(), np.full((3, 4), 7, np.float32))
