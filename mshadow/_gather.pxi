@@ -342,7 +342,5 @@ cdef GatherArgs _gather_args(str kernel, tuple srcs, tuple params, shape, index)
         if isinstance(src, (Tensor, ViewLeaf)):
             g._check_source(k, src)
     if index is not None and isinstance(srcs[index[0]], Tensor):
-        g.check_index((<Tensor> srcs[index[0]]).to_numpy()       # (a gpu index: a copy)
-                      if (<Tensor> srcs[index[0]]).device is not cpu
-                      else (<Tensor> srcs[index[0]]).numpy())
+        g.check_index(_host_array(<Tensor> srcs[index[0]]))
     return g

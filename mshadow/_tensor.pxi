@@ -861,6 +861,11 @@ def new_tensor(shape, init=0, bint pad=False, dtype=np.float32, device=cpu, stre
     return t
 
 
+cdef object _host_array(Tensor t):
+    """``t``'s elements on the host: a view of a cpu tensor, a copy of a gpu one."""
+    return t._export() if t.device is cpu else t.to_numpy()
+
+
 def from_numpy(a):
     """A Tensor viewing a numpy array's memory (no copy); the array stays alive with it.
 

@@ -167,7 +167,8 @@ def test_the_device_check_is_made_in_one_place():
     allowed = {
         "mshadow/device.py": "the check itself",
         "mshadow/_exp.pxi": "an operand's device, per node built (hot path: one identity test)",
-        "mshadow/_tensor.pxi": "__getbuffer__: a host buffer, and a view's cached identity",
+        "mshadow/_tensor.pxi": "__getbuffer__, _export, _host_array: host views of cpu "
+                               "tensors only; gpu allocation; a view's cached identity",
         "mshadow/blob.py": "TBlob.dev_mask, mshadow's own field",
         "mshadow/_blas.pyx": "product's per-call path: identity tests; dot.py's check_devices "
                              "raises when they fail",
