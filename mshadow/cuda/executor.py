@@ -11,9 +11,10 @@ Design:
     of one), range-checks index sources on the host (a copy of the index: nothing is stored
     when one is out of range, as on the CPU), binds each leaf's device address and row pitch
     and each scalar (rounded to its storage type, passed as its compute type), and launches
-    over launch.elementwise's grid on the destination's stream (the default stream when it
-    has none). A destination that a leaf reads at other positions than written, or a view
-    leaf, goes through a temporary on the device first.
+    over launch.elementwise's grid on the default stream, asynchronously. A value that reads
+    the destination's bytes at other positions than it writes (``x[:] = x.T``, a gather or
+    a view over dst: by address range, whoever wraps the memory) is evaluated into a gpu
+    temporary first, then stored with the saver, as the CPU engine does.
     Never: reads device memory from the host but for an index check; imports the CPU lowering.
 """
 import struct
@@ -84,12 +85,47 @@ def assign(dst, node, leaves, scalars, saver):
         raise ValueError("assignment destination is read-only")
     code = CODE_BY_FLAG[dst.type_flag]
     p = plan(node, code, saver)
+    if _reads_dst_elsewhere(p, dst, leaves):
+        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
+        _launch(p if saver == "saveto" else plan(node, code, "saveto"), tmp, leaves, scalars)
+        leaf = ir.LEAF[CODE_BY_FLAG[tmp.type_flag]]
+        _launch(plan(leaf, code, saver), dst, (tmp,), ())
+        return
+    _launch(p, dst, leaves, scalars)
+
+
+def _launch(p, dst, leaves, scalars):
     drv = _driver()
     args = _bind(drv, p, dst, leaves, scalars)
     geo = launch.elementwise(*_rows_cols(dst.shape), _facts(drv)[0])
     # no stream: the default one, asynchronous as mshadow's MapExp; a copy to the host
     # waits for it, and freeing GPU memory waits for the device first (_tensor.pxi)
     p.function.launch(geo.grid, geo.block, args)
+
+
+def _span(t):
+    """[first byte, past the last) of a tensor's rows on its device."""
+    rows, cols = _rows_cols(t.shape)
+    a = _core.data_address(t)
+    return a, a + ((rows - 1) * t.stride + cols) * t.itemsize if rows and cols else a
+
+
+def _reads_dst_elsewhere(p, dst, leaves):
+    """Whether a leaf reads ``dst``'s bytes at positions other than those it writes: a
+    tensor leaf overlapping dst unless it is dst's very elements read in place (same
+    address and pitch, not transposed, not a gather's source), or any overlapping view."""
+    d0, d1 = _span(dst)
+    gathered = {start for starts in p.sources.values() for start, plain in starts if plain}
+    for i, (obj, b) in enumerate(zip(leaves, p.binding.leaves)):
+        if b.kind == "gather":
+            continue
+        t = obj.src if b.kind == "view" else obj
+        a0, a1 = _span(t)
+        if a0 < d1 and d0 < a1 and not (
+                b.kind == "tensor" and not b.detail and i not in gathered
+                and a0 == d0 and t.stride == dst.stride):
+            return True
+    return False
 
 
 def _conv(ctype):

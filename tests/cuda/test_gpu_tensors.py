@@ -180,3 +180,24 @@ def test_an_index_out_of_range_stores_nothing():
     with pytest.raises(IndexError, match=r"take: index values must lie in \[0, 10\), got \[1, 10\]"):
         dst[:] = ms.take(idx, src)
     np.testing.assert_array_equal(dst.to_numpy(), np.full((3, 4), 7, np.float32))
+
+
+ALIASED = {
+    "transpose": (lambda x: x.T * 1.0, "saveto"),
+    "transpose_plus": (lambda x: x.T + x, "plusto"),
+    "flip": (lambda x: ms.flip(x, 0) - x, "saveto"),
+    "concat_swap": (lambda x: ms.concat(x.slice(35, 70), x.slice(0, 35), 0), "multo"),
+    "same_elements": (lambda x: x * 2 + 1, "minusto"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALIASED))
+def test_a_destination_read_at_other_positions_goes_through_a_temporary(name):
+    """x[:] = x.T and the like: the destination is read where other elements are written;
+    the GPU result is the CPU's (which evaluates through a temporary), bit for bit."""
+    make, saver = ALIASED[name]
+    a = np.random.RandomState(5).uniform(-2, 2, size=(70, 70)).astype(np.float32)
+    c, g = ms.from_numpy(a.copy()), gpu_from(a)
+    engine.assign(c, make(c), saver)
+    engine.assign(g, make(g), saver)
+    np.testing.assert_array_equal(g.to_numpy().view(np.uint32), c.numpy().view(np.uint32))
