@@ -98,3 +98,27 @@ def data_address(obj):
     if isinstance(obj, ViewLeaf):
         return <size_t> (<ViewLeaf> obj).data()
     return <size_t> (<Tensor?> obj).data()
+
+
+def pin_allocations(objs):
+    """Pin the memory of every Tensor and ViewLeaf in ``objs`` (a GPU launch's operands, with
+    the GIL held from here to the launch's end): a free_space or resize meanwhile is
+    deferred to unpin_allocations, as for a CPU run. Returns what to pass to it."""
+    cdef list pinned = []
+    cdef Allocation m
+    for o in objs:
+        if isinstance(o, ViewLeaf):
+            o = (<ViewLeaf> o).src
+        if isinstance(o, Tensor) and (<Tensor> o).mem is not None:
+            (<Tensor> o).data()            # alive now (raises FreedTensorError if not)
+            m = (<Tensor> o).mem
+            m.pin()
+            pinned.append(m)
+    return pinned
+
+
+def unpin_allocations(list pinned):
+    """Undo pin_allocations: a free_space that came meanwhile frees now."""
+    cdef Allocation m
+    for m in pinned:
+        m.unpin()

@@ -96,11 +96,17 @@ def assign(dst, node, leaves, scalars, saver):
 
 def _launch(p, dst, leaves, scalars):
     drv = _driver()
-    args = _bind(drv, p, dst, leaves, scalars)
-    geo = launch.elementwise(*_rows_cols(dst.shape), _facts(drv)[0])
-    # no stream: the default one, asynchronous as mshadow's MapExp; a copy to the host
-    # waits for it, and freeing GPU memory waits for the device first (_tensor.pxi)
-    p.function.launch(geo.grid, geo.block, args)
+    # the operands' memory stays pinned from taking its addresses to the launch: a
+    # free_space from another thread meanwhile frees after it (and waits for the kernel)
+    pinned = _core.pin_allocations((dst,) + tuple(leaves))
+    try:
+        args = _bind(drv, p, dst, leaves, scalars)
+        geo = launch.elementwise(*_rows_cols(dst.shape), _facts(drv)[0])
+        # no stream: the default one, asynchronous as mshadow's MapExp; a copy to the
+        # host waits for it, and freeing GPU memory waits for the device first
+        p.function.launch(geo.grid, geo.block, args)
+    finally:
+        _core.unpin_allocations(pinned)
 
 
 def _span(t):

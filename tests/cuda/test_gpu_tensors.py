@@ -201,3 +201,42 @@ def test_a_destination_read_at_other_positions_goes_through_a_temporary(name):
     engine.assign(c, make(c), saver)
     engine.assign(g, make(g), saver)
     np.testing.assert_array_equal(g.to_numpy().view(np.uint32), c.numpy().view(np.uint32))
+
+
+def test_free_space_racing_assignments_defers_never_a_bad_launch():
+    """Another thread frees an operand while assignments run: each either completes or
+    raises FreedTensorError before anything is launched; the free waits for the launch
+    (the operands are pinned from their addresses to the launch), so no launch meets freed
+    memory (the emulated device refuses one with CudaError)."""
+    import sys
+    import threading
+    import time
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    errors, done = [], 0
+    try:
+        for trial in range(30):
+            h = ms.new_tensor((8, 64), 1, device=ms.gpu)
+            g = ms.new_tensor((8, 64), 0, device=ms.gpu)
+            g[:] = h * 2                       # compiled before the race
+            stop = threading.Event()
+
+            def worker():
+                nonlocal done
+                try:
+                    while not stop.is_set():
+                        g[:] = h * 2 + g
+                        done += 1
+                except ms.FreedTensorError:
+                    pass
+                except Exception as e:          # noqa: BLE001 - what the test looks for
+                    errors.append(repr(e))
+            t = threading.Thread(target=worker)
+            t.start()
+            time.sleep(0.001 * (trial % 5))
+            ms.free_space(h)
+            stop.set()
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == [] and done > 0
