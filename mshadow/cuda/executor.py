@@ -56,12 +56,14 @@ def _facts(drv):
 
 
 def plan(node, dst_code, saver):
-    """The GpuPlan of a structure, from the engine's plan cache or made now."""
+    """The GpuPlan of a structure, from the engine's plan cache or made now (lower.emit, or
+    lower.emit_reduce for an ir.Reduce root)."""
     ck = (node, dst_code, saver, gpu)
     got = _core.cached_plan(ck)
     if got is None:
         drv = _driver()
-        k = lower.emit(node, dst_code, saver)
+        emit = lower.emit_reduce if type(node) is ir.Reduce else lower.emit
+        k = emit(node, dst_code, saver)
         image = cache.kernel_cache().cubin(k.source, _facts(drv)[1])
         fn = drv.Module(image).get_function(k.name)
         convs = tuple((n, _conv(t)) for n, t in k.binding.params)
@@ -94,14 +96,44 @@ def assign(dst, node, leaves, scalars, saver):
     _launch(p, dst, leaves, scalars)
 
 
-def _launch(p, dst, leaves, scalars):
+def assign_reduce(dst, exp, saver):
+    """``dst <saver> scale * reduce(src)`` on the GPU for a ReduceExp (extension/reduce.py
+    checked dst's dtype and shape): one kernel of lower.emit_reduce, a block an output
+    element, the source evaluated where it is read. A source that overlaps dst goes through
+    a gpu temporary first."""
+    src = exp.src
+    is_tensor = isinstance(src, _core.Tensor)
+    leaves = (src,) if is_tensor else tuple(src.leaves)
+    scalars = () if is_tensor else tuple(src.scalars)
+    check_devices(exp.where, dst.device, tuple(
+        d for d in (_leaf_device(x) for x in leaves) if d is not None), gpu_ok=True)
+    code = CODE_BY_FLAG[dst.type_flag]
+    shape = tuple(src.shape)
+    nout, nred, A, B, M, exc = launch.reduce_geometry(shape, exp.form, exp.axis)
+    extra = {"nout": nout, "nred": nred, "A": A, "B": B, "M": M, "except_dim": exc,
+             "src_cols": shape[-1], "dst_cols": dst.shape[-1], "scale": exp.scale}
+    d0, d1 = _span(dst)
+    if any(a0 < d1 and d0 < a1 for a0, a1 in (_span(x.src if isinstance(x, _core.ViewLeaf)
+                                                    else x) for x in leaves
+                                              if not isinstance(x, _core.GatherArgs))):
+        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
+        _launch(plan(exp.key, code, "saveto"), tmp, leaves, scalars, extra)
+        _launch(plan(ir.LEAF[code], code, saver), dst, (tmp,), ())
+        return
+    _launch(plan(exp.key, code, saver), dst, leaves, scalars, extra)
+
+
+def _launch(p, dst, leaves, scalars, extra=None):
+    """Bind and launch ``p`` into ``dst``; ``extra``: a reduction's extents (its launch is
+    launch.reduction's, an element-wise one launch.elementwise's)."""
     drv = _driver()
     # the operands' memory stays pinned from taking its addresses to the launch: a
     # free_space from another thread meanwhile frees after it (and waits for the kernel)
     pinned = _core.pin_allocations((dst,) + tuple(leaves))
     try:
-        args = _bind(drv, p, dst, leaves, scalars)
-        geo = launch.elementwise(*_rows_cols(dst.shape), _facts(drv)[0])
+        args = _bind(drv, p, dst, leaves, scalars, extra)
+        geo = (launch.elementwise(*_rows_cols(dst.shape), _facts(drv)[0]) if extra is None
+               else launch.reduction(extra["nout"], extra["nred"], _facts(drv)[0]))
         # no stream: the default one, asynchronous as mshadow's MapExp; a copy to the
         # host waits for it, and freeing GPU memory waits for the device first
         p.function.launch(geo.grid, geo.block, args)
@@ -151,7 +183,7 @@ def _rows_cols(shape):
     return rows, shape[-1]
 
 
-def _bind(drv, p, dst, leaves, scalars):
+def _bind(drv, p, dst, leaves, scalars, extra=None):
     """The launch's arguments, by the Binding's parameter names (lower.py's Binding says
     what each takes): a tensor its address and row pitch, a view its first element and row
     map, a gather its parameters and each source's 1-D flag; index sources are range-checked
@@ -181,6 +213,8 @@ def _bind(drv, p, dst, leaves, scalars):
         named[f"s{i}"] = np.asarray(v).astype(BY_CODE[store].np).astype(BY_CODE[comp].np)
     if p.binding.checks:
         named["ms_err"] = p.flag.address
+    if extra:
+        named.update(extra)
     return [conv(named[n]) for n, conv in p.convs]
 
 

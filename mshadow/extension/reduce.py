@@ -474,11 +474,12 @@ def _finish(res, scale, acc, dtype):
         return res.astype(dtype, copy=False)
 
 
-def check_dst(dst, exp_code, devices, where):
-    """The checks that precede any store: a live, writable CPU tensor of the right dtype."""
+def check_dst(dst, exp_code, devices, where, gpu_ok=False):
+    """The checks that precede any store: a live, writable tensor of the right dtype, on the
+    CPU (or on the GPU too, ``gpu_ok``: a reduction's own route there)."""
     if not isinstance(dst, Tensor):
         raise TypeError(f"{where}: destination must be a Tensor, got {type(dst).__name__}")
-    check_devices(where, dst.device, devices)
+    check_devices(where, dst.device, devices, gpu_ok=gpu_ok)
     dst.dptr    # raises FreedTensorError before anything is computed
     if dst.readonly:
         raise ValueError(f"{where}: assignment destination is read-only")
@@ -509,7 +510,7 @@ def _code_of_src(src):
 def _eval(dst, exp, saver):
     """The complex engine: ``dst <saver> exp`` for a ReduceExp."""
     where = exp.where
-    check_dst(dst, exp.code, source_devices(exp.src), where)
+    check_dst(dst, exp.code, source_devices(exp.src), where, gpu_ok=True)
     if exp.form == "except_dim":
         if len(dst.shape) != 1 or dst.shape[0] != exp.shape[0]:
             raise ShapeError(f"{where}: the result is 1-D of length {exp.shape[0]} "
@@ -519,8 +520,11 @@ def _eval(dst, exp, saver):
     elif dst.shape != exp.shape:
         raise ShapeError(f"{where}: result shape {tuple(exp.shape)} does not match the "
                          f"destination shape {tuple(dst.shape)}")
-    reduce_into(dst, exp.src, exp.form, exp.reducer.name, exp.axis, exp.mask, exp.scale,
-                check_saver(saver, where))
+    saver = check_saver(saver, where)
+    if dst.device is not cpu:          # one kernel of the CUDA lowering (cuda/executor.py)
+        from ..cuda import executor
+        return executor.assign_reduce(dst, exp, saver)
+    reduce_into(dst, exp.src, exp.form, exp.reducer.name, exp.axis, exp.mask, exp.scale, saver)
 
 
 register_complex("reduce", _eval, plan_of)

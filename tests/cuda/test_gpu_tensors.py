@@ -240,3 +240,32 @@ def test_free_space_racing_assignments_defers_never_a_bad_launch():
     finally:
         sys.setswitchinterval(old)
     assert errors == [] and done > 0
+
+
+_X = np.random.RandomState(11).uniform(-3, 3, size=(3, 5, 70)).astype(np.float32)
+REDUCTIONS = {
+    "sum_rows": (lambda x: ms.sum_rows(ms.reshape(x, (15, 70))),
+                 (70,)),
+    "sumall_except_dim_1": (lambda x: ms.sumall_except_dim(x * 2 + 1, 1), (5,)),
+    "with_axis_max": (lambda x: ms.reduce_with_axis(x, 2, ms.red.maximum), (3, 5)),
+    "with_axis_min_expr": (lambda x: ms.reduce_with_axis(ms.F(ms.op.exp, x), 0, ms.red.minimum),
+                           (5, 70)),
+    "keepdim_sum": (lambda x: ms.reduce_keepdim(x, 1, ms.red.sum), (3, 1, 70)),
+    "argmax": (lambda x: ms.reduce_with_axis(x, 2, ms.red.maximum, mask=True), (3, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+@pytest.mark.parametrize("saver", ["saveto", "plusto"])
+def test_reductions_match_the_cpu(name, saver):
+    """A block an output element, folded by warps: maximum, minimum and arg forms bit for
+    bit with the CPU, sums within their summation order (docs/reduce_nn.md)."""
+    make, shape = REDUCTIONS[name]
+    start = np.random.RandomState(2).uniform(1, 2, size=shape).astype(np.float32)
+    c, g = ms.from_numpy(start.copy()), gpu_from(start)
+    engine.assign(c, make(ms.from_numpy(_X)), saver)
+    engine.assign(g, make(gpu_from(_X)), saver)
+    if "sum" in name:
+        np.testing.assert_allclose(g.to_numpy(), c.numpy(), rtol=2e-6, atol=2e-5)
+    else:
+        np.testing.assert_array_equal(g.to_numpy(), c.numpy())
