@@ -86,7 +86,7 @@ def _common(a, b, where):
     if a.type_flag != b.type_flag:
         raise DTypeError(f"{where}: operands have different dtypes {a.dtype} and {b.dtype}; "
                          f"use ms.tcast to convert one of them")
-    check_devices(where, None, (a.device, b.device))
+    check_devices(where, None, (a.device, b.device), gpu_ok=True)   # (evaluated: _eval)
     return _CODE_BY_FLAG[a.type_flag]
 
 
@@ -193,7 +193,7 @@ def _check_dst(dst, exp, where):
     if dst.type_flag != exp.lhs.type_flag:
         raise DTypeError(f"{where}: product of dtype {exp.lhs.dtype} into a tensor of dtype "
                          f"{dst.dtype}; use ms.tcast")
-    check_devices(where, dst.device, (exp.lhs.device,))
+    check_devices(where, dst.device, (exp.lhs.device, exp.rhs.device), gpu_ok=True)
 
 
 def _eval(dst, exp, saver):
@@ -217,6 +217,9 @@ def _eval(dst, exp, saver):
         raise ShapeError(f"{form}: matrix shape mismatch: destination {tuple(dst.shape)}, "
                          f"{_name(exp.lhs, exp.ltrans)} x {_name(exp.rhs, exp.rtrans)} gives "
                          f"{tuple(exp.shape)}")
+    if dst.device is not _core.cpu:          # cuBLAS (cuda/executor.py)
+        from .cuda import executor
+        return executor.assign_product(dst, exp, sign_beta)
     raise AssertionError(f"{where}: _blas.product refused a destination that passes every "
                          f"check here ({dst!r})")    # the two lists of checks disagree
 
@@ -262,6 +265,10 @@ def batch_gemm(dst, lhs, rhs, alpha, beta, transpose_left=False, transpose_right
     _check_dst(d, exp, "BatchGEMM")
     alpha = _scale_value(alpha, code, "BatchGEMM alpha")
     beta = _scale_value(beta, code, "BatchGEMM beta")
+    if d.device is not _core.cpu:            # cuBLAS (cuda/executor.py): alpha as the scale
+        from .cuda import executor
+        exp.scale = alpha
+        return executor.assign_product(d, exp, (1, beta))
     _blas().batch_gemm(d, a, ta, b, tb, alpha, beta, _core.get_num_threads())
 
 

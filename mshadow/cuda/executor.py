@@ -24,8 +24,8 @@ import numpy as np
 
 from .. import _core, ir
 from ..device import check_devices, gpu
-from ..dtypes import BY_CODE, CODE_BY_FLAG
-from ..errors import DeviceError
+from ..dtypes import BY_CODE, CODE_BY_FLAG, FLOAT_CODES, compute_code
+from ..errors import DeviceError, DTypeError
 from ..readers import READERS_BY_NAME
 from . import cache, launch, lower
 
@@ -73,6 +73,15 @@ def plan(node, dst_code, saver):
     return got
 
 
+def _require_device(where):
+    """A DeviceError saying why when there is no CUDA device (and no emulated one)."""
+    from . import unavailable_reason
+    reason = unavailable_reason()
+    if reason is not None:
+        raise DeviceError(f"{where}: gpu tensors need the CUDA backend, which has no device "
+                          f"here: {reason.splitlines()[0]}")
+
+
 def _leaf_device(obj):
     src = obj.src if isinstance(obj, _core.ViewLeaf) else obj
     return getattr(src, "device", None)
@@ -83,13 +92,14 @@ def assign(dst, node, leaves, scalars, saver):
     value's, from engine.checked)."""
     devices = tuple(d for d in (_leaf_device(x) for x in leaves) if d is not None)
     check_devices("Assignment", dst.device, devices, gpu_ok=True)
+    _require_device("Assignment")
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     code = CODE_BY_FLAG[dst.type_flag]
     p = plan(node, code, saver)
     if _reads_dst_elsewhere(p, dst, leaves):
         tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
-        _launch(p if saver == "saveto" else plan(node, code, "saveto"), tmp, leaves, scalars)
+        _launch(plan(node, code, "saveto"), tmp, leaves, scalars)
         leaf = ir.LEAF[CODE_BY_FLAG[tmp.type_flag]]
         _launch(plan(leaf, code, saver), dst, (tmp,), ())
         return
@@ -107,6 +117,7 @@ def assign_reduce(dst, exp, saver):
     scalars = () if is_tensor else tuple(src.scalars)
     check_devices(exp.where, dst.device, tuple(
         d for d in (_leaf_device(x) for x in leaves) if d is not None), gpu_ok=True)
+    _require_device(exp.where)
     code = CODE_BY_FLAG[dst.type_flag]
     shape = tuple(src.shape)
     nout, nred, A, B, M, exc = launch.reduce_geometry(shape, exp.form, exp.axis)
@@ -121,6 +132,61 @@ def assign_reduce(dst, exp, saver):
         _launch(plan(ir.LEAF[code], code, saver), dst, (tmp,), ())
         return
     _launch(plan(exp.key, code, saver), dst, leaves, scalars, extra)
+
+
+_BLAS = {}     # driver module name -> its BlasHandle on the default stream
+
+
+def assign_product(dst, exp, sign_beta):
+    """``dst <saver> exp`` for a DotExp or BatchDotExp of 2-D (3-D) gpu tensors through
+    cuBLAS on the default stream: the saver's (sign of alpha, beta) as on the CPU; dot.py
+    checked the dtype and shape. Row-major C = op(A) op(B) is column-major C^T = op(B)^T
+    op(A)^T: one gemm (gemmStridedBatched) with the operands swapped and each row pitch as
+    its leading dimension. An operand overlapping dst goes through a gpu temporary."""
+    where = exp.key.kind
+    a, b = exp.lhs, exp.rhs
+    check_devices(where, dst.device, (a.device, b.device), gpu_ok=True)
+    _require_device(where)
+    nd = 3 if where == "batch_dot" else 2
+    if not (len(dst.shape) == len(a.shape) == len(b.shape) == nd):
+        raise DeviceError(f"{where}: products of 1-D operands are not evaluated on the GPU yet "
+                          f"(2-D dot and 3-D batch_dot are)")
+    code = CODE_BY_FLAG[dst.type_flag]
+    if code not in FLOAT_CODES or compute_code(code) != code:    # cuBLAS's S and D routines
+        kinds = " and ".join(BY_CODE[c].np.name for c in FLOAT_CODES if compute_code(c) == c)
+        raise DTypeError(f"{where}: cuBLAS multiplies {kinds}, got {dst.dtype}")
+    if dst.readonly:
+        raise ValueError("assignment destination is read-only")
+    d0, d1 = _span(dst)
+    if any(t0 < d1 and d0 < t1 for t0, t1 in (_span(a), _span(b))):
+        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
+        assign_product(tmp, exp, (sign_beta[0], 0))   # tmp = alpha * op(a) op(b)
+        value = dst * sign_beta[1] + tmp if sign_beta[1] else tmp
+        node = value.key if isinstance(value, _core.Exp) else ir.LEAF[code]
+        leaves = value.leaves if isinstance(value, _core.Exp) else (tmp,)
+        scalars = value.scalars if isinstance(value, _core.Exp) else ()
+        assign(dst, node, leaves, scalars, "saveto")      # dst = beta dst + tmp
+        return
+    drv = _driver()
+    h = _BLAS.get(drv.__name__)
+    if h is None:
+        h = _BLAS[drv.__name__] = drv.BlasHandle()
+    alpha, beta = sign_beta[0] * exp.scale, sign_beta[1]
+    m, n = dst.shape[-2], dst.shape[-1]
+    k = a.shape[-2] if exp.ltrans else a.shape[-1]
+    pinned = _core.pin_allocations((dst, a, b))
+    try:
+        pa, pb, pc = (_core.data_address(t) for t in (a, b, dst))
+        if nd == 2:
+            h.gemm(dst.dtype, exp.rtrans, exp.ltrans, n, m, k, alpha, pb, b.stride, pa,
+                   a.stride, beta, pc, dst.stride)
+        else:
+            h.gemm_strided_batched(dst.dtype, exp.rtrans, exp.ltrans, n, m, k, alpha,
+                                   pb, b.stride, b.shape[1] * b.stride,
+                                   pa, a.stride, a.shape[1] * a.stride, beta,
+                                   pc, dst.stride, dst.shape[1] * dst.stride, dst.shape[0])
+    finally:
+        _core.unpin_allocations(pinned)
 
 
 def _launch(p, dst, leaves, scalars, extra=None):

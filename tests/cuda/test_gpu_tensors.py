@@ -269,3 +269,52 @@ def test_reductions_match_the_cpu(name, saver):
         np.testing.assert_allclose(g.to_numpy(), c.numpy(), rtol=2e-6, atol=2e-5)
     else:
         np.testing.assert_array_equal(g.to_numpy(), c.numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("lt, rt", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("saver", ["saveto", "plusto", "minusto"])
+def test_dot_and_batch_dot_through_cublas(dtype, lt, rt, saver):
+    """dot and batch_dot of gpu tensors (pitched, transposed operands, a scale) against the
+    CPU's BLAS, every saver with a BLAS form."""
+    rng = np.random.RandomState(4)
+    m, k, n = 5, 70, 66
+    a = rng.standard_normal((k, m) if lt else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if rt else (k, n)).astype(dtype)
+    start = rng.standard_normal((m, n)).astype(dtype)
+
+    def product(x, y):
+        return ms.dot(x.T if lt else x, y.T if rt else y) * 0.5
+    c, g = ms.from_numpy(start.copy()), gpu_from(start)
+    engine.assign(c, product(ms.from_numpy(a), ms.from_numpy(b)), saver)
+    engine.assign(g, product(gpu_from(a), gpu_from(b)), saver)
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(g.to_numpy(), c.numpy(), **tol)
+    A = rng.standard_normal((3,) + ((k, m) if lt else (m, k))).astype(dtype)
+    B = rng.standard_normal((3,) + ((n, k) if rt else (k, n))).astype(dtype)
+    c3 = ms.new_tensor((3, m, n), 0, dtype=dtype)
+    g3 = ms.new_tensor((3, m, n), 0, dtype=dtype, device=ms.gpu, pad=True)
+    engine.assign(c3, ms.batch_dot(ms.from_numpy(A), ms.from_numpy(B), lt, rt), saver)
+    engine.assign(g3, ms.batch_dot(gpu_from(A), gpu_from(B), lt, rt), saver)
+    np.testing.assert_allclose(g3.to_numpy(), c3.numpy(), **tol)
+
+
+def test_a_product_into_one_of_its_operands_goes_through_a_temporary():
+    a = np.random.RandomState(1).standard_normal((6, 6)).astype(np.float32)
+    c, g = ms.from_numpy(a.copy()), gpu_from(a)
+    c -= ms.dot(c, c.T)
+    g -= ms.dot(g, g.T)
+    np.testing.assert_allclose(g.to_numpy(), c.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_gemm_alpha_beta_on_the_gpu():
+    rng = np.random.RandomState(8)
+    A, B = (rng.standard_normal((2, 4, 7)).astype(np.float64) for _ in range(2))
+    C = rng.standard_normal((2, 4, 4)).astype(np.float64)
+    c, g = ms.from_numpy(C.copy()), gpu_from(C)
+    ms.batch_gemm(c, ms.from_numpy(A), ms.from_numpy(B), 1.5, -0.5, False, True)
+    ms.batch_gemm(g, gpu_from(A), gpu_from(B), 1.5, -0.5, False, True)
+    np.testing.assert_allclose(g.to_numpy(), c.numpy(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ms.DeviceError, match="1-D operands are not evaluated on the GPU"):
+        d = ms.new_tensor((4,), 0, dtype=np.float64, device=ms.gpu)
+        d[:] = ms.dot(gpu_from(A[0]), gpu_from(B[0, 0]))
