@@ -41,7 +41,7 @@ def check_devices(where, dst=None, srcs=(), gpu_ok=False):
     """The device check, made here only: the destination's device ``dst`` (None when there
     is none) and every operand's in ``srcs`` must be one device (a DeviceError names them),
     and one that ``where`` evaluates on: the CPU, or the GPU where the caller runs it there
-    (``gpu_ok``: allocation, copies and element-wise assignments, mshadow/cuda/)."""
+    (``gpu_ok``: allocation, copies, assignments, reductions and products, mshadow/cuda/)."""
     if dst is None or dst is cpu:                # the common case, without building sets
         for d in srcs:
             if d is not cpu:
@@ -57,9 +57,9 @@ def check_devices(where, dst=None, srcs=(), gpu_ok=False):
                           f"between devices")
     device = devices.pop() if devices else cpu
     if device is not cpu and not gpu_ok:
-        raise DeviceError(f"{where}: {device.name} tensors need the CUDA backend, which runs "
-                          f"allocation, copies and element-wise assignments so far; copy them "
-                          f"to the cpu with ms.copy for this")
+        raise DeviceError(f"{where}: {device.name} tensors need the CUDA backend to run this, "
+                          f"and it does not yet (docs/gpu.md lists what runs on the GPU); copy "
+                          f"them to the cpu with ms.copy for this")
 
 
 class Stream:
