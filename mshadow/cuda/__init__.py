@@ -32,12 +32,20 @@ def driver():
     mshadow.cuda.emulate when the environment says ``MSHADOW_CUDA=emulate``. Any other
     value raises CudaError naming the accepted ones. Read at each call (cheap)."""
     value = os.environ.get(ENV, "")
+    got = _LOADED.get(value)
+    if got is not None:
+        return got
     name = DRIVERS.get(value)
     if name is None:
         raise CudaError(f"{ENV}={value!r} is not a CUDA driver mshadow has: leave {ENV} unset "
                         f"(or empty) for the real device, or set {ENV}=emulate for the "
                         f"emulated one")
-    return _cuda if name == "_cuda" else importlib.import_module(f"{__name__}.{name}")
+    got = _LOADED[value] = (_cuda if name == "_cuda"
+                            else importlib.import_module(f"{__name__}.{name}"))
+    return got
+
+
+_LOADED = {}    # MSHADOW_CUDA's value -> its driver module (an import per call cost 13 us)
 
 
 def __getattr__(name):

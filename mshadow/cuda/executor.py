@@ -61,6 +61,7 @@ def plan(node, dst_code, saver):
     ck = (node, dst_code, saver, gpu)
     got = _core.cached_plan(ck)
     if got is None:
+        _require_device("Assignment")
         drv = _driver()
         emit = lower.emit_reduce if type(node) is ir.Reduce else lower.emit
         k = emit(node, dst_code, saver)
@@ -92,7 +93,6 @@ def assign(dst, node, leaves, scalars, saver):
     value's, from engine.checked)."""
     devices = tuple(d for d in (_leaf_device(x) for x in leaves) if d is not None)
     check_devices("Assignment", dst.device, devices, gpu_ok=True)
-    _require_device("Assignment")
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     code = CODE_BY_FLAG[dst.type_flag]
@@ -117,7 +117,6 @@ def assign_reduce(dst, exp, saver):
     scalars = () if is_tensor else tuple(src.scalars)
     check_devices(exp.where, dst.device, tuple(
         d for d in (_leaf_device(x) for x in leaves) if d is not None), gpu_ok=True)
-    _require_device(exp.where)
     code = CODE_BY_FLAG[dst.type_flag]
     shape = tuple(src.shape)
     nout, nred, A, B, M, exc = launch.reduce_geometry(shape, exp.form, exp.axis)
