@@ -70,9 +70,16 @@ cdef class Allocation:
 
     def __dealloc__(self):
         # an evaluation in flight holds references to its tensors, so n_running is 0 here;
-        # GPU memory is freed by its own Memory object when that is collected
-        if self.owned and self.ptr != NULL and self.device_mem is None:
-            ms_aligned_free(self.ptr)
+        # GPU memory may still be read by a kernel queued before (cuMemFree "may" wait for
+        # it, the driver API says): free it after the device has finished, as free_space
+        if self.owned and self.ptr != NULL:
+            if self.device_mem is None:
+                ms_aligned_free(self.ptr)
+            else:
+                try:
+                    _device_free(self.device_mem)
+                except BaseException:
+                    pass        # (at exit the driver may be gone: the Memory frees itself)
             self.ptr = NULL
 
     cdef void _free(self) except *:

@@ -318,3 +318,26 @@ def test_batch_gemm_alpha_beta_on_the_gpu():
     with pytest.raises(ms.DeviceError, match="1-D operands are not evaluated on the GPU"):
         d = ms.new_tensor((4,), 0, dtype=np.float64, device=ms.gpu)
         d[:] = ms.dot(gpu_from(A[0]), gpu_from(B[0, 0]))
+
+
+def test_gpu_memory_is_freed_after_the_device_has_finished(monkeypatch):
+    """A collected gpu tensor (a temporary, a dropped operand) may still be read by a kernel
+    queued before: its memory goes back only after the device has finished, as free_space's
+    does (cuMemFree only "may" wait)."""
+    import gc
+    calls = []
+    monkeypatch.setattr(cuda.driver(), "synchronize", lambda device=0: calls.append(device))
+    t = ms.new_tensor((4, 70), 1, device=ms.gpu)
+    v = t.slice(0, 1)
+    del t
+    gc.collect()
+    assert calls == []            # the view keeps the memory
+    del v
+    gc.collect()
+    assert calls == [0]
+    u = ms.new_tensor((2, 3), 1, device=ms.gpu)
+    ms.free_space(u)
+    assert calls == [0, 0]
+    del u
+    gc.collect()
+    assert calls == [0, 0]        # freed once
