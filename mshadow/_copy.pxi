@@ -14,14 +14,11 @@ def copy(Tensor dst, Tensor src, stream=None):
         raise ShapeError(f"Copy:shape mismatch:{dst.shape} vs {src.shape}")
     if dst.dtype != src.dtype:
         raise DTypeError(f"Copy: dtype mismatch: {dst.dtype} vs {src.dtype} (use tcast to convert)")
-    if dst.device is not cpu or src.device is not cpu:
-        if dst.readonly:
-            raise ValueError("Copy: destination tensor is read-only")
-        _copy_device(dst, src)
-        return
-    check_devices("Copy", dst.device, (src.device,))
     if dst.readonly:
         raise ValueError("Copy: destination tensor is read-only")
+    if dst.device is not cpu or src.device is not cpu:      # any two devices
+        _copy_device(dst, src)
+        return
     cdef char *d = dst.data()
     cdef char *s = src.data()
     cdef Py_ssize_t row_bytes = dst.cols * dst.itemsize
@@ -32,9 +29,7 @@ def copy(Tensor dst, Tensor src, stream=None):
     cdef bint failed = False
     if rows == 0 or row_bytes == 0 or (d == s and dpitch == spitch):
         return
-    # byte ranges touched: [first row start, last row end)
-    cdef bint overlap = (d < s + (rows - 1) * spitch + row_bytes and
-                         s < d + (rows - 1) * dpitch + row_bytes)
+    cdef bint overlap = _rows_overlap(d, dpitch, s, spitch, rows, row_bytes)
     dst.mem.pin()          # a free_space from another thread meanwhile waits for the copy
     src.mem.pin()
     try:
@@ -62,6 +57,14 @@ def copy(Tensor dst, Tensor src, stream=None):
                           f"for overlapping tensors")
 
 
+cdef inline bint _rows_overlap(char *d, Py_ssize_t dpitch, char *s, Py_ssize_t spitch,
+                               Py_ssize_t rows, Py_ssize_t row_bytes) noexcept:
+    """Whether the byte ranges two copies' rows touch ([first row start, last row end))
+    overlap."""
+    return (d < s + (rows - 1) * spitch + row_bytes and
+            s < d + (rows - 1) * dpitch + row_bytes)
+
+
 cdef int _copy_device(Tensor dst, Tensor src) except -1:
     """``Copy`` with a gpu side (mshadow's cudaMemcpy2DAsync honouring both pitches): one 2-D
     copy by the CUDA driver in use, finished when this returns (mshadow's Copy with no
@@ -78,8 +81,7 @@ cdef int _copy_device(Tensor dst, Tensor src) except -1:
     dst.mem.pin()          # a free_space from another thread meanwhile waits for the copy
     src.mem.pin()
     try:
-        if d_dev and s_dev and (d < s + (rows - 1) * spitch + row_bytes
-                                and s < d + (rows - 1) * dpitch + row_bytes):
+        if d_dev and s_dev and _rows_overlap(d, dpitch, s, spitch, rows, row_bytes):
             tmp = drv.Memory(row_bytes * rows)
             drv.copy_2d(tmp.address, row_bytes, True, <size_t> s, spitch, True, row_bytes,
                         rows)

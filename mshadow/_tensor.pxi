@@ -73,16 +73,13 @@ cdef class Allocation:
         # GPU memory may still be read by a kernel queued before (cuMemFree "may" wait for
         # it, the driver API says): free it after the device has finished, as free_space
         if self.owned and self.ptr != NULL:
-            if self.device_mem is None:
-                ms_aligned_free(self.ptr)
-            else:
-                try:
-                    _device_free(self.device_mem)
-                except BaseException:
-                    pass        # (at exit the driver may be gone: the Memory frees itself)
-            self.ptr = NULL
+            try:
+                self._free()
+            except BaseException:
+                pass        # (at exit the CUDA driver may be gone: the Memory frees itself)
 
     cdef void _free(self) except *:
+        """Give the bytes back: host memory at once, GPU memory once the device is done."""
         if self.device_mem is not None:
             _device_free(self.device_mem)
         else:
@@ -113,11 +110,7 @@ cdef class Allocation:
         self.n_running -= 1
         if self.n_running == 0 and self.free_pending:
             self.free_pending = False
-            if self.device_mem is not None:
-                _device_free(self.device_mem)
-            else:
-                ms_aligned_free(self.ptr)
-            self.ptr = NULL
+            self._free()
 
 
 cdef int _device_free(object m) except -1:
@@ -662,7 +655,7 @@ cdef class Tensor:
     def __str__(self):
         if not self.is_allocated:
             return repr(self)
-        return str(self.to_numpy() if self.device is not cpu else self._export())
+        return str(_host_array(self))
 
     def to_numpy(self):
         """A numpy copy of the elements, from any device (``numpy()`` is a zero-copy view

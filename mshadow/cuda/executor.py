@@ -83,27 +83,38 @@ def _require_device(where):
                           f"here: {reason.splitlines()[0]}")
 
 
-def _leaf_device(obj):
-    src = obj.src if isinstance(obj, _core.ViewLeaf) else obj
-    return getattr(src, "device", None)
+def _devices(leaves):
+    """The devices of the tensors an expression's leaves read (a view: its tensor's)."""
+    return tuple(t.device for t in (x.src if isinstance(x, _core.ViewLeaf) else x
+                                    for x in leaves) if isinstance(t, _core.Tensor))
 
 
 def assign(dst, node, leaves, scalars, saver):
     """Evaluate ``dst <saver> value`` on the GPU (``node``, ``leaves``, ``scalars``: the
     value's, from engine.checked)."""
-    devices = tuple(d for d in (_leaf_device(x) for x in leaves) if d is not None)
-    check_devices("Assignment", dst.device, devices, gpu_ok=True)
+    check_devices("Assignment", dst.device, _devices(leaves), gpu_ok=True)
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     code = CODE_BY_FLAG[dst.type_flag]
     p = plan(node, code, saver)
     if _reads_dst_elsewhere(p, dst, leaves):
-        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
-        _launch(plan(node, code, "saveto"), tmp, leaves, scalars)
-        leaf = ir.LEAF[CODE_BY_FLAG[tmp.type_flag]]
-        _launch(plan(leaf, code, saver), dst, (tmp,), ())
-        return
+        return _through_temporary(dst, node, leaves, scalars, saver)
     _launch(p, dst, leaves, scalars)
+
+
+def _through_temporary(dst, node, leaves, scalars, saver, extra=None):
+    """``node`` into a new gpu tensor, then that into ``dst`` with the saver: for a value
+    that reads dst's bytes elsewhere than it writes them."""
+    code = CODE_BY_FLAG[dst.type_flag]
+    tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
+    _launch(plan(node, code, "saveto"), tmp, leaves, scalars, extra)
+    _launch(plan(ir.LEAF[code], code, saver), dst, (tmp,), ())
+
+
+def _overlaps(dst, tensors):
+    """Whether any of ``tensors`` shares a byte with ``dst`` (by address range)."""
+    d0, d1 = _span(dst)
+    return any(a0 < d1 and d0 < a1 for a0, a1 in map(_span, tensors))
 
 
 def assign_reduce(dst, exp, saver):
@@ -115,21 +126,15 @@ def assign_reduce(dst, exp, saver):
     is_tensor = isinstance(src, _core.Tensor)
     leaves = (src,) if is_tensor else tuple(src.leaves)
     scalars = () if is_tensor else tuple(src.scalars)
-    check_devices(exp.where, dst.device, tuple(
-        d for d in (_leaf_device(x) for x in leaves) if d is not None), gpu_ok=True)
+    check_devices(exp.where, dst.device, _devices(leaves), gpu_ok=True)
     code = CODE_BY_FLAG[dst.type_flag]
     shape = tuple(src.shape)
     nout, nred, A, B, M, exc = launch.reduce_geometry(shape, exp.form, exp.axis)
     extra = {"nout": nout, "nred": nred, "A": A, "B": B, "M": M, "except_dim": exc,
              "src_cols": shape[-1], "dst_cols": dst.shape[-1], "scale": exp.scale}
-    d0, d1 = _span(dst)
-    if any(a0 < d1 and d0 < a1 for a0, a1 in (_span(x.src if isinstance(x, _core.ViewLeaf)
-                                                    else x) for x in leaves
-                                              if not isinstance(x, _core.GatherArgs))):
-        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
-        _launch(plan(exp.key, code, "saveto"), tmp, leaves, scalars, extra)
-        _launch(plan(ir.LEAF[code], code, saver), dst, (tmp,), ())
-        return
+    if _overlaps(dst, (x.src if isinstance(x, _core.ViewLeaf) else x for x in leaves
+                       if not isinstance(x, _core.GatherArgs))):
+        return _through_temporary(dst, exp.key, leaves, scalars, saver, extra)
     _launch(plan(exp.key, code, saver), dst, leaves, scalars, extra)
 
 
@@ -156,8 +161,7 @@ def assign_product(dst, exp, sign_beta):
         raise DTypeError(f"{where}: cuBLAS multiplies {kinds}, got {dst.dtype}")
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
-    d0, d1 = _span(dst)
-    if any(t0 < d1 and d0 < t1 for t0, t1 in (_span(a), _span(b))):
+    if _overlaps(dst, (a, b)):
         tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
         assign_product(tmp, exp, (sign_beta[0], 0))   # tmp = alpha * op(a) op(b)
         value = dst * sign_beta[1] + tmp if sign_beta[1] else tmp
