@@ -235,7 +235,11 @@ cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple par
         raise ValueError(f"reader {row.name} has no kernel for storage code {code!r}")
     args = _gather_args(kernel, srcs, params, shape, index)
     cdef tuple leaves = PyTuple_New(nl)
-    cdef tuple scalars = PyTuple_New(ns) if ns else ()
+    cdef tuple scalars
+    if n == 1 and isinstance(srcs[0], Exp):     # one source's scalars: its own tuple
+        scalars = (<Exp> srcs[0]).scalars
+    else:
+        scalars = PyTuple_New(ns) if ns else ()
     _tuple_put(leaves, 0, args)
     for k in range(n):
         s = srcs[k]
@@ -244,9 +248,10 @@ cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple par
             for j in range(len(e.leaves)):
                 _tuple_put(leaves, il, e.leaves[j])
                 il += 1
-            for j in range(len(e.scalars)):
-                _tuple_put(scalars, js, e.scalars[j])
-                js += 1
+            if scalars is not e.scalars:
+                for j in range(len(e.scalars)):
+                    _tuple_put(scalars, js, e.scalars[j])
+                    js += 1
         else:
             _tuple_put(leaves, il, s)
             il += 1
