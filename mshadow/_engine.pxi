@@ -97,6 +97,8 @@ cdef extern from "mshadow/plan_exec.h":
 
 DEF BLOCK = 512            # elements per block: 8 registers of doubles stay in a 32 KiB L1
 DEF RBLOCK = 4096          # a reduction's block: one partial sum each (fewer dispatches)
+DEF GATHER_BLOCK = 16384   # a program with no registers (a gather, a copy): calls cost more
+                           # than the L1 saves; concat on (32, 64, 28, 28) ran 1.2x faster
 DEF MIN_PER_THREAD = 32768 # below this many elements a thread costs more than it saves
 
 cdef dict _KERNELS = {}

@@ -851,8 +851,8 @@ cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_s
         prog.block = RBLOCK
     elif plan.nreg:
         prog.block = BLOCK
-    else:
-        prog.block = max(BLOCK, (cols + prog.nthreads - 1) // prog.nthreads)
+    else:   # (narrow rows: up to GATHER_BLOCK elements of whole rows a kernel call)
+        prog.block = max(GATHER_BLOCK, (cols + prog.nthreads - 1) // prog.nthreads)
     if prog.nthreads == 1 and n < MIN_PER_THREAD:   # too short to release the GIL
         rc = ms_run_program(&prog)
     else:

@@ -264,6 +264,31 @@ _WINDOW_TILES = (
         "          for (j = 0; j < mm; ++j) ST(t + j, acc[j]);", default="m = 0;")
     + "\n    }\n    done = m > 0 ? m : 0; }")
 
+# concat a run of source elements at a time: along columns, the part of the row from a and
+# the part from b; along a leading axis, whole rows from one source, and when the source and
+# the output rows are dense, every following row of this call from the same source in one
+# copy (a (32, 64, 28, 28) concat on axis 1 has rows of 28: a call per row cost 1.7x numpy).
+# memmove: raw bytes, so every dtype (float16 and NaN payloads too) is copied exactly.
+_CONCAT_RUNS = (
+    "{ const npy_intp ts = (npy_intp)sizeof(T);\n"
+    "    if (along_columns) {\n"
+    "      npy_intp na = split - x0; if (na > n) na = n; if (na < 0) na = 0;\n"
+    "      if (na > 0) memmove(out, src0 + y * rs0 + x0 * ts, (size_t)(na * ts));\n"
+    "      if (n > na) memmove(out + na * ts, src1 + y * rs1 + (x0 + na - split) * ts, "
+    "(size_t)((n - na) * ts));\n"
+    "    } else {\n"
+    "      const int in_a = rr < ra;\n"
+    "      const char *s = in_a ? src0 + (grp * ra + rr) * rs0 : src1 + (grp * rb + rr - ra) * rs1;\n"
+    "      npy_intp k = 1;\n"
+    "      if (x0 == 0 && (in_a ? rs0 : rs1) == n * ts && dims[4] == n * ts) {\n"
+    "        k = (in_a ? ra : ra + rb) - rr;\n"
+    "        if (k > nr - yr) k = nr - yr;\n"
+    "      }\n"
+    "      memmove(out, s + x0 * ts, (size_t)(k * n * ts));\n"
+    "      yr += k - 1;   /* the rows copied with this one */\n"
+    "    }\n"
+    "    done = n; }")
+
 # im2col a run of outputs at a time: a run is one output row (oy) of one image, read from
 # one image row at the columns ox*sx + xoff (a memcpy for stride 1), zeros past the image;
 # the element loop's walk state (ox, oy, img) stays right. Per element it cost 2.3x numpy.
@@ -347,7 +372,7 @@ READERS = (
                "rr = along_columns ? 0 : y % (ra + rb);",
            elem="if (along_columns) v = x < split ? LD(0, y, x) : LD(1, y, x - split);\n"
                 "      else v = rr < ra ? LD(0, grp * ra + rr, x) : LD(1, grp * rb + rr - ra, x);",
-           src_rows=(_concat_rows(0), _concat_rows(1)), views=True),
+           block=_CONCAT_RUNS, src_rows=(_concat_rows(0), _concat_rows(1)), views=True),
     Reader("reshape", "reshape of a pitched source that re-cuts its rows: output element "
            "(y, x) is element y * ocols + x of the source in row-major order",
            ("src",), ("ocols", "scols"),

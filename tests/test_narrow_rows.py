@@ -78,3 +78,31 @@ def test_take_pad_and_index_errors(rows, pitched):
     with pytest.raises(IndexError):
         d3[:] = ms.take(T(bad), T(m)) + 1
     assert (d3.numpy() == -7).all()                        # nothing stored
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("pitched", [False, True], ids=["dense", "pitched"])
+def test_concat_alone_copies_runs_of_rows_bit_for_bit(threads, pitched):
+    """A concat assigned alone writes straight into the destination, a run of whole rows
+    of one source a copy: runs end at each group's boundary, at each call's last row and
+    at a partial last call (26,000 narrow rows: several calls a thread). float16 NaN
+    payloads and signed zeros come back bit for bit (a copy, not a conversion)."""
+    rng = np.random.default_rng(11)
+    old = ms.get_num_threads()
+    ms.set_num_threads(threads)
+    try:
+        for n, ca, cb, w in ((1, 1, 2, 3), (4, 3, 5, 7), (500, 3, 2, 13), (10, 1, 1, 1)):
+            a = rng.integers(0, 2**16, (n, ca, 2, w)).astype(np.uint16).view(np.float16)
+            b = rng.integers(0, 2**16, (n, cb, 2, w)).astype(np.uint16).view(np.float16)
+            want = np.concatenate((a, b), 1)
+            for sa, sb in ((T(a), T(b)), (padded(a), T(b)), (T(a), padded(b))):
+                d = _dst(want.shape, np.float16, pitched, 0)
+                d[:] = ms.concat(sa, sb, 1)
+                np.testing.assert_array_equal(d.numpy().view(np.uint16), want.view(np.uint16))
+            a2 = rng.standard_normal((n * 3, w)).astype(np.float32)
+            b2 = rng.standard_normal((n * 3, w + 2)).astype(np.float32)
+            d = _dst((n * 3, 2 * w + 2), np.float32, pitched, 0)
+            d[:] = ms.concat(T(a2), padded(b2), 1)               # along columns
+            np.testing.assert_array_equal(d.numpy(), np.concatenate((a2, b2), 1))
+    finally:
+        ms.set_num_threads(old)
