@@ -386,3 +386,36 @@ def test_a_chunked_reduction_uses_the_arena_and_may_store_into_its_source():
     s[:] = ms.sumall_except_dim(ms.F(ms.op.relu, y) - y, 1)
     want = (np.maximum(b, 0) - b).astype(np.float64).sum((0, 2))
     np.testing.assert_allclose(s.numpy(), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("pad", [False, True], ids=["dense", "pitched"])
+def test_except_dim_merges_the_summed_rows_of_dense_leaves(pad):
+    # sumall_except_dim(e, 1) of (5, 6, 9, 40): rows of 40 are too short for registers, but
+    # over contiguous leaves the axes after the kept one are one row of 360, reduced in
+    # registers in the documented order (one block: element i in lane i % 16, lanes added
+    # pairwise in float32; the rows of each kept index added in float64); over a pitched
+    # leaf the rows cannot merge and the source goes by chunks (numpy's order)
+    rng = np.random.default_rng(21)
+    a = (rng.standard_normal((5, 6, 9, 40)) * 1e3).astype(np.float32)
+    x = ms.new_tensor(a.shape, pad=pad)
+    x.numpy()[...] = a
+    e = ms.sumall_except_dim(x * 2 - 1, 1)
+    out = ms.new_tensor((6,))
+    dis = ms.plan_for(out, e).disassemble()
+    out[:] = e
+    v = a * np.float32(2) - np.float32(1)
+    if pad:
+        assert "stage 0: chunk" in dis, dis
+        np.testing.assert_allclose(out.numpy(), v.astype(np.float64).sum((0, 2, 3)),
+                                   rtol=1e-5, atol=1e-2)
+        return
+    assert "chain_sum_f32" in dis and "chunk" not in dis, dis
+    rows = np.zeros((5, 6, 368), np.float32)      # 360 then zeros: lanes 8-15 add nothing
+    rows[..., :360] = v.reshape(5, 6, 360)
+    lanes = np.cumsum(rows.reshape(5, 6, 23, 16), axis=2, dtype=np.float32)[:, :, -1]
+    w = 8
+    while w:
+        lanes[..., :w] = lanes[..., :w] + lanes[..., w:2 * w]
+        w //= 2
+    want = lanes[..., 0].astype(np.float64).sum(0).astype(np.float32)
+    np.testing.assert_array_equal(out.numpy(), want)

@@ -19,7 +19,7 @@ import numpy as np
 from .. import _core, ir
 from ..device import check_devices, cpu
 from ..engine import assign, get_plan, register_complex
-from ..lower.cpu import reduce_schedule
+from ..lower.cpu import REGISTER_ROW_MIN, reduce_schedule
 from ..dtypes import compute_code
 from ..errors import DTypeError, ShapeError
 from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
@@ -28,7 +28,7 @@ from ..op import _Reducer, red, reducer_names
 from ..readers import REDUCER_BY_NAME, REDUCER_IDS, REDUCER_TABLE
 from ..shape import Shape
 from .build import gather
-from .views import ViewExp
+from .views import ViewExp, reshape
 
 Tensor = _core.Tensor
 
@@ -412,6 +412,7 @@ def plan_of(exp):
     src = exp.src
     if not _fusable(src) or not Shape(src.shape).size():
         return None
+    src = _rows_merged(src, exp.form, exp.axis)
     shape = tuple(src.shape)
     if reduce_schedule(shape, exp.form, exp.axis, exp.mask) == "chunk":
         return get_plan(exp.key, src.code, "saveto")
@@ -488,10 +489,27 @@ def check_dst(dst, exp_code, devices, where, gpu_ok=False):
                          f"tensor of dtype {dst.dtype}; use ms.tcast")
 
 
+def _rows_merged(src, form, axis):
+    """``src`` with the axes after ``axis`` of an except_dim reduction merged into one row
+    (a view of each leaf, no copy) when the last axis alone is too short to reduce in
+    registers and every leaf is a contiguous tensor: sumall_except_dim(x * 2, 1) of
+    (8, 64, 56, 56) reduces rows of 3136 in registers, where rows of 56 went by chunks
+    (1.7x the time numpy takes for the tensor). Else ``src`` itself."""
+    shape = tuple(src.shape)
+    if (form != "except_dim" or axis >= len(shape) - 2 or shape[-1] >= REGISTER_ROW_MIN
+            or not all(type(t) is Tensor and t.check_contiguous() for t in src.leaves)):
+        return src
+    n = 1
+    for k in shape[axis + 1:]:
+        n *= k
+    return reshape(src, shape[:axis + 1] + (n,))
+
+
 def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
     """``dst <saver> scale * reduce(src)`` once every check has passed."""
     a = None
     if _fusable(src) and Shape(src.shape).size():
+        src = _rows_merged(src, form, axis)
         if reduce_schedule(tuple(src.shape), form, axis, mask) == "chunk":
             values = chunked_reduce(src, form, reducer_name, axis, mask)
         else:
