@@ -752,9 +752,6 @@ def _softmax_row(code, ctype, isa):
     return "\n".join([head] + body)
 
 
-REDUCE_LANES = 16
-
-
 def reducer_init(r, code):
     """The C value a fold of reducer row ``r`` (readers.REDUCER_TABLE) starts from, for the
     storage type ``code``: its number; "-inf" / "+inf": -INFINITY / INFINITY for floats,
