@@ -15,6 +15,7 @@ cdef class Allocation:
     cdef bint owned          # malloc'ed by us (new_tensor / alloc_space / TensorContainer)
     cdef object base         # what keeps foreign memory alive (a numpy array)
     cdef Py_ssize_t n_exports
+    cdef bint foreign_held    # handed out through __cuda_array_interface__: never released
     cdef Py_ssize_t n_running   # evaluations using the bytes with the GIL released
     cdef bint free_pending      # released while running: freed when the last one ends
     cdef object device_mem      # GPU memory: the driver's Memory (ptr is its address); None

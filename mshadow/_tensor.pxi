@@ -92,6 +92,11 @@ cdef class Allocation:
         if self.n_exports:
             raise BufferError(f"cannot release memory while {self.n_exports} numpy/DLPack "
                               f"view(s) of it are alive; delete them first")
+        if self.foreign_held:
+            raise BufferError("cannot release memory handed out through "
+                              "__cuda_array_interface__: the library holding it cannot say "
+                              "when it is done, so it goes back when every reference to the "
+                              "tensor is gone (del the tensor and the arrays made from it)")
         if not self.owned:
             raise MShadowError("free_space: this tensor views memory it does not own "
                                "(from_numpy / from_dlpack); release the source object instead")
@@ -489,15 +494,9 @@ cdef class Tensor:
                               f"cpu tensor first (ms.copy, or t.to_numpy())")
         cdef char *p = self.data()
         cdef _Export ex = _Export.__new__(_Export)
-        nd = len(self.shape)
-        strides = [self.itemsize] * nd
-        if nd >= 2:
-            strides[nd - 2] = self.stride * self.itemsize
-            for k in range(nd - 3, -1, -1):
-                strides[k] = strides[k + 1] * self.shape[k + 1]
         ex.__array_interface__ = {
             "version": 3, "shape": tuple(self.shape), "typestr": self.dtype.str,
-            "data": (<size_t> p, bool(self.readonly)), "strides": tuple(strides),
+            "data": (<size_t> p, bool(self.readonly)), "strides": _byte_strides(self),
         }
         ex.mem = self.mem
         self.mem.n_exports += 1
@@ -522,6 +521,11 @@ cdef class Tensor:
         return a
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if self.device is not cpu:
+            raise BufferError(f"DLPack export of {self.device.name} tensors is not implemented "
+                              f"yet; CuPy, PyTorch and Numba read them zero-copy through "
+                              f"__cuda_array_interface__ (cupy.asarray(t), "
+                              f"torch.as_tensor(t, device='cuda'))")
         if stream is not None and stream != -1:
             raise BufferError("CPU tensors take no DLPack stream")
         kwargs = {}
@@ -551,7 +555,24 @@ cdef class Tensor:
             raise
 
     def __dlpack_device__(self):
-        return (1, 0)   # kDLCPU, device 0
+        return (1, 0) if self.device is cpu else (2, 0)   # kDLCPU / kDLCUDA, device 0
+
+    @property
+    def __cuda_array_interface__(self):
+        """The CUDA Array Interface (version 3) of a gpu tensor: CuPy, Numba and PyTorch
+        read its pitched memory in place, zero-copy. Such a library cannot say when it is
+        done with the memory, so from then on free_space() refuses it (BufferError) and it
+        goes back when every reference to the tensor is gone. The work queued on it runs on
+        the legacy default stream ("stream": 1), which the consumer waits for."""
+        if self.device is cpu:   # an AttributeError: hasattr() answers False, as for numpy
+            raise AttributeError("a cpu tensor has no __cuda_array_interface__: numpy(), "
+                                 "np.asarray(t) or DLPack read it zero-copy")
+        cdef char *p = self.data()
+        self.mem.foreign_held = True
+        return {"version": 3, "shape": tuple(self.shape), "typestr": self.dtype.str,
+                "data": (<size_t> p, bool(self.readonly)),
+                "strides": None if self.stride == self.cols else _byte_strides(self),
+                "stream": 1}
 
     # ---- buffer protocol (PEP 3118): memoryview(t), Cython typed memoryviews ---------
     def __getbuffer__(self, Py_buffer *buf, int flags):
@@ -859,6 +880,17 @@ def new_tensor(shape, init=0, bint pad=False, dtype=np.float32, device=cpu, stre
         a[...] = init
         del a
     return t
+
+
+cdef tuple _byte_strides(Tensor t):
+    """``t``'s strides in bytes: the row pitch on the second-last axis, whole rows above."""
+    nd = len(t.shape)
+    strides = [t.itemsize] * nd
+    if nd >= 2:
+        strides[nd - 2] = t.stride * t.itemsize
+        for k in range(nd - 3, -1, -1):
+            strides[k] = strides[k + 1] * t.shape[k + 1]
+    return tuple(strides)
 
 
 cdef object _host_array(Tensor t):

@@ -341,3 +341,45 @@ def test_gpu_memory_is_freed_after_the_device_has_finished(monkeypatch):
     del u
     gc.collect()
     assert calls == [0, 0]        # freed once
+
+
+@pytest.mark.parametrize("shape, pad", [((3, 70), True), ((3, 70), False), ((2, 3, 100), True),
+                                        ((7,), True)])
+def test_cuda_array_interface_describes_the_pitched_memory(shape, pad):
+    """Version 3 of the CUDA Array Interface: the device address, the dtype, byte strides
+    (None when rows are not pitched) and the legacy default stream; reading the memory it
+    names back (the driver's copy from that address) gives the values. Once handed out, the
+    memory is never released by free_space (the consumer cannot say when it is done)."""
+    a = (np.arange(int(np.prod(shape))) * 3 % 97).astype(np.float32).reshape(shape)
+    t = gpu_from(a, pad)
+    cai = t.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["shape"] == shape and cai["typestr"] == "<f4"
+    assert cai["data"] == (t.dptr, False) and cai["stream"] == 1
+    if t.stride == shape[-1]:
+        assert cai["strides"] is None
+    else:
+        pitch = t.stride * 4
+        assert cai["strides"] == ((3 * pitch, pitch, 4) if len(shape) == 3 else (pitch, 4))
+    rows = int(np.prod(shape[:-1]))
+    pitch = (cai["strides"] or (shape[-1] * 4,) * 2)[-2] if len(shape) > 1 else shape[-1] * 4
+    back = np.zeros(shape, np.float32)                    # what a consumer reads there
+    cuda.driver().copy_2d(back.ctypes.data, shape[-1] * 4, False, cai["data"][0], pitch, True,
+                          shape[-1] * 4, rows)
+    np.testing.assert_array_equal(back, a)
+    view = t[1:] if len(shape) > 1 else t
+    assert view.__cuda_array_interface__["data"][0] == view.dptr
+    with pytest.raises(BufferError, match="__cuda_array_interface__"):
+        ms.free_space(t)
+    np.testing.assert_array_equal(t.to_numpy(), a)          # still there, still usable
+    t[:] = t * 2
+    np.testing.assert_array_equal(t.to_numpy(), a * 2)
+
+
+def test_cpu_tensors_have_no_cuda_array_interface_and_gpu_ones_no_dlpack_yet():
+    c = ms.new_tensor((2, 3), 0)
+    assert not hasattr(c, "__cuda_array_interface__")
+    assert c.__dlpack_device__() == (1, 0)
+    g = gpu_from(np.ones((2, 3), np.float32))
+    assert g.__dlpack_device__() == (2, 0)
+    with pytest.raises(BufferError, match="__cuda_array_interface__"):
+        g.__dlpack__()
