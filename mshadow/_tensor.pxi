@@ -156,6 +156,16 @@ cdef Allocation _allocate_device(Tensor t, bint pad):
     return mem
 
 
+cdef tuple _device_block(object shape, Py_ssize_t rows, Py_ssize_t cols, int itemsize,
+                         bint pad):
+    """(GPU memory, its row pitch in bytes) for ``shape``, as _allocate_device gives a
+    tensor (a TensorContainer's new block, taken before the container changes)."""
+    cdef Tensor t = Tensor.__new__(Tensor)
+    t.shape, t.rows, t.cols, t.itemsize = shape, rows, cols, itemsize
+    mem = _allocate_device(t, pad)
+    return mem, t.stride * itemsize
+
+
 cdef Allocation _allocate(Py_ssize_t nbytes):
     cdef Allocation mem = Allocation.__new__(Allocation)
     mem.ptr = <char *> ms_aligned_malloc(<size_t> nbytes)
@@ -994,9 +1004,16 @@ cdef class TensorContainer(Tensor):
         self.mem = None
         self._reserve(self.shape)
         if init is not None and self.shape.size():
+            self._fill(init)
+
+    cdef _fill(self, init):
+        """Every element = ``init``: through a host view, or by a kernel on the gpu."""
+        if self.device is cpu:
             a = self._export()
             a[...] = init
             del a
+        else:
+            _assign(self, init, "saveto")
 
     cdef _reserve(self, object shape):
         """Take ``shape``, reallocating only when its 2-D view does not fit (mshadow's Resize).
@@ -1017,7 +1034,10 @@ cdef class TensorContainer(Tensor):
                 raise BufferError(f"TensorContainer: cannot reallocate for shape {shape} while "
                                   f"{self.mem.n_exports} numpy/DLPack view(s) of its memory "
                                   f"are alive; delete them first")
-            fresh = _allocate(pitch * rows)
+            if self.device is cpu:
+                fresh = _allocate(pitch * rows)
+            else:                    # AllocSpace<gpu>'s pitch rule (_allocate_device)
+                fresh, pitch = _device_block(shape, rows, cols, self.itemsize, self.pad)
             if self.mem is not None and self.mem.alive:
                 self.mem.release()   # views of the old memory now raise FreedTensorError
             self.mem = fresh
@@ -1039,10 +1059,8 @@ cdef class TensorContainer(Tensor):
             raise ShapeError(f"TensorContainer.resize: expected a {len(self.shape)}-D shape, "
                              f"got {shape}")
         self._reserve(shape)
-        if init is not None:
-            a = self._export()
-            a[...] = init
-            del a
+        if init is not None and self.shape.size():
+            self._fill(init)
 
     def release(self):
         """Free the memory; the container stays usable (shape[0] becomes 0)."""

@@ -22,7 +22,7 @@ from ..engine import assign, get_plan, register_complex
 from ..lower.cpu import REGISTER_ROW_MIN, reduce_schedule
 from ..dtypes import compute_code
 from ..errors import DTypeError, ShapeError
-from ..expr import (Exp, ScaledExp, TransposeExp, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
+from ..expr import (Exp, ScaledExp, TransposeExp, tcast, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
                     describe, kComplex)
 from ..op import _Reducer, red, reducer_names
 from ..readers import REDUCER_BY_NAME, REDUCER_IDS, REDUCER_TABLE
@@ -549,6 +549,26 @@ register_complex("reduce", _eval, plan_of)
 
 
 # ---- the fused full reduction ---------------------------------------------------------
+def _device_sum(exp, shape, code, dtype):
+    """ms.sum of a gpu expression: the GPU's reductions (a block, then its warps) over every
+    axis but the first, then over that one, in the compute type (float16 in float32, rounded
+    once, as on the CPU), into one element that is copied back. The order is the GPU
+    reduction's, not the CPU's lanes (docs/gpu.md)."""
+    device = next(_leaf_device(x) for x in (exp.leaves if isinstance(exp, Exp) else (exp,))
+                  if _leaf_device(x) is not cpu)
+    cc = compute_code(code)
+    wide = np.dtype(_NP_BY_CODE[cc])
+    src = exp if cc == code else tcast(wide, exp)
+    if len(shape) > 1:
+        rows = _core.TensorContainer((shape[0],), init=None, dtype=wide, device=device)
+        rows[:] = sumall_except_dim(src, 0)
+        src = rows
+    one = _core.TensorContainer((1,), init=None, dtype=wide, device=device)
+    one[:] = reduce_keepdim(src, 0, red.sum)
+    with np.errstate(over="ignore"):
+        return dtype.type(one.to_numpy()[0])
+
+
 def sum(exp):  # noqa: A001  ms.sum, as numpy's; `from mshadow import *` leaves builtins.sum
     """The sum of every element of a tensor or an element-wise expression, in ONE fused pass.
 
@@ -568,13 +588,15 @@ def sum(exp):  # noqa: A001  ms.sum, as numpy's; `from mshadow import *` leaves 
         key, shape, code = ir.LEAF[_CODE_BY_FLAG[exp.type_flag]], exp.shape, \
             _CODE_BY_FLAG[exp.type_flag]
         leaves, scalars = (exp,), ()
-        check_devices("sum", exp.device)
+        check_devices("sum", exp.device, gpu_ok=True)
     else:
         if exp.exp_type == kComplex:
             raise TypeError(f"sum: a {describe(exp.key)} expression (kComplex) cannot be "
                             f"reduced in the same pass; assign it to a tensor first")
         key, shape, code, leaves, scalars = exp.key, exp.shape, exp.code, exp.leaves, exp.scalars
     dtype = np.dtype(_NP_BY_CODE[code])
+    if any(_leaf_device(x) is not cpu for x in leaves):
+        return _device_sum(exp, shape, code, dtype)
     plan = get_plan(key, code, REDUCER_BY_NAME["sum"].block)
     if not isinstance(plan, _core.Plan):   # an untraceable operator: evaluate it first
         tmp = _core.TensorContainer(shape, init=None, pad=False, dtype=dtype)

@@ -383,3 +383,57 @@ def test_cpu_tensors_have_no_cuda_array_interface_and_gpu_ones_no_dlpack_yet():
     assert g.__dlpack_device__() == (2, 0)
     with pytest.raises(BufferError, match="__cuda_array_interface__"):
         g.__dlpack__()
+
+
+@pytest.mark.parametrize("pad", [True, False])
+def test_tensor_container_on_the_gpu_holds_device_memory(pad):
+    """A gpu TensorContainer allocates device memory with AllocSpace<gpu>'s pitch rule (it
+    took host memory labelled gpu: its first kernel read an illegal address), fills its
+    init by a kernel, keeps its block when a resize fits and takes a new one when not."""
+    c = ms.TensorContainer((3, 100), init=1.5, pad=pad, device=ms.gpu)
+    assert c.device is ms.gpu
+    assert c.stride * 4 % 512 == 0 if pad else c.stride == 100
+    np.testing.assert_array_equal(c.to_numpy(), np.full((3, 100), 1.5, np.float32))
+    c[:] = c * 2 + 1                                  # a kernel reads and writes it
+    np.testing.assert_array_equal(c.to_numpy(), np.full((3, 100), 4, np.float32))
+    first = c.dptr
+    c.resize((2, 90), init=7)                         # fits: the same block
+    assert c.dptr == first and c.shape == (2, 90)
+    np.testing.assert_array_equal(c.to_numpy(), np.full((2, 90), 7, np.float32))
+    c.resize((4, 300))                                # does not: a new block
+    c[:] = 3
+    np.testing.assert_array_equal(c.to_numpy(), np.full((4, 300), 3, np.float32))
+    d = c.copy()
+    assert d.device is ms.gpu and d.dptr != c.dptr
+    np.testing.assert_array_equal(d.to_numpy(), c.to_numpy())
+    c.release()
+    assert c.shape == (0, 300)
+    assert ms.TensorContainer((2, 3), device=ms.gpu).to_numpy().tolist() == [[0] * 3] * 2
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 50, 70), (0, 5), (1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8])
+def test_sum_of_a_gpu_expression_is_a_host_scalar(shape, dtype):
+    """ms.sum of a gpu expression reduces on the GPU (every axis but the first, then that
+    one, in the compute type) and returns a numpy scalar of the dtype; float16 accumulates
+    in float32 and is rounded once; integers wrap as on the CPU."""
+    rng = np.random.default_rng(4)
+    a = (rng.uniform(-2, 2, shape) if np.dtype(dtype).kind == "f"
+         else rng.integers(-100, 100, shape)).astype(dtype)
+    x = gpu_from(a)
+    got = ms.sum(x * 2)
+    assert type(got) is np.dtype(dtype).type
+    cpu = ms.sum(ms.from_numpy(a) * 2)
+    if np.dtype(dtype).kind == "i":
+        assert got == cpu == (a.astype(np.int64) * 2).sum().astype(dtype)
+    else:
+        exact = (a * np.asarray(2, dtype)).astype(np.float64).sum()
+        tol = {np.float16: 2e-3, np.float32: 1e-5, np.float64: 1e-12}[dtype]
+        assert abs(float(got) - exact) <= tol * max(1.0, np.abs(a).sum() * 2)
+        assert abs(float(got) - float(cpu)) <= tol * max(1.0, np.abs(a).sum() * 2)
+
+
+def test_sum_of_mixed_devices_names_both():
+    g = gpu_from(np.ones((2, 3), np.float32))
+    with pytest.raises(ms.DeviceError, match="gpu.*cpu|cpu.*gpu"):
+        ms.sum(g + ms.from_numpy(np.ones((2, 3), np.float32)))
