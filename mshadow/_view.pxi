@@ -122,3 +122,15 @@ def unpin_allocations(list pinned):
     cdef Allocation m
     for m in pinned:
         m.unpin()
+
+
+def leaf_devices(leaves):
+    """The devices of the tensors an expression's leaves read (a ViewLeaf: its tensor's; a
+    gather's arguments read none): what every device check of operands compares."""
+    out = []
+    for x in leaves:
+        if isinstance(x, ViewLeaf):
+            x = (<ViewLeaf> x).src
+        if isinstance(x, Tensor):
+            out.append((<Tensor> x).device)
+    return tuple(out)

@@ -25,7 +25,7 @@ import numpy as np
 from .. import _core, ir
 from ..device import check_devices, gpu
 from ..dtypes import BY_CODE, CODE_BY_FLAG, FLOAT_CODES, compute_code
-from ..errors import DeviceError, DTypeError
+from ..errors import DeviceError, DTypeError, UnsupportedNodeError
 from ..readers import READERS_BY_NAME
 from . import cache, launch, lower
 
@@ -64,7 +64,11 @@ def plan(node, dst_code, saver):
         _require_device("Assignment")
         drv = _driver()
         emit = lower.emit_reduce if type(node) is ir.Reduce else lower.emit
-        k = emit(node, dst_code, saver)
+        try:
+            k = emit(node, dst_code, saver)
+        except UnsupportedNodeError as e:   # a form the GPU does not run yet: the device's
+            raise DeviceError(f"Assignment: {e}; docs/gpu.md lists what runs on the GPU "
+                              f"(ms.copy the operands to the cpu for this)") from e
         image = cache.kernel_cache().cubin(k.source, _facts(drv)[1])
         fn = drv.Module(image).get_function(k.name)
         convs = tuple((n, _conv(t)) for n, t in k.binding.params)
@@ -83,16 +87,10 @@ def _require_device(where):
                           f"here: {reason.splitlines()[0]}")
 
 
-def _devices(leaves):
-    """The devices of the tensors an expression's leaves read (a view: its tensor's)."""
-    return tuple(t.device for t in (x.src if isinstance(x, _core.ViewLeaf) else x
-                                    for x in leaves) if isinstance(t, _core.Tensor))
-
-
 def assign(dst, node, leaves, scalars, saver):
     """Evaluate ``dst <saver> value`` on the GPU (``node``, ``leaves``, ``scalars``: the
     value's, from engine.checked)."""
-    check_devices("Assignment", dst.device, _devices(leaves), gpu_ok=True)
+    check_devices("Assignment", dst.device, _core.leaf_devices(leaves), gpu_ok=True)
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     code = CODE_BY_FLAG[dst.type_flag]
@@ -126,7 +124,7 @@ def assign_reduce(dst, exp, saver):
     is_tensor = isinstance(src, _core.Tensor)
     leaves = (src,) if is_tensor else tuple(src.leaves)
     scalars = () if is_tensor else tuple(src.scalars)
-    check_devices(exp.where, dst.device, _devices(leaves), gpu_ok=True)
+    check_devices(exp.where, dst.device, _core.leaf_devices(leaves), gpu_ok=True)
     code = CODE_BY_FLAG[dst.type_flag]
     shape = tuple(src.shape)
     nout, nred, A, B, M, exc = launch.reduce_geometry(shape, exp.form, exp.axis)

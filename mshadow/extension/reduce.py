@@ -231,15 +231,9 @@ def reduce_keepdim(src, axis, reducer, mask=False):
 
 
 # ---- the engine -------------------------------------------------------------------------
-def _leaf_device(leaf):
-    dev = getattr(leaf, "device", None)
-    return dev if dev is not None else getattr(getattr(leaf, "src", None), "device", cpu)
-
-
 def source_devices(src):
     """The devices of every tensor a source reads (a view leaf reports its tensor's)."""
-    leaves = (src,) if isinstance(src, Tensor) else src.leaves
-    return [_leaf_device(x) for x in leaves]
+    return _core.leaf_devices((src,) if isinstance(src, Tensor) else src.leaves)
 
 
 def _array(src):
@@ -554,8 +548,7 @@ def _device_sum(exp, shape, code, dtype):
     axis but the first, then over that one, in the compute type (float16 in float32, rounded
     once, as on the CPU), into one element that is copied back. The order is the GPU
     reduction's, not the CPU's lanes (docs/gpu.md)."""
-    device = next(_leaf_device(x) for x in (exp.leaves if isinstance(exp, Exp) else (exp,))
-                  if _leaf_device(x) is not cpu)
+    device = next(d for d in source_devices(exp) if d is not cpu)
     cc = compute_code(code)
     wide = np.dtype(_NP_BY_CODE[cc])
     src = exp if cc == code else tcast(wide, exp)
@@ -595,7 +588,7 @@ def sum(exp):  # noqa: A001  ms.sum, as numpy's; `from mshadow import *` leaves 
                             f"reduced in the same pass; assign it to a tensor first")
         key, shape, code, leaves, scalars = exp.key, exp.shape, exp.code, exp.leaves, exp.scalars
     dtype = np.dtype(_NP_BY_CODE[code])
-    if any(_leaf_device(x) is not cpu for x in leaves):
+    if any(d is not cpu for d in _core.leaf_devices(leaves)):
         return _device_sum(exp, shape, code, dtype)
     plan = get_plan(key, code, REDUCER_BY_NAME["sum"].block)
     if not isinstance(plan, _core.Plan):   # an untraceable operator: evaluate it first

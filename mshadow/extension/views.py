@@ -14,6 +14,7 @@ also an assignment target, as in mshadow (``flip(t, 0)[:] = e``; extension/targe
 import numpy as np
 
 from .. import _core, ir
+from ..device import cpu
 from ..errors import ShapeError
 from ..expr import _CODE_BY_FLAG, _NP_BY_CODE, _is_scalar, describe, kChainer, kComplex, \
     new_node, tcast
@@ -136,7 +137,11 @@ def _compose(src, where, index_map):
     # a gather, window or implicit_dot: no index map to compose with, so the view reads
     # the values the lowering stages, laid out as a dense tensor (a handle, no memory here)
     src = _source(src, where)
-    handle = Tensor(src.shape, dtype=src.dtype)
+    # on the device the values will be on: the operands' (a device check of the statement
+    # reads the handle too, and a cpu handle over gpu operands read as mixed devices)
+    on = [d for d in _core.leaf_devices(src.leaves if isinstance(src, _core.Exp) else (src,))
+          if d is not cpu]
+    handle = Tensor(src.shape, dtype=src.dtype, device=on[0] if on else cpu)
     return _compose_producer(handle, src, index_map)
 
 
