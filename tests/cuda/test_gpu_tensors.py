@@ -325,6 +325,7 @@ def test_gpu_memory_is_freed_after_the_device_has_finished(monkeypatch):
     queued before: its memory goes back only after the device has finished, as free_space's
     does (cuMemFree only "may" wait)."""
     import gc
+    gc.collect()     # earlier tests' garbage (a traceback's frames holding gpu tensors) first
     calls = []
     monkeypatch.setattr(cuda.driver(), "synchronize", lambda device=0: calls.append(device))
     t = ms.new_tensor((4, 70), 1, device=ms.gpu)
