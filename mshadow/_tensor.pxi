@@ -93,10 +93,9 @@ cdef class Allocation:
             raise BufferError(f"cannot release memory while {self.n_exports} numpy/DLPack "
                               f"view(s) of it are alive; delete them first")
         if self.foreign_held:
-            raise BufferError("cannot release memory handed out through "
-                              "__cuda_array_interface__: the library holding it cannot say "
-                              "when it is done, so it goes back when every reference to the "
-                              "tensor is gone (del the tensor and the arrays made from it)")
+            raise BufferError("cannot release memory whose __cuda_array_interface__ was read "
+                              "(hasattr included): the library holding it cannot say when it "
+                              "is done, so it goes back when every reference to it is gone")
         if not self.owned:
             raise MShadowError("free_space: this tensor views memory it does not own "
                                "(from_numpy / from_dlpack); release the source object instead")
@@ -571,8 +570,9 @@ cdef class Tensor:
     def __cuda_array_interface__(self):
         """The CUDA Array Interface (version 3) of a gpu tensor: CuPy, Numba and PyTorch
         read its pitched memory in place, zero-copy. Such a library cannot say when it is
-        done with the memory, so from then on free_space() refuses it (BufferError) and it
-        goes back when every reference to the tensor is gone. The work queued on it runs on
+        done with the memory, so once this is read (hasattr included: that is how libraries
+        ask) free_space() and a container's reallocation refuse it (BufferError), and it
+        goes back when every reference to it is gone. The work queued on it runs on
         the legacy default stream ("stream": 1), which the consumer waits for."""
         if self.device is cpu:   # an AttributeError: hasattr() answers False, as for numpy
             raise AttributeError("a cpu tensor has no __cuda_array_interface__: numpy(), "
@@ -1007,13 +1007,14 @@ cdef class TensorContainer(Tensor):
             self._fill(init)
 
     cdef _fill(self, init):
-        """Every element = ``init``: through a host view, or by a kernel on the gpu."""
+        """Every element = ``init``, as new_tensor fills: through a host view, or on the host
+        then copied over to a gpu container."""
         if self.device is cpu:
             a = self._export()
             a[...] = init
             del a
         else:
-            _assign(self, init, "saveto")
+            copy(self, new_tensor(self.shape, init, dtype=self.dtype))
 
     cdef _reserve(self, object shape):
         """Take ``shape``, reallocating only when its 2-D view does not fit (mshadow's Resize).
@@ -1034,6 +1035,10 @@ cdef class TensorContainer(Tensor):
                 raise BufferError(f"TensorContainer: cannot reallocate for shape {shape} while "
                                   f"{self.mem.n_exports} numpy/DLPack view(s) of its memory "
                                   f"are alive; delete them first")
+            if self.mem is not None and self.mem.alive and self.mem.foreign_held:
+                raise BufferError(f"TensorContainer: cannot reallocate for shape {shape}: its "
+                                  f"memory was handed out through __cuda_array_interface__ "
+                                  f"and is never released (copy into a new container instead)")
             if self.device is cpu:
                 fresh = _allocate(pitch * rows)
             else:                    # AllocSpace<gpu>'s pitch rule (_allocate_device)

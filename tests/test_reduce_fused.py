@@ -399,9 +399,12 @@ def test_except_dim_merges_the_summed_rows_of_dense_leaves(pad):
     a = (rng.standard_normal((5, 6, 9, 40)) * 1e3).astype(np.float32)
     x = ms.new_tensor(a.shape, pad=pad)
     x.numpy()[...] = a
+    c = ms.TensorContainer(a.shape, pad=pad)              # a container leaf: the same plan
+    c.numpy()[...] = a
     e = ms.sumall_except_dim(x * 2 - 1, 1)
     out = ms.new_tensor((6,))
     dis = ms.plan_for(out, e).disassemble()
+    assert ms.plan_for(out, ms.sumall_except_dim(c * 2 - 1, 1)).disassemble() == dis
     out[:] = e
     v = a * np.float32(2) - np.float32(1)
     if pad:

@@ -130,10 +130,11 @@ def assign_reduce(dst, exp, saver):
     nout, nred, A, B, M, exc = launch.reduce_geometry(shape, exp.form, exp.axis)
     extra = {"nout": nout, "nred": nred, "A": A, "B": B, "M": M, "except_dim": exc,
              "src_cols": shape[-1], "dst_cols": dst.shape[-1], "scale": exp.scale}
+    p = plan(exp.key, code, saver)   # first: a form not lowered yet is a DeviceError
     if _overlaps(dst, (x.src if isinstance(x, _core.ViewLeaf) else x for x in leaves
                        if not isinstance(x, _core.GatherArgs))):
         return _through_temporary(dst, exp.key, leaves, scalars, saver, extra)
-    _launch(plan(exp.key, code, saver), dst, leaves, scalars, extra)
+    _launch(p, dst, leaves, scalars, extra)
 
 
 _BLAS = {}     # driver module name -> its BlasHandle on the default stream

@@ -438,3 +438,43 @@ def test_sum_of_mixed_devices_names_both():
     g = gpu_from(np.ones((2, 3), np.float32))
     with pytest.raises(ms.DeviceError, match="gpu.*cpu|cpu.*gpu"):
         ms.sum(g + ms.from_numpy(np.ones((2, 3), np.float32)))
+
+
+def test_reading_the_interface_keeps_the_memory_and_a_container_unchanged():
+    """Reading __cuda_array_interface__ (hasattr too) keeps the memory: free_space and a
+    container's growing resize refuse before anything changes; a resize that fits still
+    works."""
+    t = ms.new_tensor((3, 3), 1, device=ms.gpu)
+    assert hasattr(t, "__cuda_array_interface__")
+    with pytest.raises(BufferError, match="hasattr included"):
+        ms.free_space(t)
+    c = ms.TensorContainer((2, 70), init=4, device=ms.gpu)
+    c.__cuda_array_interface__
+    with pytest.raises(BufferError, match="__cuda_array_interface__"):
+        c.resize((40, 300))
+    assert c.shape == (2, 70)
+    np.testing.assert_array_equal(c.to_numpy(), np.full((2, 70), 4, np.float32))
+    c.resize((1, 70), init=5)
+    np.testing.assert_array_equal(c.to_numpy(), np.full((1, 70), 5, np.float32))
+
+
+def test_a_gpu_container_fills_its_init_as_new_tensor_does():
+    """A fractional init of an integer container: truncated as new_tensor and the cpu
+    container do (it raised DTypeError, and a resize raised after reallocating)."""
+    want = ms.TensorContainer((2,), init=2.5, dtype=np.int32).numpy()
+    c = ms.TensorContainer((2,), init=2.5, dtype=np.int32, device=ms.gpu)
+    np.testing.assert_array_equal(c.to_numpy(), want)
+    c.resize((5,), init=-3.5)
+    np.testing.assert_array_equal(c.to_numpy(), np.full(5, -3, np.int32))
+
+
+def test_reductions_over_a_gpu_view_of_an_expression_are_device_errors():
+    """Not lowered on the GPU yet: a DeviceError saying so, before the overlap check read
+    the view's memoryless handle (it raised FreedTensorError)."""
+    x = ms.new_tensor((4, 6), 1, device=ms.gpu)
+    r = ms.new_tensor((8,), 7, device=ms.gpu)
+    with pytest.raises(ms.DeviceError, match="view of an expression"):
+        ms.sum(ms.flip(ms.pad(x, 1), 0))
+    with pytest.raises(ms.DeviceError, match="view of an expression"):
+        r[:] = ms.sum_rows(ms.flip(ms.pad(x, 1), 0))
+    np.testing.assert_array_equal(r.to_numpy(), np.full(8, 7, np.float32))
