@@ -47,4 +47,3 @@ cdef class TensorContainer(Tensor):
     cdef readonly bint pad
     cdef Py_ssize_t cap_rows, cap_pitch   # the allocation, in rows x bytes
     cdef _reserve(self, object shape)
-    cdef _fill(self, init)

@@ -127,42 +127,41 @@ cdef int _device_free(object m) except -1:
 
 
 cdef Allocation _allocate_device(Tensor t, bint pad):
-    """GPU memory for ``t`` from the CUDA driver in use (mshadow.cuda.driver()): pitched
-    rows (cuMemAllocPitch) when ``pad`` and the rows are at least 64 elements wide, as
-    mshadow's AllocSpace<gpu> pads; else one contiguous block (cuMemAlloc)."""
+    """GPU memory for ``t`` from the CUDA driver in use (mshadow.cuda.driver()), with
+    mshadow's AllocSpace<gpu> pitch rule (_device_block)."""
+    mem, pitch = _device_block(t.rows, t.cols, t.itemsize, pad and len(t.shape) > 1)
+    t.mem = mem
+    t.offset = 0
+    t.stride = pitch // t.itemsize
+    t.readonly = False
+    return mem
+
+
+cdef tuple _device_block(Py_ssize_t rows, Py_ssize_t cols, int itemsize, bint pad):
+    """(GPU memory, its row pitch in bytes) for ``rows`` x ``cols``: pitched rows
+    (cuMemAllocPitch) when ``pad`` and the rows are at least 64 elements wide, else one
+    contiguous block (cuMemAlloc). A tensor's (_allocate_device) or a TensorContainer's
+    new block, taken before the container changes."""
     from .cuda import driver, unavailable_reason
     reason = unavailable_reason()
     if reason is not None:
         raise DeviceError(f"alloc_space: gpu tensors need the CUDA backend, which has no "
                           f"device here: {reason.splitlines()[0]}")
     drv = driver()
-    cdef size_t row_bytes = <size_t> t.cols * t.itemsize
-    cdef bint pitched = pad and len(t.shape) > 1 and t.cols >= 64
-    if pitched:
-        m = drv.Memory.pitched(row_bytes, max(t.rows, 1), min(max(t.itemsize, 4), 16))
+    cdef size_t row_bytes = <size_t> cols * itemsize
+    if pad and cols >= 64:
+        m = drv.Memory.pitched(row_bytes, max(rows, 1), min(max(itemsize, 4), 16))
+        pitch = m.pitch
     else:
-        m = drv.Memory(max(row_bytes * <size_t> t.rows, 1))
+        m = drv.Memory(max(row_bytes * <size_t> rows, 1))
+        pitch = row_bytes
     cdef Allocation mem = Allocation.__new__(Allocation)
     mem.device_mem = m
     mem.ptr = <char *> <size_t> m.address
     mem.nbytes = m.nbytes
     mem.alive = True
     mem.owned = True
-    t.mem = mem
-    t.offset = 0
-    t.stride = m.pitch // t.itemsize if pitched else t.cols
-    t.readonly = False
-    return mem
-
-
-cdef tuple _device_block(object shape, Py_ssize_t rows, Py_ssize_t cols, int itemsize,
-                         bint pad):
-    """(GPU memory, its row pitch in bytes) for ``shape``, as _allocate_device gives a
-    tensor (a TensorContainer's new block, taken before the container changes)."""
-    cdef Tensor t = Tensor.__new__(Tensor)
-    t.shape, t.rows, t.cols, t.itemsize = shape, rows, cols, itemsize
-    mem = _allocate_device(t, pad)
-    return mem, t.stride * itemsize
+    return mem, pitch
 
 
 cdef Allocation _allocate(Py_ssize_t nbytes):
@@ -883,13 +882,19 @@ def new_tensor(shape, init=0, bint pad=False, dtype=np.float32, device=cpu, stre
     cdef Tensor t = Tensor(shape, dtype=dtype, device=device, stream=stream)
     alloc_space(t, pad)
     if init is not None:
-        if t.device is not cpu:      # filled on the host, then copied over
-            copy(t, new_tensor(t.shape, init, dtype=t.dtype))
-            return t
-        a = t._export()
-        a[...] = init
-        del a
+        _fill(t, init)
     return t
+
+
+cdef _fill(Tensor t, init):
+    """Every element of ``t`` = ``init`` (checked by _check_init): through a host view, or
+    filled on the host then copied over to a gpu tensor."""
+    if t.device is not cpu:
+        copy(t, new_tensor(t.shape, init, dtype=t.dtype))
+        return
+    a = t._export()
+    a[...] = init
+    del a
 
 
 cdef tuple _byte_strides(Tensor t):
@@ -1004,17 +1009,7 @@ cdef class TensorContainer(Tensor):
         self.mem = None
         self._reserve(self.shape)
         if init is not None and self.shape.size():
-            self._fill(init)
-
-    cdef _fill(self, init):
-        """Every element = ``init``, as new_tensor fills: through a host view, or on the host
-        then copied over to a gpu container."""
-        if self.device is cpu:
-            a = self._export()
-            a[...] = init
-            del a
-        else:
-            copy(self, new_tensor(self.shape, init, dtype=self.dtype))
+            _fill(self, init)
 
     cdef _reserve(self, object shape):
         """Take ``shape``, reallocating only when its 2-D view does not fit (mshadow's Resize).
@@ -1042,7 +1037,8 @@ cdef class TensorContainer(Tensor):
             if self.device is cpu:
                 fresh = _allocate(pitch * rows)
             else:                    # AllocSpace<gpu>'s pitch rule (_allocate_device)
-                fresh, pitch = _device_block(shape, rows, cols, self.itemsize, self.pad)
+                fresh, pitch = _device_block(rows, cols, self.itemsize,
+                                             self.pad and len(shape) > 1)
             if self.mem is not None and self.mem.alive:
                 self.mem.release()   # views of the old memory now raise FreedTensorError
             self.mem = fresh
@@ -1065,7 +1061,7 @@ cdef class TensorContainer(Tensor):
                              f"got {shape}")
         self._reserve(shape)
         if init is not None and self.shape.size():
-            self._fill(init)
+            _fill(self, init)
 
     def release(self):
         """Free the memory; the container stays usable (shape[0] becomes 0)."""

@@ -107,9 +107,8 @@ def pin_allocations(objs):
     cdef list pinned = []
     cdef Allocation m
     for o in objs:
-        if isinstance(o, ViewLeaf):
-            o = (<ViewLeaf> o).src
-        if isinstance(o, Tensor) and (<Tensor> o).mem is not None:
+        o = _read_tensor(o)
+        if o is not None and (<Tensor> o).mem is not None:
             (<Tensor> o).data()            # alive now (raises FreedTensorError if not)
             m = (<Tensor> o).mem
             m.pin()
@@ -124,13 +123,19 @@ def unpin_allocations(list pinned):
         m.unpin()
 
 
+cdef inline object _read_tensor(object o):
+    """The Tensor whose memory a leaf reads: itself, a ViewLeaf's tensor; None for what
+    reads none (a gather's arguments)."""
+    if isinstance(o, ViewLeaf):
+        o = (<ViewLeaf> o).src
+    return o if isinstance(o, Tensor) else None
+
+
+def leaf_tensors(leaves):
+    """The tensors an expression's leaves read (_read_tensor of each that reads one)."""
+    return tuple(t for t in map(_read_tensor, leaves) if t is not None)
+
+
 def leaf_devices(leaves):
-    """The devices of the tensors an expression's leaves read (a ViewLeaf: its tensor's; a
-    gather's arguments read none): what every device check of operands compares."""
-    out = []
-    for x in leaves:
-        if isinstance(x, ViewLeaf):
-            x = (<ViewLeaf> x).src
-        if isinstance(x, Tensor):
-            out.append((<Tensor> x).device)
-    return tuple(out)
+    """Their devices: what every device check of operands compares."""
+    return tuple((<Tensor> t).device for t in leaf_tensors(leaves))

@@ -131,8 +131,7 @@ def assign_reduce(dst, exp, saver):
     extra = {"nout": nout, "nred": nred, "A": A, "B": B, "M": M, "except_dim": exc,
              "src_cols": shape[-1], "dst_cols": dst.shape[-1], "scale": exp.scale}
     p = plan(exp.key, code, saver)   # first: a form not lowered yet is a DeviceError
-    if _overlaps(dst, (x.src if isinstance(x, _core.ViewLeaf) else x for x in leaves
-                       if not isinstance(x, _core.GatherArgs))):
+    if _overlaps(dst, _core.leaf_tensors(leaves)):
         return _through_temporary(dst, exp.key, leaves, scalars, saver, extra)
     _launch(p, dst, leaves, scalars, extra)
 

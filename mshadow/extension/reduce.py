@@ -543,12 +543,11 @@ register_complex("reduce", _eval, plan_of)
 
 
 # ---- the fused full reduction ---------------------------------------------------------
-def _device_sum(exp, shape, code, dtype):
+def _device_sum(exp, shape, code, dtype, device):
     """ms.sum of a gpu expression: the GPU's reductions (a block, then its warps) over every
     axis but the first, then over that one, in the compute type (float16 in float32, rounded
     once, as on the CPU), into one element that is copied back. The order is the GPU
     reduction's, not the CPU's lanes (docs/gpu.md)."""
-    device = next(d for d in source_devices(exp) if d is not cpu)
     cc = compute_code(code)
     wide = np.dtype(_NP_BY_CODE[cc])
     src = exp if cc == code else tcast(wide, exp)
@@ -588,8 +587,9 @@ def sum(exp):  # noqa: A001  ms.sum, as numpy's; `from mshadow import *` leaves 
                             f"reduced in the same pass; assign it to a tensor first")
         key, shape, code, leaves, scalars = exp.key, exp.shape, exp.code, exp.leaves, exp.scalars
     dtype = np.dtype(_NP_BY_CODE[code])
-    if any(d is not cpu for d in _core.leaf_devices(leaves)):
-        return _device_sum(exp, shape, code, dtype)
+    on = [d for d in _core.leaf_devices(leaves) if d is not cpu]
+    if on:
+        return _device_sum(exp, shape, code, dtype, on[0])
     plan = get_plan(key, code, REDUCER_BY_NAME["sum"].block)
     if not isinstance(plan, _core.Plan):   # an untraceable operator: evaluate it first
         tmp = _core.TensorContainer(shape, init=None, pad=False, dtype=dtype)
