@@ -9,29 +9,12 @@ sums within their summation order. The forms docs/gpu.md lists as "not yet" must
 ms.DeviceError. Each distinct structure compiles once (g++ on the emulator), so the trees are
 few and small.
 """
-import os
-
 import numpy as np
 import pytest
 
 import mshadow as ms
-from mshadow import cuda
 
-
-@pytest.fixture(autouse=True)
-def gpu_device(monkeypatch):
-    """The emulated device unless the environment chose one (a real GPU run sets nothing
-    and needs a device: it skips where there is none)."""
-    if os.environ.get("MSHADOW_CUDA") is None and not cuda.available():
-        monkeypatch.setenv("MSHADOW_CUDA", "emulate")
-    if cuda.driver().__name__.endswith("emulate") and cuda.driver().compiler() is None:
-        pytest.skip("no g++: the emulated device compiles kernels with it")
-
-
-def gpu_from(a, pad=True):
-    t = ms.new_tensor(a.shape, None, dtype=a.dtype, device=ms.gpu, pad=pad)
-    ms.copy(t, ms.from_numpy(np.ascontiguousarray(a)))
-    return t
+from gpu_testing import gpu_device, gpu_from  # noqa: F401  (gpu_device: autouse)
 
 
 def cpu_from(a, pad=True):

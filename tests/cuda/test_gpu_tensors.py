@@ -3,8 +3,6 @@ one): allocation with mshadow's pitch rule, copies between every pair of devices
 both pitches, element-wise assignments (one kernel of mshadow/cuda/lower.py per structure)
 storing the CPU backend's bits, and the device errors. numpy and the CPU backend are the
 oracles."""
-import os
-
 import numpy as np
 import pytest
 
@@ -13,21 +11,7 @@ from mshadow import cuda, engine
 from mshadow.dtypes import DTYPES
 from mshadow.ir import SAVER_TABLE
 
-
-@pytest.fixture(autouse=True)
-def gpu_device(monkeypatch):
-    """The emulated device unless the environment chose one (a real GPU run sets nothing
-    and needs a device: it skips where there is none)."""
-    if os.environ.get("MSHADOW_CUDA") is None and not cuda.available():
-        monkeypatch.setenv("MSHADOW_CUDA", "emulate")
-    if cuda.driver().__name__.endswith("emulate") and cuda.driver().compiler() is None:
-        pytest.skip("no g++: the emulated device compiles kernels with it")
-
-
-def gpu_from(a, pad=True):
-    t = ms.new_tensor(a.shape, None, dtype=a.dtype, device=ms.gpu, pad=pad)
-    ms.copy(t, ms.from_numpy(np.ascontiguousarray(a)))
-    return t
+from gpu_testing import gpu_device, gpu_from  # noqa: F401  (gpu_device: autouse)
 
 
 @pytest.mark.parametrize("shape, pad", [((3, 70), True), ((3, 70), False), ((2, 3, 100), True),
