@@ -46,7 +46,7 @@ cdef extern from "mshadow/gather.h":
         npy_intp rowstep[3]
         npy_intp colstep[3]
         int code[3]
-        npy_intp p[12]
+        npy_intp p[16]
     int MS_GATHER_PARAMS
     int ms_scatter_add(int code, char *acc, const char *band, npy_intp n, npy_intp cols,
                        const char *index, npy_intp index_step, int index_code, npy_intp i0,

@@ -24,7 +24,7 @@ cdef class GatherArgs:
     """Parameters, output and source shapes of one gather (mshadow/include/mshadow/gather.h)."""
     cdef readonly str kernel          # the kernel's name in ms_reader_table ("g_take_f32", ...)
     cdef readonly tuple params
-    cdef npy_intp p[12]               # the parameters, as ms_gather's p holds them
+    cdef npy_intp p[16]               # the parameters, as ms_gather's p holds them
     cdef int nparams
     cdef readonly object shape        # the output's shape
     cdef readonly tuple src_shapes    # each source's shape (a Shape)

@@ -290,23 +290,28 @@ _CONCAT_RUNS = (
     "    done = n; }")
 
 # im2col a run of outputs at a time: a run is one output row (oy) of one image, read from
-# one image row at the columns ox*sx + xoff (a memcpy for stride 1), zeros past the image;
-# the element loop's walk state (ox, oy, img) stays right. Per element it cost 2.3x numpy.
+# one image row at the columns ox*sx + xoff (a memcpy for stride 1), zeros outside the
+# image (the padding a pad source folds in: xoff, yoff already less px, py); the element
+# loop's walk state (ox, oy, img) stays right. Per element it cost 2.3x numpy.
 _IM2COL_RUNS = (
     "{ npy_intp k, run;\n"
     "    for (i = 0; i < n; i += run) {\n"
     "      const npy_intp h = oy * sy + yoff, lim = W - xoff;\n"
-    "      npy_intp kin = h < H && lim > 0 ? (lim + sx - 1) / sx - ox : 0;\n"
+    "      /* outputs [klo, khi) of the run read the image; the rest are zeros */\n"
+    "      npy_intp khi = h >= 0 && h < H && lim > 0 ? (lim + sx - 1) / sx - ox : 0;\n"
+    "      npy_intp klo = xoff < 0 ? (sx - 1 - xoff) / sx - ox : 0;\n"
     "      run = MS_MIN(ow - ox, n - i);\n"
-    "      if (kin > run) kin = run;\n"
-    "      if (kin < 0) kin = 0;\n"
-    "      if (kin > 0) {\n"
+    "      if (khi > run) khi = run;\n"
+    "      if (klo < 0) klo = 0;\n"
+    "      if (klo > khi) klo = khi;\n"
+    "      for (k = 0; k < klo; ++k) ST(i + k, ZERO);\n"
+    "      if (khi > klo) {\n"
     "        const npy_intp r = (img * C + c) * H + h;\n"
-    "        if (sx == 1) memcpy(out + i * (npy_intp)sizeof(T), src0 + r * rs0 + (ox + xoff) * "
-    "(npy_intp)sizeof(T), (size_t)kin * sizeof(T));\n"
-    "        else for (k = 0; k < kin; ++k) ST(i + k, LD(0, r, (ox + k) * sx + xoff));\n"
+    "        if (sx == 1) memcpy(out + (i + klo) * (npy_intp)sizeof(T), src0 + r * rs0 + "
+    "(ox + klo + xoff) * (npy_intp)sizeof(T), (size_t)(khi - klo) * sizeof(T));\n"
+    "        else for (k = klo; k < khi; ++k) ST(i + k, LD(0, r, (ox + k) * sx + xoff));\n"
     "      }\n"
-    "      for (k = kin; k < run; ++k) ST(i + k, ZERO);\n"
+    "      for (k = khi; k < run; ++k) ST(i + k, ZERO);\n"
     "      ox += run;\n"
     "      if (ox == ow) { ox = 0; if (++oy == oh) { oy = 0; ++img; } }\n"
     "    }\n"
@@ -389,14 +394,16 @@ READERS = (
            row="double start, step; memcpy(&start, &start_bits, 8); memcpy(&step, &step_bits, 8);",
            elem="v = (V)(start + (double)(x / repeat) * step);"),
     Reader("im2col", "unpack_patch2col: out[(c*ky + i)*kx + j][(n*oh + oy)*ow + ox] = "
-           "img(n, c, oy*sy + i*dy, ox*sx + j*dx), zero outside the image",
-           ("img",), ("C", "H", "W", "ky", "kx", "sy", "sx", "dy", "dx", "oh", "ow"),
-           row="const npy_intp xoff = MS_MOD(y, kx) * dx, yoff = MS_MOD(MS_DIV(y, kx), ky) * dy, "
-               "c = MS_DIV(y, kx * ky);\n"
+           "img(n, c, oy*sy + i*dy - py, ox*sx + j*dx - px), zero outside the image (py, px: "
+           "the zero padding of a pad source, folded in)",
+           ("img",), ("C", "H", "W", "ky", "kx", "sy", "sx", "dy", "dx", "oh", "ow", "py", "px"),
+           row="const npy_intp xoff = MS_MOD(y, kx) * dx - px, "
+               "yoff = MS_MOD(MS_DIV(y, kx), ky) * dy - py, c = MS_DIV(y, kx * ky);\n"
                "  /* walk (image, oy, ox) incrementally: divisions once per block */\n"
                "  npy_intp ox = x0 % ow, oy = (x0 / ow) % oh, img = x0 / (ow * oh);",
            elem="{ const npy_intp h = oy * sy + yoff, w = ox * sx + xoff;\n"
-                "      v = (h < H && w < W) ? LD(0, (img * C + c) * H + h, w) : ZERO; }",
+                "      v = (h >= 0 && h < H && w >= 0 && w < W) ? "
+                "LD(0, (img * C + c) * H + h, w) : ZERO; }",
            next="if (++ox == ow) { ox = 0; if (++oy == oh) { oy = 0; ++img; } }",
            block=_IM2COL_RUNS, src_rows=_im2col_rows, bands_over_cols=True, views=True),
     Reader("pool", "pool: out(lead, py, px) = reduce of src(lead, py*sy.., px*sx..) over the "

@@ -8,6 +8,7 @@ import pytest
 import mshadow as ms
 from mshadow.op import reducer_names   # every row of readers.REDUCER_TABLE
 from mshadow.testing import padded, tensor as T
+from references import np_pad
 
 RED = {"sum": ms.red.sum, "maximum": ms.red.maximum, "minimum": ms.red.minimum}
 DTYPES = [np.float32, np.float64, np.float16, np.int32]
@@ -350,6 +351,64 @@ def test_unpack_patch2col(dtype, case):
     if sx == sy and dx == dy:     # the 5-argument form
         got = run(ms.unpack_patch2col(T(img), ky, kx, sy, dy=dy), want.shape, dtype)
         np.testing.assert_array_equal(got, want)
+
+
+PAD_CASES = [(1, 1), (2, 1), (0, 3), (5, 4)]   # last: rows and columns of zeros only
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [np.int8])
+@pytest.mark.parametrize("case", PATCH_CASES)
+def test_unpack_patch2col_of_pad_reads_the_unpadded_source(dtype, case):
+    """im2col of pad(x) folds the padding into its indices: x itself is read, as a pitched
+    tensor, a strided view or a staged expression, and the result is numpy's im2col of
+    numpy's pad (the zeros of both, never f(0) of an expression)."""
+    shape, (ky, kx, sy, sx, dy, dx) = case
+    img = data(shape, dtype)
+    neg = np.iinfo(dtype).min if np.dtype(dtype).kind == "i" else -np.inf
+    for py, px in PAD_CASES:
+        want = ref_im2col(np_pad(img, py, px), ky, kx, sy, sx, dy, dx)
+        wide = np.concatenate([img, img], axis=-1)
+        sources = {"pitched": padded(img),
+                   "view": ms.slice_axis(T(wide), len(shape) - 1, 0, shape[-1])}
+        for name, x in sources.items():
+            got = run(ms.unpack_patch2col(ms.pad(x, py, px), ky, kx, sy, sx, dy, dx),
+                      want.shape, dtype)
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} pad {py, px}")
+        # an expression that is not 0 at 0: the padding stays 0, not max(0 + 0, neg)
+        e = ms.pad(ms.F(ms.op.maximum, padded(img) + 0, neg), py, px)
+        got = run(ms.unpack_patch2col(e, ky, kx, sy, sx, dy, dx), want.shape, dtype)
+        np.testing.assert_array_equal(got, want, err_msg=f"expression pad {py, px}")
+
+
+def test_unpack_patch2col_of_pad_has_no_stage_for_the_padded_image():
+    """The padded image is never evaluated: im2col(pad(x)) reads x (no stage), and
+    im2col(pad(F(relu, x))) stages the relu alone (one stage, not a pad stage over it)."""
+    x = ms.from_numpy(np.arange(2 * 3 * 8 * 8, dtype=np.float32).reshape(2, 3, 8, 8) - 200)
+    y = ms.new_tensor((27, 2 * 64))
+    plain = ms.plan_for(y, ms.unpack_patch2col(ms.pad(x, 1), 3, 3, 1)).disassemble()
+    assert "stage" not in plain and "pad" not in plain, plain
+    nested = ms.plan_for(y, ms.unpack_patch2col(ms.pad(ms.F(ms.op.relu, x), 1), 3, 3, 1))
+    text = nested.disassemble()
+    assert text.count("stage") == 1 and "pad" not in text and "relu" in text, text
+    y[:] = ms.unpack_patch2col(ms.pad(ms.F(ms.op.relu, x), 1), 3, 3, 1)
+    np.testing.assert_array_equal(
+        y.numpy(), ref_im2col(np_pad(np.maximum(x.numpy(), 0), 1, 1), 3, 3, 1, 1, 1, 1))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_unpack_patch2col_of_padded_expression_in_bands(threads):
+    """Large enough to run in column bands (each band stages its images' rows of the
+    expression): every band's padding and halo right."""
+    rng = np.random.default_rng(11)
+    img = rng.standard_normal((3, 16, 30, 31)).astype(np.float32)
+    old = ms.get_num_threads()
+    ms.set_num_threads(threads)
+    try:
+        e = ms.unpack_patch2col(ms.pad(ms.F(ms.op.relu, T(img) * 2), 2, 1), 3, 3, 1, 2, 1, 1)
+        want = ref_im2col(np_pad(np.maximum(img * 2, 0), 2, 1), 3, 3, 1, 2, 1, 1)
+        np.testing.assert_array_equal(run(e, want.shape, np.float32), want)
+    finally:
+        ms.set_num_threads(old)
 
 
 @pytest.mark.parametrize("dtype", DTYPES + [np.int8])

@@ -881,9 +881,18 @@ def _big_cases():
         x = _ints((2, 4, 64, 64), 5, dt)
         X = ms.from_numpy(x)
         e = ms.unpack_patch2col(ms.pad(ms.F(ms.op.relu, X - 1), 1), 3, 3, 1)
+        # (the padding folds into im2col: one columns stage, of the relu)
         return e, np_im2col(np_pad(np.maximum(x - 1, 0), 1, 1), 3, 3, 1, 1, 1, 1), \
-            {"columns", "rows"}, True
+            {"columns"}, True
     cases["im2col_pad"] = im2col_pad
+
+    def im2col_upsample(dt):
+        x = _ints((2, 4, 32, 32), 5, dt)
+        X = ms.from_numpy(x)
+        e = ms.unpack_patch2col(ms.upsampling_nearest(ms.F(ms.op.relu, X - 1), 2), 3, 3, 1)
+        return e, np_im2col(np_upsample(np.maximum(x - 1, 0), 2), 3, 3, 1, 1, 1, 1), \
+            {"columns", "rows"}, True
+    cases["im2col_upsample"] = im2col_upsample
 
     def col2im(dt):
         m = _ints((36, 2 * 62 * 62), 6, dt)

@@ -99,7 +99,18 @@ def pad(src, py, px=None):
         raise ShapeError(f"pad: padding must be non-negative, got ({py}, {px})")
     H, W = src.shape[-2], src.shape[-1]
     shape = Shape(tuple(src.shape[:-2]) + (H + 2 * py, W + 2 * px))
-    return gather("pad", [src], shape, _code(src), H=H, W=W, py=py, px=px, oH=H + 2 * py)
+    e = gather("pad", [src], shape, _code(src), H=H, W=W, py=py, px=px, oH=H + 2 * py,
+               cls=PadExp)
+    e.padded = (src, py, px)
+    return e
+
+
+class PadExp(GatherExp):
+    """``pad(src, py, px)``. It keeps what it pads: a reader that zero-fills outside its
+    source anyway (im2col) reads ``src`` itself with the padding folded into its indices,
+    with no stage for the padded image."""
+
+    __slots__ = ("padded",)   # (src, py, px)
 
 
 def take(index, src):

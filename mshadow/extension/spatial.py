@@ -8,7 +8,7 @@ from ..expr import kComplex
 from ..errors import DTypeError, ShapeError
 from ..op import _Reducer, red, reducer_names
 from ..shape import INDEX_MAX, as_shape, int_arg
-from .gather import _code, _operand, gather, remap_leaves
+from .gather import PadExp, _code, _operand, gather, remap_leaves
 from .views import _source as _operand_of, _tensor
 
 _REDUCER_ID = readers.REDUCER_IDS
@@ -213,9 +213,12 @@ def unpack_patch2col(img, ky, kx, sy, sx=None, dy=1, dx=None):
     # every window lies inside the image (oh, ow above), so im2col is a pure remap: an
     # element-wise source is read per element through its leaves (gather.remap_leaves)
     def im2col(leaf):
+        py = px = 0
+        if isinstance(leaf, PadExp):    # its zeros are im2col's zeros outside the image
+            leaf, py, px = leaf.padded
         leaf = _operand(leaf, "unpack_patch2col")
         return gather("im2col", (leaf,), (C * ky * kx, N * oh * ow), _code(leaf),
-                      (C, H, W, ky, kx, sy, sx, dy, dx, oh, ow))
+                      (C, H - 2 * py, W - 2 * px, ky, kx, sy, sx, dy, dx, oh, ow, py, px))
     return remap_leaves(img, im2col)
 
 

@@ -15,7 +15,7 @@
 #include "mshadow/half.h"
 #include "mshadow/dtypes_gen.h"
 
-#define MS_GATHER_PARAMS 12
+#define MS_GATHER_PARAMS 16
 
 typedef struct {
   const char *src[3];          /* sources (unused ones NULL) */
