@@ -17,7 +17,7 @@ from libc.limits cimport INT_MAX
 from cython.parallel cimport prange, parallel, threadid
 from scipy.linalg.cython_blas cimport sgemm, dgemm, sgemv, dgemv, sdot, ddot
 
-from mshadow._core cimport Tensor
+from mshadow._core cimport ColumnPanels, Tensor
 from mshadow._tables cimport (MS_TYPEFLAG_FLOAT32, MS_TYPEFLAG_FLOAT64, MS_TYPEFLAG_FLOAT16,
                               MS_TYPEFLAG_UINT8, MS_TYPEFLAG_INT32, MS_TYPEFLAG_INT8,
                               MS_TYPEFLAG_INT64)
@@ -357,6 +357,65 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
             free(bbuf)
     finally:
         _unpin3(a, b, c)
+    if rc == -2:
+        raise DTypeError(f"dot: no product for dtype {_NAMES[flag]}")
+    if rc != 0:
+        raise MemoryError("dot: could not allocate scratch memory")
+
+
+def gemm_panels(Tensor c, Tensor a, bint ta, ColumnPanels b, alpha, beta, int nthreads=1):
+    """``c = alpha * op(a) @ B + beta * c`` for a 2-D ``c`` and ``a``, where B is the
+    expression ``b`` evaluates a panel of columns at a time (_core.ColumnPanels): each
+    panel is one product into the same columns of ``c``, read from cache, and B as a whole
+    never exists. The caller checked that B reads no byte of ``c``; ``a`` overlapping
+    ``c`` is read from a snapshot, as gemm does."""
+    cdef Mat mc, ma, mb
+    cdef Py_ssize_t m, n, k, x0, x1, item = c.itemsize
+    cdef char *abuf = NULL
+    cdef char *cp
+    cdef int flag = c.type_flag, rc = 0
+    cdef double fa, fb
+    cdef uint64_t ia, ib
+    if a.type_flag != flag:
+        raise DTypeError(f"dot: operands of dtypes {_NAMES[a.type_flag]} and the expression's "
+                         f"into {_NAMES[flag]}")
+    if len(a.shape) != 2 or len(c.shape) != 2:
+        raise ShapeError(f"dot-gemm: a panel product takes 2-D tensors, got {a.shape} -> "
+                         f"{c.shape}")
+    if c.readonly:
+        raise ValueError("assignment destination is read-only")
+    m, k = (a.cols, a.rows) if ta else (a.rows, a.cols)
+    n = b.cols
+    if b.rows != k or c.rows != m or c.cols != n:
+        raise ShapeError(f"dot-gemm: matrix shape mismatch: ({m}, {k}) x ({b.rows}, {n}) "
+                         f"into {c.shape}")
+    for v, what in ((m, "rows"), (n, "cols"), (k, "inner size"), (a.stride, "lda"),
+                    (c.stride, "ldc")):
+        _check_int(v, what)
+    ma.p, ma.rows, ma.cols, ma.ld, ma.trans = a.data(), a.rows, a.cols, a.stride, ta
+    mb.rows, mb.trans = k, False
+    mc.rows, mc.ld = m, c.stride
+    fa, fb, ia, ib = _scalars(flag, alpha, beta)
+    cp = c.data()
+    a.mem.pin()
+    c.mem.pin()
+    try:
+        if _overlap(cp, c.rows, c.cols, c.stride, ma.p, ma.rows, ma.cols, ma.ld, item):
+            rc = _snapshot(&ma, 1, 0, item, &abuf)
+        x0 = 0
+        while rc == 0 and x0 < n:
+            x1 = min(n, x0 + b.width)
+            mb.p = b.fill(x0, x1)          # columns [x0, x1) of B: dense rows of x1 - x0
+            mb.cols = mb.ld = x1 - x0
+            mc.p = cp + x0 * item
+            mc.cols = x1 - x0
+            with nogil:
+                rc = _product(flag, mc, ma, mb, m, x1 - x0, k, fa, fb, ia, ib, nthreads)
+            x0 = x1
+    finally:
+        free(abuf)
+        a.mem.unpin()
+        c.mem.unpin()
     if rc == -2:
         raise DTypeError(f"dot: no product for dtype {_NAMES[flag]}")
     if rc != 0:

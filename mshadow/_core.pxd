@@ -47,3 +47,11 @@ cdef class TensorContainer(Tensor):
     cdef readonly bint pad
     cdef Py_ssize_t cap_rows, cap_pitch   # the allocation, in rows x bytes
     cdef _reserve(self, object shape)
+
+
+cdef class ColumnPanels:
+    # (_stages.pxi) a product's expression operand, a panel of columns at a time
+    cdef object run                  # the open _Run (None once closed)
+    cdef Allocation scratch          # the panel's block, from the thread's arena
+    cdef readonly Py_ssize_t rows, cols, width, itemsize
+    cdef char *fill(self, Py_ssize_t x0, Py_ssize_t x1) except NULL

@@ -190,11 +190,18 @@ def set_num_threads(n):
     if not 1 <= n <= MAX_THREADS:
         raise ValueError(f"set_num_threads: expected 1 <= n <= {MAX_THREADS}, got {n}")
     _num_threads = n
+    cap_blas_threads()
+
+
+def cap_blas_threads():
+    """Cap the thread pools of the BLAS libraries loaded now at set_num_threads' count
+    (threadpoolctl reaches loaded libraries only: dot.py calls this again once the BLAS it
+    multiplies with, scipy's, is loaded)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
         return
-    threadpool_limits(limits=n, user_api="blas")
+    threadpool_limits(limits=_num_threads, user_api="blas")
 
 
 def get_num_threads():

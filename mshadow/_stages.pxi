@@ -923,3 +923,53 @@ def release_scratch():
     cdef _Arena a = _thread_arena()
     a.free = []
     a.bytes = 0
+
+
+# ---- a product's operand, a panel of columns at a time ---------------------------------------
+cdef class ColumnPanels:
+    """The columns of a 2-D expression evaluated a panel at a time into one scratch block
+    (``dot(w, unpack_patch2col(x))``: the product reads each panel from cache and the whole
+    column matrix never exists). ``open_panels`` binds the plan once and pins what it reads;
+    ``fill(x0, x1)`` evaluates columns [x0, x1) into the block, dense rows of x1 - x0;
+    ``close`` unpins and gives the block back to the thread's arena."""
+
+    cdef char *fill(self, Py_ssize_t x0, Py_ssize_t x1) except NULL:
+        cdef _Out o
+        cdef Py_ssize_t isz = self.itemsize
+        if not (0 <= x0 < x1 <= self.cols and x1 - x0 <= self.width) or self.run is None:
+            raise ValueError(f"ColumnPanels.fill({x0}, {x1}): columns of at most {self.width} "
+                             f"within [0, {self.cols}) of an open run")
+        # element (y, x) at scratch + y * (x1 - x0) + (x - x0): the columns keep their numbers
+        _out_at(&o, self.scratch.ptr - x0 * isz, (x1 - x0) * isz, isz, self.rows, self.cols)
+        o.contiguous = False
+        _run_staged((<_Run> self.run).bound, &o, 0, self.rows, x0, x1)
+        return self.scratch.ptr
+
+    def close(self, bint ended=True):
+        if self.run is not None:
+            r, self.run = self.run, None
+            _close_run(<_Run> r, ended)
+        if self.scratch is not None:
+            _give_scratch(self.scratch)
+            self.scratch = None
+
+
+def open_panels(Plan plan, tuple leaves, tuple scalars, shape, Py_ssize_t width):
+    """A ColumnPanels of the 2-D expression (``plan``, compiled for a destination of its
+    dtype, over ``leaves`` and ``scalars``) of ``shape``, panels of at most ``width``
+    columns. Its whole stages (an index a gather reads) are evaluated, and checked, now."""
+    if len(shape) != 2 or width < 1:
+        raise ValueError(f"open_panels: a 2-D expression and a positive width, got {shape} "
+                         f"and {width}")
+    cdef ColumnPanels p = ColumnPanels.__new__(ColumnPanels)
+    p.rows, p.cols = _axis(shape, 0), _axis(shape, 1)
+    p.width = max(1, min(width, p.cols))
+    p.itemsize = _CODE_SIZE[plan.program.dst_code]
+    p.run = _open_run(plan, leaves, scalars, shape)
+    try:
+        _fill_whole((<_Run> p.run).bound, False)
+        p.scratch = _take_scratch(max(p.rows * p.width * p.itemsize, 64))
+    except BaseException:
+        p.close(False)
+        raise
+    return p

@@ -4,13 +4,15 @@ Owns mshadow's kComplex DotEngine: products stay lazy until assigned, then go to
 """
 
 
+import numpy as np
+
 from . import _core, ir
 import importlib
 from .device import check_devices
-from .engine import register_complex
+from .engine import get_plan, register_complex
 from .errors import DTypeError, ShapeError
-from .expr import (ScaledExp, TransposeExp, scale_value, _CODE_BY_FLAG, _as_operand,
-                   describe, kComplex)
+from .expr import (ScaledExp, TransposeExp, scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
+                   _as_operand, describe, kComplex)
 from .shape import Shape
 
 Tensor = _core.Tensor
@@ -29,6 +31,7 @@ def _blas():
     global _blas_module
     if _blas_module is None:
         _blas_module = importlib.import_module("mshadow._blas")
+        _core.cap_blas_threads()      # scipy's BLAS was not loaded when the cap was set
     return _blas_module
 
 
@@ -38,18 +41,27 @@ def _name(t, trans):
 
 
 def _operand(x, where):
-    """(tensor, transposed) for a Tensor, ``t.T`` or a numpy array; anything else is refused.
+    """(tensor, transposed) for a Tensor, ``t.T`` or a numpy array, or (expression, False)
+    for any other expression that is not kComplex; anything else is refused.
 
-    mshadow's DotExp takes ``Tensor`` or ``Tensor.T()`` only: an element-wise expression
-    would have to be materialised first, and that temporary is the caller's to make.
+    mshadow's DotExp takes ``Tensor`` or ``Tensor.T()`` only. Here a 2-D product also takes
+    a 2-D expression operand (``dot(w, unpack_patch2col(pad(x, 1), 3, 3, 1))``, cxxnet's
+    convolution): the engine evaluates it a panel of columns at a time (_eval_expression).
     """
     x = _as_operand(x, where)
     if isinstance(x, Tensor):
         return x, False
     if isinstance(x, TransposeExp) and type(x.key) is ir.Leaf and len(x.leaves) == 1:
         return x.leaves[0], True
-    raise TypeError(f"{where}: operands must be tensors or transposed tensors (t.T), got the "
-                    f"expression {describe(x.key)}; assign it to a tensor first")
+    if isinstance(x, _core.Exp) and x.exp_type != kComplex:
+        return x, False
+    raise TypeError(f"{where}: operands must be tensors, transposed tensors (t.T) or "
+                    f"expressions, got the expression {describe(x.key)}; assign it to a "
+                    f"tensor first")
+
+
+def _is_expression(x):
+    return not isinstance(x, Tensor)
 
 
 def _scale_value(v, code, where):
@@ -70,11 +82,14 @@ class _ProductExp(ScaledExp):
 
 
 def _init(node, tag, lhs, ltrans, rhs, rtrans, shape, code):
-    node.key = ir.Product(tag, code, ltrans, rtrans, len(lhs.shape), len(rhs.shape))
+    # an expression operand's structure is part of the node (ir.Product's lsrc, rsrc)
+    node.key = ir.Product(tag, code, ltrans, rtrans, len(lhs.shape), len(rhs.shape),
+                          lhs.key if _is_expression(lhs) else None,
+                          rhs.key if _is_expression(rhs) else None)
     # the dims come from validated tensor shapes: skip Shape's per-dim checks (per-call path)
     node.shape = tuple.__new__(Shape, shape)
     node.code = code
-    node.leaves = (lhs, rhs)
+    node.leaves = _leaves_of(lhs) + _leaves_of(rhs)
     node.scale = scale = 1 if code in _INT_CODES else 1.0
     node.scalars = (scale,)
     node.exp_type = kComplex
@@ -82,12 +97,22 @@ def _init(node, tag, lhs, ltrans, rhs, rtrans, shape, code):
     return node
 
 
+def _leaves_of(x):
+    return x.leaves if _is_expression(x) else (x,)
+
+
+def _code_of(x):
+    return x.code if _is_expression(x) else _CODE_BY_FLAG[x.type_flag]
+
+
 def _common(a, b, where):
-    if a.type_flag != b.type_flag:
-        raise DTypeError(f"{where}: operands have different dtypes {a.dtype} and {b.dtype}; "
-                         f"use ms.tcast to convert one of them")
-    check_devices(where, None, (a.device, b.device), gpu_ok=True)   # (evaluated: _eval)
-    return _CODE_BY_FLAG[a.type_flag]
+    ca, cb = _code_of(a), _code_of(b)
+    if ca != cb:
+        raise DTypeError(f"{where}: operands have different dtypes {np.dtype(_NP_BY_CODE[ca]).name} and "
+                         f"{np.dtype(_NP_BY_CODE[cb]).name}; use ms.tcast to convert one of them")
+    check_devices(where, None, _core.leaf_devices(_leaves_of(a) + _leaves_of(b)),
+                  gpu_ok=True)   # (evaluated: _eval)
+    return ca
 
 
 class DotExp(_ProductExp):
@@ -116,6 +141,11 @@ def dot(lhs, rhs):
     b, tb = _operand(rhs, "dot")
     code = _common(a, b, "dot")
     na, nb = len(a.shape), len(b.shape)
+    if (_is_expression(a) or _is_expression(b)) and not na == nb == 2:
+        x = a if _is_expression(a) else b
+        raise TypeError(f"dot: an expression operand ({describe(x.key)}) takes part in a 2-D "
+                        f"product only, got {_name(a, ta)} x {_name(b, tb)}; assign it to a "
+                        f"tensor first")
     if na > 2 or nb > 2:
         raise ShapeError(f"dot: operands must be 1-D or 2-D, got {_name(a, ta)} and "
                          f"{_name(b, tb)}; use batch_dot for 3-D batches")
@@ -200,14 +230,16 @@ def _eval(dst, exp, saver):
     """The complex engine: ``dst <saver> exp`` for a DotExp or BatchDotExp (compiled: _blas.
     product; here the errors it leaves to this layer: each says what was wrong)."""
     sign_beta = _BLAS_CONSTANTS.get(saver)
-    if sign_beta is not None and _blas().product(dst, exp, sign_beta, _core.get_num_threads()):
-        return
     if sign_beta is None:
         row = ir.SAVER_BY_NAME.get(saver)
         sym = row.symbol if row is not None else saver
         forms = ", ".join(f"{s.symbol} ({s.name})" for s in ir.SAVER_TABLE if s.blas is not None)
         raise TypeError(f"dst {sym} {type(exp).__name__}: saver {saver} has no BLAS form; a matrix "
                         f"product can only be stored with {forms}. Assign it to a tensor first.")
+    if _is_expression(exp.lhs) or _is_expression(exp.rhs):
+        return _eval_expression(dst, exp, saver, sign_beta)
+    if _blas().product(dst, exp, sign_beta, _core.get_num_threads()):
+        return
     where = exp.key.kind
     _check_dst(dst, exp, where)
     if dst.shape != exp.shape:
@@ -222,6 +254,58 @@ def _eval(dst, exp, saver):
         return executor.assign_product(dst, exp, sign_beta)
     raise AssertionError(f"{where}: _blas.product refused a destination that passes every "
                          f"check here ({dst!r})")    # the two lists of checks disagree
+
+
+# a panel of an expression operand: about 1 MiB, so the product reads it from cache (a
+# (576, 25088) float32 im2col matrix multiplies at 60 GFLOP/s whole, at 95 in 448 columns)
+_PANEL_BYTES = 1 << 20
+
+
+def _eval_expression(dst, exp, saver, sign_beta):
+    """``dst <saver> dot(a, b)`` where an operand is an expression. A right operand that
+    does not read ``dst`` goes a panel of columns at a time (_core.open_panels, then one
+    gemm a panel into the same columns of dst: _blas.gemm_panels); any other form is
+    evaluated into a temporary on dst's device first, then multiplied as tensors."""
+    a, b, code = exp.lhs, exp.rhs, exp.key.code
+    if not isinstance(dst, Tensor):
+        raise TypeError(f"dot: destination must be a Tensor, got {type(dst).__name__}")
+    if _CODE_BY_FLAG[dst.type_flag] != code:
+        raise DTypeError(f"dot: product of dtype {np.dtype(_NP_BY_CODE[code]).name} into a tensor of dtype "
+                         f"{dst.dtype}; use ms.tcast")
+    check_devices("dot", dst.device, _core.leaf_devices(exp.leaves), gpu_ok=True)
+    if dst.shape != exp.shape:
+        raise ShapeError(f"dot-gemm: matrix shape mismatch: destination {tuple(dst.shape)}, "
+                         f"{_name(a, exp.ltrans)} x {_name(b, exp.rtrans)} gives "
+                         f"{tuple(exp.shape)}")
+    if dst.device is _core.cpu and not _is_expression(a) and not exp.rtrans:
+        plan = get_plan(b.key, code, "saveto")
+        if isinstance(plan, _core.Plan) and not _core.reads_tensor(b.leaves, dst):
+            # a panel per thread: BLAS splits each product among set_num_threads' threads
+            per_thread = max(64, _PANEL_BYTES // max(1, b.shape[0] * dst.itemsize) // 64 * 64)
+            width = per_thread * _core.get_num_threads()
+            panels = _core.open_panels(plan, b.leaves, b.scalars, b.shape, width)
+            try:
+                _blas().gemm_panels(dst, a, exp.ltrans, panels, sign_beta[0] * exp.scale,
+                                    sign_beta[1], _core.get_num_threads())
+            except BaseException:
+                panels.close(False)
+                raise
+            panels.close(True)
+            return
+    a, b = (_temporary(x, dst.device) for x in (a, b))
+    node = _init(DotExp.__new__(DotExp), "dot", a, exp.ltrans, b, exp.rtrans, exp.shape, code)
+    node.scale = exp.scale
+    node.scalars = (exp.scale,)
+    _eval(dst, node, saver)
+
+
+def _temporary(x, device):
+    """An expression operand's values in a new tensor on ``device`` (a tensor as it is)."""
+    if not _is_expression(x):
+        return x
+    t = _core.new_tensor(x.shape, 0, dtype=_NP_BY_CODE[x.code], device=device)
+    t[:] = x
+    return t
 
 
 register_complex("dot", _eval)

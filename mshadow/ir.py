@@ -24,7 +24,8 @@ the key of the compiled-plan cache of every backend.
                                  tensor or its .T) or 2-D View nodes (a view, or the values
                                  of any expression: View with a source)
     Reduce(code, form, reducer, axis, mask, src)   a reduction (kComplex root)
-    Product(kind, code, ltrans, rtrans, lnd, rnd)  dot / batch_dot (kComplex root)
+    Product(kind, code, ltrans, rtrans, lnd, rnd, lsrc, rsrc)  dot / batch_dot (kComplex
+                                 root); lsrc/rsrc: an operand's expression, or None
 
 Every node holds its sources, so two assignments share a node exactly when they compute
 the same thing (``pool(F(relu, x))`` and ``pool(x)`` differ). A Gather binds one leaf of
@@ -172,15 +173,20 @@ class Reduce(Node):
 
 
 class Product(Node):
-    """dot or batch_dot of two (possibly transposed) tensors (kComplex, evaluated by BLAS)."""
+    """dot or batch_dot of two (possibly transposed) tensors (kComplex, evaluated by BLAS);
+    a 2-D dot also of expressions: ``lsrc``/``rsrc`` is the node of an operand that is an
+    expression (None for a tensor), which binds its leaves after the tensors before it."""
     __slots__ = ()
     kind = property(lambda self: self[0])
     code = property(lambda self: self[1])
     ltrans = property(lambda self: self[2])
     rtrans = property(lambda self: self[3])
+    lsrc = property(lambda self: self[6])
+    rsrc = property(lambda self: self[7])
+    children = property(lambda self: tuple(c for c in self[6:] if c is not None))
 
-    def __new__(cls, kind, code, ltrans, rtrans, lnd, rnd):
-        return tuple.__new__(cls, (kind, code, ltrans, rtrans, lnd, rnd))
+    def __new__(cls, kind, code, ltrans, rtrans, lnd, rnd, lsrc=None, rsrc=None):
+        return tuple.__new__(cls, (kind, code, ltrans, rtrans, lnd, rnd, lsrc, rsrc))
 
     def __getnewargs__(self):
         return tuple(self)
@@ -215,7 +221,8 @@ def describe(node):
     if t is Reduce:
         return f"{node.form}<{node.reducer}>({describe(node.src)})"
     if t is Product:
-        return f"{node.kind}<{node.code}>"
+        srcs = [describe(c) for c in (node.lsrc, node.rsrc) if c is not None]
+        return f"{node.kind}<{node.code}>" + (f"({', '.join(srcs)})" if srcs else "")
     return str(node[0])
 
 

@@ -546,7 +546,7 @@ def test_dot_cannot_be_nested():
     with pytest.raises(TypeError):
         ms.dot(a, b).T
     with pytest.raises(TypeError, match="assign it to a tensor first"):
-        ms.dot(a + 1, b)
+        ms.dot(ms.new_tensor((4,)) + 1, b)     # (a 2-D product takes expressions)
     with pytest.raises(TypeError, match="tensor"):
         ms.batch_dot(ms.new_tensor((1, 2, 2)) * 2, ms.new_tensor((1, 2, 2)))
 

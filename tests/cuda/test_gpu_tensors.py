@@ -283,6 +283,29 @@ def test_dot_and_batch_dot_through_cublas(dtype, lt, rt, saver):
     np.testing.assert_allclose(g3.to_numpy(), c3.numpy(), **tol)
 
 
+@pytest.mark.parametrize("saver", ["saveto", "plusto"])
+def test_dot_of_an_expression_operand_on_the_gpu(saver):
+    """dot(w, unpack_patch2col(pad(x, 1), 3, 3, 1)) and dot(a * 2, b) of gpu operands: the
+    expression is evaluated into a gpu temporary, then cuBLAS; the CPU's panels agree."""
+    rng = np.random.RandomState(6)
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    w = rng.standard_normal((4, 27)).astype(np.float32)
+    start = rng.standard_normal((4, 2 * 9 * 8)).astype(np.float32)
+    c, g = ms.from_numpy(start.copy()), gpu_from(start)
+    engine.assign(c, ms.dot(ms.from_numpy(w), ms.unpack_patch2col(ms.pad(ms.from_numpy(x), 1),
+                                                                  3, 3, 1)), saver)
+    engine.assign(g, ms.dot(gpu_from(w), ms.unpack_patch2col(ms.pad(gpu_from(x), 1), 3, 3, 1)),
+                  saver)
+    np.testing.assert_allclose(g.to_numpy(), c.numpy(), rtol=1e-5, atol=1e-4)
+    a, b = w, rng.standard_normal((27, 5)).astype(np.float32)
+    g2 = ms.new_tensor((4, 5), 0, device=ms.gpu, pad=True)
+    g2[:] = ms.dot(gpu_from(a) * 2, gpu_from(b))
+    np.testing.assert_allclose(g2.to_numpy(), (a.astype(np.float64) * 2) @ b, rtol=1e-5,
+                               atol=1e-4)
+    with pytest.raises(ms.DeviceError):
+        ms.dot(gpu_from(a), ms.from_numpy(b) * 2)
+
+
 def test_a_product_into_one_of_its_operands_goes_through_a_temporary():
     a = np.random.RandomState(1).standard_normal((6, 6)).astype(np.float32)
     c, g = ms.from_numpy(a.copy()), gpu_from(a)
