@@ -600,8 +600,8 @@ def conv_section(R, rng):
     Y, GX, GW = ms.new_tensor((N, K, H, W)), ms.new_tensor((N, C, H, W)), ms.new_tensor((K, CK))
 
     def ms_fwd():
-        COL[:] = ms.unpack_patch2col(ms.pad(X, 1), k, k, 1)
-        O2[:] = ms.dot(W2, COL)                                   # (K, N*H*W)
+        # (K, N*H*W): the column matrix a panel at a time, never whole (docs/dot.md)
+        O2[:] = ms.dot(W2, ms.unpack_patch2col(ms.pad(X, 1), k, k, 1))
         Y[:] = ms.swapaxis(ms.reshape(O2, (K, N, H, W)), 1, 0)
         return Y
 
@@ -676,11 +676,13 @@ def conv_section(R, rng):
         atol = 1e-4 * float(np.max(np.abs(ref)))
         rows.append(Row(f"{label} f32", {"ms": fm, "np:im2col + matmul": fn, "torch": ft}, ref,
                         rtol=1e-4, atol=atol, rounds=rounds, row_time=0.0, flops=flops))
-    notes = ["mshadow (cxxnet's layer): forward COL[:] = unpack_patch2col(pad(X, 1), 3, 3, 1); "
-             "O[:] = dot(W, COL); Y[:] = swapaxis(reshape(O, (K, N, H, W)), 1, 0)",
+    notes = ["mshadow (cxxnet's layer): forward O[:] = dot(W, unpack_patch2col(pad(X, 1), 3, 3, "
+             "1)) (the column matrix a panel at a time); Y[:] = swapaxis(reshape(O, (K, N, H, W)), "
+             "1, 0)",
              "  grad-input G2[:] = reshape(swapaxis(G, 1, 0), (K, N*H*W)); GC[:] = dot(W.T, G2); "
              "GX[:] = crop(pack_col2patch(GC, (N, C, H+2, W+2), 3, 3, 1), (H, W), 1, 1)",
-             "  grad-weight G2 as above; COL as in forward; GW[:] = dot(G2, COL.T)",
+             "  grad-weight G2 as above; COL[:] = unpack_patch2col(pad(X, 1), 3, 3, 1); "
+             "GW[:] = dot(G2, COL.T)",
              "numpy: the same steps: copy into a zero-bordered buffer, np.copyto of a "
              "sliding_window_view in the same layout, np.matmul(out=) (BLAS), 9 strided np.add "
              "for col2im",

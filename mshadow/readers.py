@@ -248,7 +248,7 @@ def _ch_unpool_rows(p, y0, y1):
 # element loop's order, so the two give the same bits. Max pooling per element cost 4x sum.
 # Fewer than 8 such outputs stay in the element loop (a tile's set-up costs more there).
 _WINDOW_TILES = (
-    "{ npy_intp t, j, m = (W - kx) / sx + 1 - x0; if (m > n) m = n; if (m < 8) m = 0;\n"
+    "{ npy_intp t, j, m = (W - kx) / sx + 1 - x0; if (m > n) m = n; if (m < 2) m = 0;\n"
     "    for (t = 0; t < m; t += 64) {\n"
     "      const npy_intp mm = MS_MIN(m - t, 64), c0 = (x0 + t) * sx; V acc[64];\n      "
     + _each_reducer(
