@@ -851,8 +851,11 @@ cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_s
         prog.block = RBLOCK
     elif plan.nreg:
         prog.block = BLOCK
-    else:   # (narrow rows: up to GATHER_BLOCK elements of whole rows a kernel call)
-        prog.block = max(GATHER_BLOCK, (cols + prog.nthreads - 1) // prog.nthreads)
+    elif prog.nthreads == 1:   # (narrow rows: up to GATHER_BLOCK elements of whole rows
+        prog.block = max(GATHER_BLOCK, cols)    # a kernel call; a wide row in one call)
+    else:   # and at least 4 calls a thread: 32K elements on 16 threads were 2 calls
+        prog.block = max(BLOCK, min(GATHER_BLOCK, (n + 4 * prog.nthreads - 1)
+                                                  // (4 * prog.nthreads)))
     if prog.nthreads == 1 and n < MIN_PER_THREAD:   # too short to release the GIL
         rc = ms_run_program(&prog)
     else:

@@ -80,7 +80,7 @@ def test_take_pad_and_index_errors(rows, pitched):
     assert (d3.numpy() == -7).all()                        # nothing stored
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, 8])
 @pytest.mark.parametrize("pitched", [False, True], ids=["dense", "pitched"])
 def test_concat_alone_copies_runs_of_rows_bit_for_bit(threads, pitched):
     """A concat assigned alone writes straight into the destination, a run of whole rows
@@ -104,5 +104,30 @@ def test_concat_alone_copies_runs_of_rows_bit_for_bit(threads, pitched):
             d = _dst((n * 3, 2 * w + 2), np.float32, pitched, 0)
             d[:] = ms.concat(T(a2), padded(b2), 1)               # along columns
             np.testing.assert_array_equal(d.numpy(), np.concatenate((a2, b2), 1))
+    finally:
+        ms.set_num_threads(old)
+
+
+@pytest.mark.parametrize("threads", [2, 8])
+def test_gathers_split_among_many_threads(threads):
+    """With more threads a gather's kernel calls get smaller (at least 4 a thread), down to
+    parts of a row: take's row copies, concat's runs and pad's zeros stay exact."""
+    rng = np.random.default_rng(12)
+    old = ms.get_num_threads()
+    ms.set_num_threads(threads)
+    try:
+        m = rng.standard_normal((40, 5000)).astype(np.float32)
+        idx = rng.integers(0, 40, 12).astype(np.float32)
+        d = _dst((12, 5000), np.float32, True, 0)
+        d[:] = ms.take(T(idx), padded(m))
+        np.testing.assert_array_equal(d.numpy(), m[idx.astype(int)])
+        a, b = m[:, :3001], rng.standard_normal((40, 7)).astype(np.float32)
+        d2 = _dst((40, 3008), np.float32, False, 0)
+        d2[:] = ms.concat(T(np.ascontiguousarray(a)), T(b), 1)
+        np.testing.assert_array_equal(d2.numpy(), np.concatenate((a, b), 1))
+        x = rng.standard_normal((6, 30, 700)).astype(np.float32)
+        d3 = _dst((6, 32, 706), np.float32, True, 0)
+        d3[:] = ms.pad(T(x), 1, 3)
+        np.testing.assert_array_equal(d3.numpy(), np.pad(x, ((0, 0), (1, 1), (3, 3))))
     finally:
         ms.set_num_threads(old)
