@@ -595,14 +595,17 @@ def conv_section(R, rng):
 
     # mshadow: cxxnet's convolution layer (examples/neuralnet/convnet.py, with the padding)
     X, W2, G = ms.from_numpy(x), ms.from_numpy(w2), ms.from_numpy(g)
-    COL, GCOL = ms.new_tensor((CK, L)), ms.new_tensor((CK, L))
-    O2, G2 = ms.new_tensor((K, L)), ms.new_tensor((K, L))
+    GCOL = ms.new_tensor((CK, L))
+    G2 = ms.new_tensor((K, L))
     Y, GX, GW = ms.new_tensor((N, K, H, W)), ms.new_tensor((N, C, H, W)), ms.new_tensor((K, CK))
 
+    W4 = ms.from_numpy(w2.reshape(K, C, k, k))
+    GW4 = ms.from_numpy(GW.numpy().reshape(K, C, k, k))     # GW's memory, as 4-D
+
     def ms_fwd():
-        # (K, N*H*W): the column matrix a panel at a time, never whole (docs/dot.md)
-        O2[:] = ms.dot(W2, ms.unpack_patch2col(ms.pad(X, 1), k, k, 1))
-        Y[:] = ms.swapaxis(ms.reshape(O2, (K, N, H, W)), 1, 0)
+        # cxxnet's layer in one call: the column matrix a panel at a time, each panel's
+        # product written into its image of Y (docs/reduce_nn.md)
+        ms.nn.conv2d(Y, X, W4, 1)
         return Y
 
     def ms_gin():
@@ -612,9 +615,7 @@ def conv_section(R, rng):
         return GX
 
     def ms_gw():
-        G2[:] = ms.reshape(ms.swapaxis(G, 1, 0), (K, L))
-        COL[:] = ms.unpack_patch2col(ms.pad(X, 1), k, k, 1)
-        GW[:] = ms.dot(G2, COL.T)
+        ms.nn.conv2d_grad_weight(GW4, X, G, 1)
         return GW
 
     # numpy: the same im2col layout through sliding_window_view, GEMMs through np.matmul
@@ -676,13 +677,13 @@ def conv_section(R, rng):
         atol = 1e-4 * float(np.max(np.abs(ref)))
         rows.append(Row(f"{label} f32", {"ms": fm, "np:im2col + matmul": fn, "torch": ft}, ref,
                         rtol=1e-4, atol=atol, rounds=rounds, row_time=0.0, flops=flops))
-    notes = ["mshadow (cxxnet's layer): forward O[:] = dot(W, unpack_patch2col(pad(X, 1), 3, 3, "
-             "1)) (the column matrix a panel at a time); Y[:] = swapaxis(reshape(O, (K, N, H, W)), "
-             "1, 0)",
+    notes = ["mshadow: forward ms.nn.conv2d(Y, X, W, 1) (cxxnet's layer, dot(W, "
+             "unpack_patch2col(pad(X, 1), 3, 3, 1)), in one call: the column matrix a panel at a "
+             "time, each product written into its image of Y)",
              "  grad-input G2[:] = reshape(swapaxis(G, 1, 0), (K, N*H*W)); GC[:] = dot(W.T, G2); "
              "GX[:] = crop(pack_col2patch(GC, (N, C, H+2, W+2), 3, 3, 1), (H, W), 1, 1)",
-             "  grad-weight G2 as above; COL[:] = unpack_patch2col(pad(X, 1), 3, 3, 1); "
-             "GW[:] = dot(G2, COL.T)",
+             "  grad-weight ms.nn.conv2d_grad_weight(GW, X, G, 1) (the sum over images of "
+             "G[n] @ COL[:, image n].T, the same panels)",
              "numpy: the same steps: copy into a zero-bordered buffer, np.copyto of a "
              "sliding_window_view in the same layout, np.matmul(out=) (BLAS), 9 strided np.add "
              "for col2im",

@@ -422,6 +422,76 @@ def gemm_panels(Tensor c, Tensor a, bint ta, ColumnPanels b, alpha, beta, int nt
         raise MemoryError("dot: could not allocate scratch memory")
 
 
+def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t nimg, Py_ssize_t per_image,
+                bint grad_weight, alpha, beta, int nthreads=1):
+    """The products of a convolution whose column matrix ``b`` gives a panel at a time (its
+    rows C*kh*kw, its columns (n, oy, ox): ``per_image`` an image); panels never straddle
+    two images. ``c`` and ``a`` are dense; K is the rows of the weight.
+
+    forward:     c (N, K, oh, ow): image n = alpha * a (K, CK) @ b[:, image n] + beta * c
+    grad_weight: c (K, CK) = alpha * sum_n a[n] (K, per_image) @ b[:, image n]^T + beta * c
+    Each output is written where it belongs: no column matrix, no (K, N*oh*ow) product
+    to transpose afterwards."""
+    cdef Mat mc, ma, mb
+    cdef Py_ssize_t CK = b.rows, K, n, p0, p1, w, item = c.itemsize
+    cdef char *cp
+    cdef char *ap
+    cdef int flag = c.type_flag, rc = 0
+    cdef bint first = True
+    cdef double fa, fb, f1
+    cdef uint64_t ia, ib, i1
+    if a.type_flag != flag:
+        raise DTypeError(f"conv2d: tensors of dtypes {_NAMES[a.type_flag]} and {_NAMES[flag]}")
+    if c.readonly:
+        raise ValueError("assignment destination is read-only")
+    K = c.rows * c.cols // CK if grad_weight else a.rows * a.cols // CK
+    if (b.cols != nimg * per_image or K * CK != (c if grad_weight else a).rows *
+            (c if grad_weight else a).cols or (a if grad_weight else c).rows *
+            (a if grad_weight else c).cols != nimg * K * per_image
+            or not (a.stride == a.cols and c.stride == c.cols)):
+        raise ShapeError(f"conv2d: dense operands of (N, K, {per_image}) and (K, {CK}) "
+                         f"elements over {nimg} images, got {a.shape} and {c.shape}")
+    for v, what in ((K, "rows"), (CK, "inner size"), (per_image, "cols")):
+        _check_int(v, what)
+    fa, fb, ia, ib = _scalars(flag, alpha, beta)
+    _, f1, _, i1 = _scalars(flag, alpha, 1)
+    cp, ap = c.data(), a.data()
+    a.mem.pin()
+    c.mem.pin()
+    try:
+        for n in range(nimg):
+            p0 = 0
+            while rc == 0 and p0 < per_image:
+                p1 = min(per_image, p0 + b.width)
+                w = p1 - p0
+                mb.p = b.fill(n * per_image + p0, n * per_image + p1)
+                mb.rows, mb.cols, mb.ld = CK, w, w
+                if not grad_weight:     # c[n][:, p0:p1] = a @ panel
+                    mb.trans = False
+                    ma.p, ma.rows, ma.cols, ma.ld, ma.trans = ap, K, CK, CK, False
+                    mc.p, mc.rows, mc.cols, mc.ld = cp + (n * K * per_image + p0) * item, K, w, \
+                        per_image
+                    with nogil:
+                        rc = _product(flag, mc, ma, mb, K, w, CK, fa, fb, ia, ib, nthreads)
+                else:                   # c += a[n][:, p0:p1] @ panel^T
+                    mb.trans = True
+                    ma.p, ma.rows, ma.cols, ma.ld, ma.trans = ap + (n * K * per_image + p0) * item, \
+                        K, w, per_image, False
+                    mc.p, mc.rows, mc.cols, mc.ld = cp, K, CK, CK
+                    with nogil:
+                        rc = _product(flag, mc, ma, mb, K, CK, w, fa, fb if first else f1,
+                                      ia, ib if first else i1, nthreads)
+                    first = False
+                p0 = p1
+    finally:
+        a.mem.unpin()
+        c.mem.unpin()
+    if rc == -2:
+        raise DTypeError(f"conv2d: no product for dtype {_NAMES[flag]}")
+    if rc != 0:
+        raise MemoryError("conv2d: could not allocate scratch memory")
+
+
 def product(dst, exp, tuple sign_beta, int nthreads):
     """``dst <saver> exp`` for a DotExp or BatchDotExp (mshadow/dot.py), ``sign_beta`` the
     saver's (sign of alpha, beta): True when done; False, having done nothing, when ``dst``

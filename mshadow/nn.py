@@ -24,7 +24,7 @@ Tensor = _core.Tensor
 
 __all__ = ["softmax", "softmax_grad", "smooth_softmax_grad", "add_take_grad",
            "add_take_grad_large_batch", "index_fill", "sort_by_key", "vectorized_sort",
-           "map_reduce_keep_lowest", "map_reduce_keep_high_dim"]
+           "map_reduce_keep_lowest", "map_reduce_keep_high_dim", "conv2d", "conv2d_grad_weight"]
 
 
 # ---- argument checks --------------------------------------------------------------------
@@ -356,6 +356,103 @@ def map_reduce_keep_high_dim(dst, exp, dimkeep, saver="saveto", reducer=red.sum,
                          f"{shape[dimkeep]}")
     check_dst(dst, code, source_devices(src), where)
     reduce_into(dst, src, "except_dim", reducer.name, int(dimkeep), False, scale, saver)
+
+
+# ---- convolution (cxxnet's layer, as one call) ---------------------------------------------
+def _conv_args(where, out, data, weight_like, pad, stride, saver):
+    """(columns expression, images, positions per image, sign of alpha, beta) of a conv2d
+    call, every argument checked: ``out`` and ``weight_like`` dense tensors, ``data`` a
+    (N, C, H, W) tensor or expression; the column matrix reads nothing of ``out``."""
+    from . import ir
+    from .extension import pad as _pad, unpack_patch2col
+    from .extension.views import _source
+    blas = {s.name: s.blas for s in ir.SAVER_TABLE if s.blas is not None}
+    if saver not in blas:
+        raise TypeError(f"{where}: saver must be one of {sorted(blas)}, got {saver!r}")
+    data = _source(data, where, 4)
+    if len(data.shape) != 4:
+        raise ShapeError(f"{where}: data must be (N, C, H, W), got shape {tuple(data.shape)}")
+    py, px = (pad, pad) if isinstance(pad, numbers.Integral) else tuple(pad)
+    cols = unpack_patch2col(_pad(data, py, px) if py or px else data, weight_like.shape[2],
+                            weight_like.shape[3], stride)
+    for t, what in ((out, "the destination"), (weight_like, "the weight")):
+        if not t.check_contiguous():
+            raise ShapeError(f"{where}: {what} must be dense (pad=False), got stride "
+                             f"{t.stride} for shape {tuple(t.shape)}")
+    return cols, data.shape[0], cols.shape[1] // max(data.shape[0], 1), blas[saver]
+
+
+def _conv_run(where, c, a, cols, nimg, per_image, grad_weight, sign_beta):
+    from .dot import _blas
+    from .engine import get_plan
+    plan = get_plan(cols.key, cols.code, "saveto")
+    if _core.reads_tensor(cols.leaves, c) or not isinstance(plan, _core.Plan):
+        # the columns would read what earlier panels stored, or hold an untraced operator
+        tmp = _core.new_tensor(cols.shape, 0, dtype=c.dtype)
+        tmp[:] = cols
+        cols = tmp * 1
+        plan = get_plan(cols.key, cols.code, "saveto")
+    width = max(64, (1 << 20) // max(1, cols.shape[0] * c.itemsize) // 64 * 64)
+    panels = _core.open_panels(plan, cols.leaves, cols.scalars, cols.shape,
+                               width * _core.get_num_threads())
+    try:
+        _blas().conv_panels(c, a, panels, nimg, per_image, grad_weight, sign_beta[0],
+                            sign_beta[1], _core.get_num_threads())
+    except BaseException:
+        panels.close(False)
+        raise
+    panels.close(True)
+
+
+def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
+    """``out <saver> conv(data, weight)``: out (N, K, oh, ow), data (N, C, H, W) (a tensor or
+    any expression), weight (K, C, kh, kw), zero padding ``pad`` (an int or (py, px)).
+
+    cxxnet's convolution layer in one call: ``dot(weight, unpack_patch2col(pad(data),
+    kh, kw, stride))`` with the column matrix a panel of one image's columns at a time,
+    each panel's product written straight into that image of ``out`` (no column matrix, no
+    (K, N*oh*ow) product to swap into place). Summation order: BLAS's."""
+    where = "conv2d"
+    out, weight = _tensor(out, where, "out", (4,)), _tensor(weight, where, "weight", (4,))
+    _writable(out, where, "out")
+    _same_dtype(out, weight, where, "out", "weight")
+    cols, nimg, per_image, sign_beta = _conv_args(where, out, data, weight, pad, stride, saver)
+    K = weight.shape[0]
+    if cols.shape[0] != weight.shape[1] * weight.shape[2] * weight.shape[3] or \
+            tuple(out.shape) != (nimg, K) + _out_hw(data, weight, pad, stride):
+        raise ShapeError(f"{where}: data {tuple(data.shape)} and weight {tuple(weight.shape)} "
+                         f"(pad {pad}, stride {stride}) give ({nimg}, {K}) + "
+                         f"{_out_hw(data, weight, pad, stride)}, out is {tuple(out.shape)}")
+    _conv_run(where, out, weight, cols, nimg, per_image, False, sign_beta)
+
+
+def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
+    """``dweight <saver> the weight gradient of conv2d``: dweight (K, C, kh, kw) = sum over
+    images n of grad[n] (K, oh*ow) @ im2col(pad(data))[:, image n].T, the column matrix a
+    panel at a time (never whole). ``grad`` (N, K, oh, ow) dense."""
+    where = "conv2d_grad_weight"
+    dweight = _tensor(dweight, where, "dweight", (4,))
+    grad = _tensor(grad, where, "grad", (4,))
+    _writable(dweight, where, "dweight")
+    _same_dtype(dweight, grad, where, "dweight", "grad")
+    cols, nimg, per_image, sign_beta = _conv_args(where, dweight, data, dweight, pad, stride,
+                                                  saver)
+    K = dweight.shape[0]
+    if not grad.check_contiguous():
+        raise ShapeError(f"{where}: grad must be dense (pad=False), got stride {grad.stride}")
+    if cols.shape[0] != dweight.shape[1] * dweight.shape[2] * dweight.shape[3] or \
+            tuple(grad.shape) != (nimg, K) + _out_hw(data, dweight, pad, stride):
+        raise ShapeError(f"{where}: data {tuple(data.shape)} and dweight "
+                         f"{tuple(dweight.shape)} (pad {pad}, stride {stride}) give a gradient "
+                         f"of ({nimg}, {K}) + {_out_hw(data, dweight, pad, stride)}, grad is "
+                         f"{tuple(grad.shape)}")
+    _conv_run(where, dweight, grad, cols, nimg, per_image, True, sign_beta)
+
+
+def _out_hw(data, weight, pad, stride):
+    py, px = (pad, pad) if isinstance(pad, numbers.Integral) else tuple(pad)
+    H, W = data.shape[2] + 2 * py, data.shape[3] + 2 * px
+    return ((H - weight.shape[2]) // stride + 1, (W - weight.shape[3]) // stride + 1)
 
 
 # ---- the C++ spellings ------------------------------------------------------------------

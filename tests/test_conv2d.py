@@ -1,0 +1,94 @@
+"""nn.conv2d and nn.conv2d_grad_weight: cxxnet's convolution layer in one call, the column
+matrix a panel of one image's columns at a time, each product written where it belongs.
+Oracle: numpy in float64 (im2col of numpy's pad, then matmul)."""
+import numpy as np
+import pytest
+
+import mshadow as ms
+from mshadow.errors import DTypeError, ShapeError
+from references import np_im2col, np_pad
+
+
+def _ref_cols(x, kh, kw, pad, stride):
+    py, px = (pad, pad) if isinstance(pad, int) else pad
+    return np_im2col(np_pad(x.astype(np.float64), py, px), kh, kw, stride, stride, 1, 1)
+
+
+def _tol(dtype):
+    return dict(rtol=2e-4, atol=2e-4) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
+
+
+# (N, C, H, W), (K, kh, kw), pad, stride: C = 64 makes 576 rows, so an image's columns
+# take more than one panel on one thread
+CASES = [((2, 64, 24, 24), (8, 3, 3), 1, 1), ((3, 5, 9, 11), (4, 3, 2), (1, 2), 2),
+         ((1, 3, 7, 7), (2, 1, 1), 0, 1), ((2, 4, 10, 8), (3, 5, 5), 2, 3)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES)
+def test_conv2d_and_its_weight_gradient(case, dtype, threads):
+    (N, C, H, W), (K, kh, kw), pad, stride = case
+    rng = np.random.default_rng(N * C + H)
+    x = rng.standard_normal((N, C, H, W)).astype(dtype)
+    w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
+    cols = _ref_cols(x, kh, kw, pad, stride)            # (C*kh*kw, N*oh*ow)
+    per = cols.shape[1] // N
+    oh = (H + 2 * (pad if isinstance(pad, int) else pad[0]) - kh) // stride + 1
+    ow = per // oh
+    want = (w.reshape(K, -1).astype(np.float64) @ cols).reshape(K, N, oh, ow).transpose(1, 0, 2, 3)
+    g = rng.standard_normal((N, K, oh, ow)).astype(dtype)
+    want_dw = (g.astype(np.float64).transpose(1, 0, 2, 3).reshape(K, -1) @ cols.T).reshape(w.shape)
+    old = ms.get_num_threads()
+    ms.set_num_threads(threads)
+    try:
+        X, Wt, G = ms.from_numpy(x), ms.from_numpy(w), ms.from_numpy(g)
+        out = ms.new_tensor((N, K, oh, ow), dtype=dtype, init=5)
+        ms.nn.conv2d(out, X, Wt, pad, stride)
+        np.testing.assert_allclose(out.numpy(), want, **_tol(dtype))
+        ms.nn.conv2d(out, X, Wt, pad, stride, saver="plusto")
+        np.testing.assert_allclose(out.numpy(), 2 * want, **_tol(dtype))
+        dw = ms.new_tensor(w.shape, dtype=dtype, init=5)
+        ms.nn.conv2d_grad_weight(dw, X, G, pad, stride)
+        np.testing.assert_allclose(dw.numpy(), want_dw, **_tol(dtype))
+        ms.nn.conv2d_grad_weight(dw, X, G, pad, stride, saver="minusto")
+        np.testing.assert_allclose(dw.numpy(), 0 * want_dw, **_tol(dtype))
+    finally:
+        ms.set_num_threads(old)
+
+
+def test_conv2d_of_an_expression_and_into_its_own_input():
+    """data may be any expression (relu of x here); data that reads ``out`` is evaluated
+    first (its columns would read images already stored)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 6, 6))
+    w = rng.standard_normal((3, 3, 3, 3))
+    X, Wt = ms.from_numpy(x), ms.from_numpy(w)
+    out = ms.new_tensor((2, 3, 6, 6), dtype=np.float64)
+    ms.nn.conv2d(out, ms.F(ms.op.relu, X), Wt, 1)
+    want = (w.reshape(3, -1) @ _ref_cols(np.maximum(x, 0), 3, 3, 1, 1)).reshape(
+        3, 2, 6, 6).transpose(1, 0, 2, 3)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-12, atol=1e-12)
+    y = ms.from_numpy(x.copy())
+    ms.nn.conv2d(y, y * 1, Wt, 1)
+    want2 = (w.reshape(3, -1) @ _ref_cols(x, 3, 3, 1, 1)).reshape(3, 2, 6, 6).transpose(1, 0, 2, 3)
+    np.testing.assert_allclose(y.numpy(), want2, rtol=1e-12, atol=1e-12)
+
+
+def test_conv2d_errors_store_nothing():
+    x = ms.new_tensor((2, 3, 6, 6), init=1)
+    w = ms.new_tensor((4, 3, 3, 3), init=1)
+    out = ms.new_tensor((2, 4, 4, 4), init=7)
+    with pytest.raises(ShapeError, match=r"give \(2, 4\) \+ \(4, 4\), out is \(2, 4, 6, 6\)"):
+        ms.nn.conv2d(ms.new_tensor((2, 4, 6, 6)), x, w)
+    with pytest.raises(ShapeError, match="dense"):
+        ms.nn.conv2d(ms.new_tensor((2, 4, 4, 4), pad=True), x, w)
+    with pytest.raises(DTypeError):
+        ms.nn.conv2d(out, x, ms.new_tensor((4, 3, 3, 3), dtype=np.float64))
+    with pytest.raises(ShapeError):
+        ms.nn.conv2d(out, ms.new_tensor((2, 5, 6, 6)), w)
+    with pytest.raises(TypeError, match="saver"):
+        ms.nn.conv2d(out, x, w, saver="multo")
+    with pytest.raises(ShapeError, match="grad is"):
+        ms.nn.conv2d_grad_weight(ms.new_tensor((4, 3, 3, 3)), x, ms.new_tensor((2, 4, 5, 5)))
+    np.testing.assert_array_equal(out.numpy(), 7)
