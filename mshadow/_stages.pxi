@@ -934,7 +934,8 @@ cdef class ColumnPanels:
     (``dot(w, unpack_patch2col(x))``: the product reads each panel from cache and the whole
     column matrix never exists). ``open_panels`` binds the plan once and pins what it reads;
     ``fill(x0, x1)`` evaluates columns [x0, x1) into the block, dense rows of x1 - x0;
-    ``close`` unpins and gives the block back to the thread's arena."""
+    ``close`` (or leaving ``with panels:``) unpins and gives the block back to the thread's
+    arena."""
 
     cdef char *fill(self, Py_ssize_t x0, Py_ssize_t x1) except NULL:
         cdef _Out o
@@ -948,6 +949,13 @@ cdef class ColumnPanels:
         _run_staged((<_Run> self.run).bound, &o, 0, self.rows, x0, x1)
         return self.scratch.ptr
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        self.close(kind is None)
+        return False
+
     def close(self, bint ended=True):
         if self.run is not None:
             r, self.run = self.run, None
@@ -960,10 +968,15 @@ cdef class ColumnPanels:
 def open_panels(Plan plan, tuple leaves, tuple scalars, shape, Py_ssize_t width):
     """A ColumnPanels of the 2-D expression (``plan``, compiled for a destination of its
     dtype, over ``leaves`` and ``scalars``) of ``shape``, panels of at most ``width``
-    columns. Its whole stages (an index a gather reads) are evaluated, and checked, now."""
+    columns. Its whole stages (an index a gather reads) are evaluated, and checked, now.
+    None when a stage of ``plan`` goes by rows: every panel would evaluate it again (the
+    caller evaluates the expression into a temporary instead)."""
     if len(shape) != 2 or width < 1:
         raise ValueError(f"open_panels: a 2-D expression and a positive width, got {shape} "
                          f"and {width}")
+    for info in plan.stage_info:
+        if info[0] == SCHED_ROWS:   # its rows would be evaluated again for every panel
+            return None
     cdef ColumnPanels p = ColumnPanels.__new__(ColumnPanels)
     p.rows, p.cols = _axis(shape, 0), _axis(shape, 1)
     p.width = max(1, min(width, p.cols))

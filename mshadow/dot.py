@@ -278,25 +278,31 @@ def _eval_expression(dst, exp, saver, sign_beta):
                          f"{_name(a, exp.ltrans)} x {_name(b, exp.rtrans)} gives "
                          f"{tuple(exp.shape)}")
     if dst.device is _core.cpu and not _is_expression(a) and not exp.rtrans:
-        plan = get_plan(b.key, code, "saveto")
-        if isinstance(plan, _core.Plan) and not _core.reads_tensor(b.leaves, dst):
-            # a panel per thread: BLAS splits each product among set_num_threads' threads
-            per_thread = max(64, _PANEL_BYTES // max(1, b.shape[0] * dst.itemsize) // 64 * 64)
-            width = per_thread * _core.get_num_threads()
-            panels = _core.open_panels(plan, b.leaves, b.scalars, b.shape, width)
-            try:
+        panels = open_panels(b, dst)
+        if panels is not None:
+            with panels:
                 _blas().gemm_panels(dst, a, exp.ltrans, panels, sign_beta[0] * exp.scale,
                                     sign_beta[1], _core.get_num_threads())
-            except BaseException:
-                panels.close(False)
-                raise
-            panels.close(True)
             return
     a, b = (_temporary(x, dst.device) for x in (a, b))
     node = _init(DotExp.__new__(DotExp), "dot", a, exp.ltrans, b, exp.rtrans, exp.shape, code)
     node.scale = exp.scale
     node.scalars = (exp.scale,)
     _eval(dst, node, saver)
+
+
+def open_panels(e, dst):
+    """A _core.ColumnPanels of the 2-D expression ``e`` (a product's operand), about
+    _PANEL_BYTES of columns a thread (BLAS splits each product among set_num_threads'
+    threads); None where panels do not fit: ``e`` holds an untraced operator, reads
+    ``dst`` (a panel would read columns already stored) or has a stage that goes by rows
+    (every panel would evaluate it again)."""
+    plan = get_plan(e.key, e.code, "saveto")
+    if not isinstance(plan, _core.Plan) or _core.reads_tensor(e.leaves, dst):
+        return None
+    per_thread = max(64, _PANEL_BYTES // max(1, e.shape[0] * dst.itemsize) // 64 * 64)
+    return _core.open_panels(plan, e.leaves, e.scalars, e.shape,
+                             per_thread * _core.get_num_threads())
 
 
 def _temporary(x, device):

@@ -12,12 +12,15 @@ import numbers
 
 import numpy as np
 
-from . import _core
+from . import _core, ir
 from .device import check_devices
+from .dot import _blas, open_panels
 from .dtypes import FLOAT_DTYPES
 from .errors import DTypeError, ShapeError
 from .extension.reduce import (check_dst, check_keep_lowest, check_reducer, check_saver,
                                reduce_into, scale_value, source, source_devices)
+from .extension import pad as _pad, unpack_patch2col
+from .extension.views import _source as _operand
 from .op import red
 
 Tensor = _core.Tensor
@@ -359,17 +362,16 @@ def map_reduce_keep_high_dim(dst, exp, dimkeep, saver="saveto", reducer=red.sum,
 
 
 # ---- convolution (cxxnet's layer, as one call) ---------------------------------------------
+_BLAS_SAVERS = {s.name: s.blas for s in ir.SAVER_TABLE if s.blas is not None}
+
+
 def _conv_args(where, out, data, weight_like, pad, stride, saver):
     """(columns expression, images, positions per image, sign of alpha, beta) of a conv2d
     call, every argument checked: ``out`` and ``weight_like`` dense tensors, ``data`` a
     (N, C, H, W) tensor or expression; the column matrix reads nothing of ``out``."""
-    from . import ir
-    from .extension import pad as _pad, unpack_patch2col
-    from .extension.views import _source
-    blas = {s.name: s.blas for s in ir.SAVER_TABLE if s.blas is not None}
-    if saver not in blas:
-        raise TypeError(f"{where}: saver must be one of {sorted(blas)}, got {saver!r}")
-    data = _source(data, where, 4)
+    if saver not in _BLAS_SAVERS:
+        raise TypeError(f"{where}: saver must be one of {sorted(_BLAS_SAVERS)}, got {saver!r}")
+    data = _operand(data, where, 4)
     if len(data.shape) != 4:
         raise ShapeError(f"{where}: data must be (N, C, H, W), got shape {tuple(data.shape)}")
     py, px = (pad, pad) if isinstance(pad, numbers.Integral) else tuple(pad)
@@ -379,29 +381,18 @@ def _conv_args(where, out, data, weight_like, pad, stride, saver):
         if not t.check_contiguous():
             raise ShapeError(f"{where}: {what} must be dense (pad=False), got stride "
                              f"{t.stride} for shape {tuple(t.shape)}")
-    return cols, data.shape[0], cols.shape[1] // max(data.shape[0], 1), blas[saver]
+    return cols, data.shape[0], cols.shape[1] // max(data.shape[0], 1), _BLAS_SAVERS[saver]
 
 
-def _conv_run(where, c, a, cols, nimg, per_image, grad_weight, sign_beta):
-    from .dot import _blas
-    from .engine import get_plan
-    plan = get_plan(cols.key, cols.code, "saveto")
-    if _core.reads_tensor(cols.leaves, c) or not isinstance(plan, _core.Plan):
-        # the columns would read what earlier panels stored, or hold an untraced operator
+def _conv_run(c, a, cols, nimg, per_image, grad_weight, sign_beta):
+    panels = open_panels(cols, c)
+    if panels is None:     # the columns evaluated first (dot.open_panels says why)
         tmp = _core.new_tensor(cols.shape, 0, dtype=c.dtype)
         tmp[:] = cols
-        cols = tmp * 1
-        plan = get_plan(cols.key, cols.code, "saveto")
-    width = max(64, (1 << 20) // max(1, cols.shape[0] * c.itemsize) // 64 * 64)
-    panels = _core.open_panels(plan, cols.leaves, cols.scalars, cols.shape,
-                               width * _core.get_num_threads())
-    try:
+        panels = open_panels(tmp * 1, c)
+    with panels:
         _blas().conv_panels(c, a, panels, nimg, per_image, grad_weight, sign_beta[0],
                             sign_beta[1], _core.get_num_threads())
-    except BaseException:
-        panels.close(False)
-        raise
-    panels.close(True)
 
 
 def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
@@ -423,7 +414,7 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
         raise ShapeError(f"{where}: data {tuple(data.shape)} and weight {tuple(weight.shape)} "
                          f"(pad {pad}, stride {stride}) give ({nimg}, {K}) + "
                          f"{_out_hw(data, weight, pad, stride)}, out is {tuple(out.shape)}")
-    _conv_run(where, out, weight, cols, nimg, per_image, False, sign_beta)
+    _conv_run(out, weight, cols, nimg, per_image, False, sign_beta)
 
 
 def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
@@ -446,7 +437,7 @@ def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
                          f"{tuple(dweight.shape)} (pad {pad}, stride {stride}) give a gradient "
                          f"of ({nimg}, {K}) + {_out_hw(data, dweight, pad, stride)}, grad is "
                          f"{tuple(grad.shape)}")
-    _conv_run(where, dweight, grad, cols, nimg, per_image, True, sign_beta)
+    _conv_run(dweight, grad, cols, nimg, per_image, True, sign_beta)
 
 
 def _out_hw(data, weight, pad, stride):

@@ -150,3 +150,33 @@ def test_set_num_threads_caps_the_blas_dot_loads_later():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[1]", out
+
+
+def test_an_operand_with_a_rows_stage_is_evaluated_once():
+    """pool of an expression stages it by rows: panels would evaluate those rows again for
+    every panel, so the operand goes through a temporary (open_panels says None)."""
+    from mshadow.dot import open_panels
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((40, 3000)).astype(np.float32)
+    w = rng.standard_normal((6, 40)).astype(np.float32)
+    e = ms.pool(ms.F(ms.op.relu, ms.from_numpy(x)), 1, 2, 1, 2)     # (40, 1500), rows stage
+    o = ms.new_tensor((6, 1500))
+    assert open_panels(e, o) is None
+    assert open_panels(ms.from_numpy(x) * 2, o) is not None
+    o[:] = ms.dot(ms.from_numpy(w), e)
+    want = w.astype(np.float64) @ np.maximum(x, 0).reshape(40, 1500, 2).max(-1)
+    np.testing.assert_allclose(o.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_index_gone_bad_after_building_stores_nothing():
+    """The index a gather of the operand reads is checked when the run binds, before the
+    first panel is stored."""
+    a = ms.from_numpy(np.ones((3, 4), np.float32))
+    b = ms.from_numpy(np.ones((4, 5000), np.float32))
+    idx = ms.from_numpy(np.array([0, 1, 3, 2], np.float32))
+    e = ms.take(idx, b)
+    idx.numpy()[2] = 9
+    o = ms.new_tensor((3, 5000), init=7)
+    with pytest.raises(IndexError):
+        o[:] = ms.dot(a, e)
+    np.testing.assert_array_equal(o.numpy(), 7)
