@@ -594,9 +594,7 @@ def conv_section(R, rng):
     del x64, w64, g64, gxp
 
     # mshadow: cxxnet's convolution layer (examples/neuralnet/convnet.py, with the padding)
-    X, W2, G = ms.from_numpy(x), ms.from_numpy(w2), ms.from_numpy(g)
-    GCOL = ms.new_tensor((CK, L))
-    G2 = ms.new_tensor((K, L))
+    X, G = ms.from_numpy(x), ms.from_numpy(g)
     Y, GX, GW = ms.new_tensor((N, K, H, W)), ms.new_tensor((N, C, H, W)), ms.new_tensor((K, CK))
 
     W4 = ms.from_numpy(w2.reshape(K, C, k, k))
@@ -609,9 +607,7 @@ def conv_section(R, rng):
         return Y
 
     def ms_gin():
-        G2[:] = ms.reshape(ms.swapaxis(G, 1, 0), (K, L))
-        GCOL[:] = ms.dot(W2.T, G2)
-        GX[:] = ms.crop(ms.pack_col2patch(GCOL, (N, C, H + 2, W + 2), k, k, 1), (H, W), 1, 1)
+        ms.nn.conv2d_grad_data(GX, G, W4, 1)
         return GX
 
     def ms_gw():
@@ -680,8 +676,8 @@ def conv_section(R, rng):
     notes = ["mshadow: forward ms.nn.conv2d(Y, X, W, 1) (cxxnet's layer, dot(W, "
              "unpack_patch2col(pad(X, 1), 3, 3, 1)), in one call: the column matrix a panel at a "
              "time, each product written into its image of Y)",
-             "  grad-input G2[:] = reshape(swapaxis(G, 1, 0), (K, N*H*W)); GC[:] = dot(W.T, G2); "
-             "GX[:] = crop(pack_col2patch(GC, (N, C, H+2, W+2), 3, 3, 1), (H, W), 1, 1)",
+             "  grad-input ms.nn.conv2d_grad_data(GX, G, W, 1) (image by image: GC[:] = W.T @ "
+             "G[n] (BLAS), GX[n] = crop(pack_col2patch(GC, ...), (H, W), 1, 1))",
              "  grad-weight ms.nn.conv2d_grad_weight(GW, X, G, 1) (the sum over images of "
              "G[n] @ COL[:, image n].T, the same panels)",
              "numpy: the same steps: copy into a zero-bordered buffer, np.copyto of a "

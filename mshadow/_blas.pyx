@@ -296,6 +296,16 @@ cdef tuple _scalars(int flag, alpha, beta):
     return 0.0, 0.0, int(alpha) & 0xFFFFFFFFFFFFFFFF, int(beta) & 0xFFFFFFFFFFFFFFFF
 
 
+cdef int _check_rc(int rc, str where, int flag) except -1:
+    """The error of a product's return code (_product): -2 no product for the dtype, any
+    other non-zero a failed scratch allocation."""
+    if rc == -2:
+        raise DTypeError(f"{where}: no product for dtype {_NAMES[flag]}")
+    if rc != 0:
+        raise MemoryError(f"{where}: could not allocate scratch memory")
+    return 0
+
+
 cdef _check_int(Py_ssize_t v, str what):
     # scipy's cython_blas takes 32-bit Fortran integers
     if v > INT_MAX:
@@ -357,10 +367,7 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
             free(bbuf)
     finally:
         _unpin3(a, b, c)
-    if rc == -2:
-        raise DTypeError(f"dot: no product for dtype {_NAMES[flag]}")
-    if rc != 0:
-        raise MemoryError("dot: could not allocate scratch memory")
+    _check_rc(rc, "dot", flag)
 
 
 def gemm_panels(Tensor c, Tensor a, bint ta, ColumnPanels b, alpha, beta, int nthreads=1):
@@ -416,10 +423,7 @@ def gemm_panels(Tensor c, Tensor a, bint ta, ColumnPanels b, alpha, beta, int nt
         free(abuf)
         a.mem.unpin()
         c.mem.unpin()
-    if rc == -2:
-        raise DTypeError(f"dot: no product for dtype {_NAMES[flag]}")
-    if rc != 0:
-        raise MemoryError("dot: could not allocate scratch memory")
+    _check_rc(rc, "dot", flag)
 
 
 def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t nimg, Py_ssize_t per_image,
@@ -486,10 +490,38 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t nimg, Py_ssize_t 
     finally:
         a.mem.unpin()
         c.mem.unpin()
-    if rc == -2:
-        raise DTypeError(f"conv2d: no product for dtype {_NAMES[flag]}")
-    if rc != 0:
-        raise MemoryError("conv2d: could not allocate scratch memory")
+    _check_rc(rc, "conv2d", flag)
+
+
+def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1):
+    """``c (CK, P) = a (K, CK)^T @ g[n] (K, P)``: image ``n`` of a dense (N, K, ...) ``g``,
+    a dense 2-D ``a`` and ``c`` (conv2d's data gradient, one image's column matrix)."""
+    cdef Mat mc, ma, mb
+    cdef Py_ssize_t K = a.shape[0], CK, P = c.cols, item = c.itemsize
+    cdef int flag = c.type_flag, rc = 0
+    cdef double fa, fb
+    cdef uint64_t ia, ib
+    CK = a.rows * a.cols // K if K else 0
+    if a.type_flag != flag or g.type_flag != flag:
+        raise DTypeError(f"conv2d_grad_data: tensors of dtypes {_NAMES[a.type_flag]}, "
+                         f"{_NAMES[g.type_flag]} and {_NAMES[flag]}")
+    if (c.rows != CK or g.rows * g.cols < (n + 1) * K * P or n < 0 or a.stride != a.cols
+            or c.stride != P or g.stride != g.cols):
+        raise ShapeError(f"conv2d_grad_data: dense ({K}, {CK}), (N, {K}, {P}) and ({CK}, {P}) "
+                         f"tensors, got {a.shape}, {g.shape} and {c.shape}")
+    for v, what in ((K, "inner size"), (CK, "rows"), (P, "cols")):
+        _check_int(v, what)
+    fa, fb, ia, ib = _scalars(flag, 1, 0)
+    ma.p, ma.rows, ma.cols, ma.ld, ma.trans = a.data(), K, CK, CK, True
+    mb.p, mb.rows, mb.cols, mb.ld, mb.trans = g.data() + n * K * P * item, K, P, P, False
+    mc.p, mc.rows, mc.cols, mc.ld = c.data(), CK, P, P
+    _pin3(a, g, c)
+    try:
+        with nogil:
+            rc = _product(flag, mc, ma, mb, CK, P, K, fa, fb, ia, ib, nthreads)
+    finally:
+        _unpin3(a, g, c)
+    _check_rc(rc, "conv2d_grad_data", flag)
 
 
 def product(dst, exp, tuple sign_beta, int nthreads):
@@ -551,10 +583,7 @@ def batch_gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int 
                    &rc)
     finally:
         _unpin3(a, b, c)
-    if rc == -2:
-        raise DTypeError(f"batch_dot: no product for dtype {_NAMES[flag]}")
-    if rc != 0:
-        raise MemoryError("batch_dot: could not allocate scratch memory")
+    _check_rc(rc, "batch_dot", flag)
 
 
 cdef void _pin3(Tensor a, Tensor b, Tensor c):

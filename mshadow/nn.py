@@ -19,7 +19,8 @@ from .dtypes import FLOAT_DTYPES
 from .errors import DTypeError, ShapeError
 from .extension.reduce import (check_dst, check_keep_lowest, check_reducer, check_saver,
                                reduce_into, scale_value, source, source_devices)
-from .extension import pad as _pad, unpack_patch2col
+from .engine import assign
+from .extension import crop, pack_col2patch, pad as _pad, unpack_patch2col
 from .extension.views import _source as _operand
 from .op import red
 
@@ -27,7 +28,8 @@ Tensor = _core.Tensor
 
 __all__ = ["softmax", "softmax_grad", "smooth_softmax_grad", "add_take_grad",
            "add_take_grad_large_batch", "index_fill", "sort_by_key", "vectorized_sort",
-           "map_reduce_keep_lowest", "map_reduce_keep_high_dim", "conv2d", "conv2d_grad_weight"]
+           "map_reduce_keep_lowest", "map_reduce_keep_high_dim", "conv2d", "conv2d_grad_weight",
+           "conv2d_grad_data"]
 
 
 # ---- argument checks --------------------------------------------------------------------
@@ -438,6 +440,43 @@ def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
                          f"of ({nimg}, {K}) + {_out_hw(data, dweight, pad, stride)}, grad is "
                          f"{tuple(grad.shape)}")
     _conv_run(dweight, grad, cols, nimg, per_image, True, sign_beta)
+
+
+def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
+    """``dx <saver> the data gradient of conv2d``: dx (N, C, H, W) = col2im(weight^T @
+    grad[n]) cropped by the padding, image by image: one image's column matrix
+    (C*kh*kw, oh*ow) is the only temporary (not the whole batch's, and no swapaxis of
+    ``grad``). ``grad`` (N, K, oh, ow) and ``weight`` (K, C, kh, kw) dense."""
+    where = "conv2d_grad_data"
+    dx = _tensor(dx, where, "dx", (4,))
+    grad = _tensor(grad, where, "grad", (4,))
+    weight = _tensor(weight, where, "weight", (4,))
+    _writable(dx, where, "dx")
+    _same_dtype(dx, grad, where, "dx", "grad")
+    _same_dtype(dx, weight, where, "dx", "weight")
+    if saver not in _BLAS_SAVERS:
+        raise TypeError(f"{where}: saver must be one of {sorted(_BLAS_SAVERS)}, got {saver!r}")
+    for t, what in ((grad, "grad"), (weight, "weight")):
+        if not t.check_contiguous():
+            raise ShapeError(f"{where}: {what} must be dense (pad=False), got stride "
+                             f"{t.stride} for shape {tuple(t.shape)}")
+    N, C, H, W = dx.shape
+    K, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
+    py, px = (pad, pad) if isinstance(pad, numbers.Integral) else tuple(pad)
+    ohw = _out_hw(dx, weight, (py, px), stride)
+    if weight.shape[1] != C or tuple(grad.shape) != (N, K) + ohw:
+        raise ShapeError(f"{where}: dx {tuple(dx.shape)} and weight {tuple(weight.shape)} (pad "
+                         f"{pad}, stride {stride}) take a gradient of ({N}, {K}) + {ohw}, grad "
+                         f"is {tuple(grad.shape)}")
+    if _core.reads_tensor((grad, weight), dx):
+        raise ValueError(f"{where}: dx shares memory with grad or weight")
+    cols = _core.new_tensor((C * kh * kw, ohw[0] * ohw[1]), 0, dtype=dx.dtype)
+    image = pack_col2patch(cols, (C, H + 2 * py, W + 2 * px), kh, kw, stride)
+    if py or px:
+        image = crop(image, (H, W), py, px)
+    for n in range(N):
+        _blas().gemm_tn_image(cols, weight, grad, n, _core.get_num_threads())
+        assign(dx[n], image, saver)
 
 
 def _out_hw(data, weight, pad, stride):

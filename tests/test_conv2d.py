@@ -92,3 +92,69 @@ def test_conv2d_errors_store_nothing():
     with pytest.raises(ShapeError, match="grad is"):
         ms.nn.conv2d_grad_weight(ms.new_tensor((4, 3, 3, 3)), x, ms.new_tensor((2, 4, 5, 5)))
     np.testing.assert_array_equal(out.numpy(), 7)
+
+
+def _ref_grad_data(g, w, shape, pad, stride):
+    """col2im of w^T @ g, cropped: the adjoint of the forward (numpy, float64)."""
+    N, C, H, W = shape
+    K, _, kh, kw = w.shape
+    py, px = (pad, pad) if isinstance(pad, int) else pad
+    Hp, Wp = H + 2 * py, W + 2 * px
+    oh, ow = (Hp - kh) // stride + 1, (Wp - kw) // stride + 1
+    cols = w.reshape(K, -1).astype(np.float64).T @ g.astype(np.float64).transpose(
+        1, 0, 2, 3).reshape(K, -1)                           # (C*kh*kw, N*oh*ow)
+    cols = cols.reshape(C, kh, kw, N, oh, ow)
+    out = np.zeros((N, C, Hp, Wp))
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride] += \
+                cols[:, i, j].transpose(1, 0, 2, 3)
+    return out[:, :, py:py + H, px:px + W]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES)
+def test_conv2d_grad_data(case, dtype, threads):
+    """Against the adjoint in numpy, into a pitched dx, with plusto; and the forward's
+    adjoint identity <conv(x), g> = <x, grad_data(g)>."""
+    (N, C, H, W), (K, kh, kw), pad, stride = case
+    rng = np.random.default_rng(N + C * H)
+    py, px = (pad, pad) if isinstance(pad, int) else pad
+    oh, ow = (H + 2 * py - kh) // stride + 1, (W + 2 * px - kw) // stride + 1
+    w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
+    g = rng.standard_normal((N, K, oh, ow)).astype(dtype)
+    want = _ref_grad_data(g, w, (N, C, H, W), pad, stride)
+    old = ms.get_num_threads()
+    ms.set_num_threads(threads)
+    try:
+        dx = ms.new_tensor((N, C, H, W), dtype=dtype, pad=True, init=2)
+        ms.nn.conv2d_grad_data(dx, ms.from_numpy(g), ms.from_numpy(w), pad, stride)
+        np.testing.assert_allclose(dx.numpy(), want, **_tol(dtype))
+        ms.nn.conv2d_grad_data(dx, ms.from_numpy(g), ms.from_numpy(w), pad, stride, "plusto")
+        np.testing.assert_allclose(dx.numpy(), 2 * want, **_tol(dtype))
+    finally:
+        ms.set_num_threads(old)
+    if dtype == np.float64:
+        x = rng.standard_normal((N, C, H, W))
+        y = ms.new_tensor((N, K, oh, ow), dtype=np.float64)
+        ms.nn.conv2d(y, ms.from_numpy(x), ms.from_numpy(w), pad, stride)
+        np.testing.assert_allclose(np.sum(y.numpy() * g), np.sum(x * want), rtol=1e-10)
+
+
+def test_conv2d_grad_data_errors():
+    w = ms.new_tensor((4, 3, 3, 3), init=1)
+    g = ms.new_tensor((2, 4, 4, 4), init=1)
+    dx = ms.new_tensor((2, 3, 6, 6), init=7)
+    with pytest.raises(ShapeError, match="grad is"):
+        ms.nn.conv2d_grad_data(dx, ms.new_tensor((2, 4, 5, 5)), w)
+    with pytest.raises(ShapeError, match="dense"):
+        ms.nn.conv2d_grad_data(dx, ms.new_tensor((2, 4, 4, 4), pad=True), w)
+    with pytest.raises(DTypeError):
+        ms.nn.conv2d_grad_data(dx, g, ms.new_tensor((4, 3, 3, 3), dtype=np.float64))
+    buf = np.ones(216, np.float32)                           # dx and grad on one buffer
+    with pytest.raises(ValueError, match="shares memory"):
+        ms.nn.conv2d_grad_data(ms.from_numpy(buf.reshape(2, 3, 6, 6)),
+                               ms.from_numpy(buf[:128].reshape(2, 4, 4, 4)), w)
+    assert (buf == 1).all()
+    np.testing.assert_array_equal(dx.numpy(), 7)
