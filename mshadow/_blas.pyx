@@ -426,8 +426,8 @@ def gemm_panels(Tensor c, Tensor a, bint ta, ColumnPanels b, alpha, beta, int nt
     _check_rc(rc, "dot", flag)
 
 
-def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t nimg, Py_ssize_t per_image,
-                bint grad_weight, alpha, beta, int nthreads=1):
+def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nimg,
+                Py_ssize_t per_image, bint grad_weight, alpha, beta, int nthreads=1):
     """The products of a convolution whose column matrix ``b`` gives a panel at a time (its
     rows C*kh*kw, its columns (n, oy, ox): ``per_image`` an image); panels never straddle
     two images. ``c`` and ``a`` are dense; K is the rows of the weight.
@@ -435,9 +435,9 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t nimg, Py_ssize_t 
     forward:     c (N, K, oh, ow): image n = alpha * a (K, CK) @ b[:, image n] + beta * c
     grad_weight: c (K, CK) = alpha * sum_n a[n] (K, per_image) @ b[:, image n]^T + beta * c
     Each output is written where it belongs: no column matrix, no (K, N*oh*ow) product
-    to transpose afterwards."""
+    to transpose afterwards. Any of the sizes may be 0."""
     cdef Mat mc, ma, mb
-    cdef Py_ssize_t CK = b.rows, K, n, p0, p1, w, item = c.itemsize
+    cdef Py_ssize_t CK = b.rows, n, p0, p1, w, item = c.itemsize
     cdef char *cp
     cdef char *ap
     cdef int flag = c.type_flag, rc = 0
@@ -448,7 +448,6 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t nimg, Py_ssize_t 
         raise DTypeError(f"conv2d: tensors of dtypes {_NAMES[a.type_flag]} and {_NAMES[flag]}")
     if c.readonly:
         raise ValueError("assignment destination is read-only")
-    K = c.rows * c.cols // CK if grad_weight else a.rows * a.cols // CK
     if (b.cols != nimg * per_image or K * CK != (c if grad_weight else a).rows *
             (c if grad_weight else a).cols or (a if grad_weight else c).rows *
             (a if grad_weight else c).cols != nimg * K * per_image
@@ -487,6 +486,10 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t nimg, Py_ssize_t 
                                       ia, ib if first else i1, nthreads)
                     first = False
                 p0 = p1
+        if grad_weight and first and rc == 0:   # no image: c = beta * c (a sum of nothing)
+            mc.p, mc.rows, mc.cols, mc.ld = cp, K, CK, CK
+            with nogil:
+                rc = _product(flag, mc, ma, mb, K, CK, 0, fa, fb, ia, ib, nthreads)
     finally:
         a.mem.unpin()
         c.mem.unpin()
@@ -495,17 +498,18 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t nimg, Py_ssize_t 
 
 def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1):
     """``c (CK, P) = a (K, CK)^T @ g[n] (K, P)``: image ``n`` of a dense (N, K, ...) ``g``,
-    a dense 2-D ``a`` and ``c`` (conv2d's data gradient, one image's column matrix)."""
+    a dense ``a`` of K rows and a dense 2-D ``c`` (conv2d's data gradient, one image's
+    column matrix). K may be 0 (c = 0)."""
     cdef Mat mc, ma, mb
-    cdef Py_ssize_t K = a.shape[0], CK, P = c.cols, item = c.itemsize
+    cdef Py_ssize_t K = a.shape[0], CK = c.rows, P = c.cols, item = c.itemsize
     cdef int flag = c.type_flag, rc = 0
     cdef double fa, fb
     cdef uint64_t ia, ib
-    CK = a.rows * a.cols // K if K else 0
     if a.type_flag != flag or g.type_flag != flag:
         raise DTypeError(f"conv2d_grad_data: tensors of dtypes {_NAMES[a.type_flag]}, "
                          f"{_NAMES[g.type_flag]} and {_NAMES[flag]}")
-    if (c.rows != CK or g.rows * g.cols < (n + 1) * K * P or n < 0 or a.stride != a.cols
+    if (a.rows * a.cols != K * CK or g.rows * g.cols < (n + 1) * K * P or n < 0
+            or a.stride != a.cols
             or c.stride != P or g.stride != g.cols):
         raise ShapeError(f"conv2d_grad_data: dense ({K}, {CK}), (N, {K}, {P}) and ({CK}, {P}) "
                          f"tensors, got {a.shape}, {g.shape} and {c.shape}")

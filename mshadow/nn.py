@@ -393,8 +393,9 @@ def _conv_run(c, a, cols, nimg, per_image, grad_weight, sign_beta):
         tmp[:] = cols
         panels = open_panels(tmp * 1, c)
     with panels:
-        _blas().conv_panels(c, a, panels, nimg, per_image, grad_weight, sign_beta[0],
-                            sign_beta[1], _core.get_num_threads())
+        _blas().conv_panels(c, a, panels, (c if grad_weight else a).shape[0], nimg,
+                            per_image, grad_weight, sign_beta[0], sign_beta[1],
+                            _core.get_num_threads())
 
 
 def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):

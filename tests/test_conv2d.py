@@ -158,3 +158,24 @@ def test_conv2d_grad_data_errors():
                                ms.from_numpy(buf[:128].reshape(2, 4, 4, 4)), w)
     assert (buf == 1).all()
     np.testing.assert_array_equal(dx.numpy(), 7)
+
+
+@pytest.mark.parametrize("N, C, K", [(2, 0, 3), (0, 2, 3), (2, 2, 0)])
+def test_empty_sizes(N, C, K):
+    """No channels, no images or no filters: sums of nothing are 0 (saveto) and the
+    accumulating savers leave the destination (C = 0 divided by zero in C: SIGFPE)."""
+    x = ms.new_tensor((N, C, 5, 5), init=1)
+    w = ms.new_tensor((K, C, 3, 3), init=5)
+    y = ms.new_tensor((N, K, 3, 3), init=7)
+    ms.nn.conv2d(y, x, w)
+    assert (y.numpy() == 0).all()
+    ms.nn.conv2d(y, x, w, saver="plusto")
+    assert (y.numpy() == 0).all()
+    ms.nn.conv2d_grad_weight(w, x, y)
+    assert (w.numpy() == 0).all()
+    dx = ms.new_tensor((N, C, 5, 5), init=4)
+    ms.nn.conv2d_grad_data(dx, y, w)
+    assert (dx.numpy() == 0).all()
+    o = ms.new_tensor((3, 5), init=7)
+    o[:] = ms.dot(ms.new_tensor((3, 0)), ms.new_tensor((0, 5)) * 2)
+    assert (o.numpy() == 0).all()
