@@ -379,6 +379,7 @@ def _conv_args(where, out, data, weight_like, pad, stride, saver):
     py, px = (pad, pad) if isinstance(pad, numbers.Integral) else tuple(pad)
     cols = unpack_patch2col(_pad(data, py, px) if py or px else data, weight_like.shape[2],
                             weight_like.shape[3], stride)
+    check_devices(f"{where}: data", out.device, _core.leaf_devices(cols.leaves))
     for t, what in ((out, "the destination"), (weight_like, "the weight")):
         if not t.check_contiguous():
             raise ShapeError(f"{where}: {what} must be dense (pad=False), got stride "
