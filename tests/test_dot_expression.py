@@ -140,15 +140,24 @@ def test_set_num_threads_caps_the_blas_dot_loads_later():
     """The BLAS dot multiplies with (scipy's) is loaded on the first product; a cap set
     before that reaches it too (threadpoolctl sees loaded libraries only)."""
     pytest.importorskip("threadpoolctl")
+    import os
     import subprocess
     import sys
+    import tempfile
+    # the child imports the mshadow this process imported (cwd: not a source checkout,
+    # whose unbuilt mshadow/ would shadow an install)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (os.path.dirname(os.path.dirname(ms.__file__)),
+                    os.environ.get("PYTHONPATH")) if p))
     code = ("import mshadow as ms, threadpoolctl\n"
             "ms.set_num_threads(1)\n"
             "o = ms.new_tensor((2, 2)); o[:] = ms.dot(ms.new_tensor((2, 2)), ms.new_tensor((2, 2)))\n"
             "print(sorted({i['num_threads'] for i in threadpoolctl.threadpool_info() "
             "if i['user_api'] == 'blas'}))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120, cwd=tempfile.gettempdir())
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
     assert out.strip() == "[1]", out
 
 
