@@ -12,9 +12,9 @@ import numbers
 
 import numpy as np
 
-from . import _core, ir
+from . import _core
 from .device import check_devices
-from .dot import _blas, open_panels
+from .dot import _BLAS_CONSTANTS, _blas, open_panels
 from .dtypes import FLOAT_DTYPES
 from .errors import DTypeError, ShapeError
 from .extension.reduce import (check_dst, check_keep_lowest, check_reducer, check_saver,
@@ -364,27 +364,40 @@ def map_reduce_keep_high_dim(dst, exp, dimkeep, saver="saveto", reducer=red.sum,
 
 
 # ---- convolution (cxxnet's layer, as one call) ---------------------------------------------
-_BLAS_SAVERS = {s.name: s.blas for s in ir.SAVER_TABLE if s.blas is not None}
+def _pads(pad):
+    """(py, px) of a conv2d ``pad``: an int, or a pair."""
+    return (pad, pad) if isinstance(pad, numbers.Integral) else tuple(pad)
+
+
+def _blas_saver(where, saver):
+    """The saver's (sign of alpha, beta): dot's table (ir.SAVER_TABLE's blas column)."""
+    if saver not in _BLAS_CONSTANTS:
+        raise TypeError(f"{where}: saver must be one of {sorted(_BLAS_CONSTANTS)}, got "
+                        f"{saver!r}")
+    return _BLAS_CONSTANTS[saver]
+
+
+def _dense(where, what, t):
+    if not t.check_contiguous():
+        raise ShapeError(f"{where}: {what} must be dense (pad=False), got stride {t.stride} "
+                         f"for shape {tuple(t.shape)}")
 
 
 def _conv_args(where, out, data, weight_like, pad, stride, saver):
     """(columns expression, images, positions per image, sign of alpha, beta) of a conv2d
     call, every argument checked: ``out`` and ``weight_like`` dense tensors, ``data`` a
     (N, C, H, W) tensor or expression; the column matrix reads nothing of ``out``."""
-    if saver not in _BLAS_SAVERS:
-        raise TypeError(f"{where}: saver must be one of {sorted(_BLAS_SAVERS)}, got {saver!r}")
+    sign_beta = _blas_saver(where, saver)
     data = _operand(data, where, 4)
     if len(data.shape) != 4:
         raise ShapeError(f"{where}: data must be (N, C, H, W), got shape {tuple(data.shape)}")
-    py, px = (pad, pad) if isinstance(pad, numbers.Integral) else tuple(pad)
+    py, px = _pads(pad)
     cols = unpack_patch2col(_pad(data, py, px) if py or px else data, weight_like.shape[2],
                             weight_like.shape[3], stride)
     check_devices(f"{where}: data", out.device, _core.leaf_devices(cols.leaves))
-    for t, what in ((out, "the destination"), (weight_like, "the weight")):
-        if not t.check_contiguous():
-            raise ShapeError(f"{where}: {what} must be dense (pad=False), got stride "
-                             f"{t.stride} for shape {tuple(t.shape)}")
-    return cols, data.shape[0], cols.shape[1] // max(data.shape[0], 1), _BLAS_SAVERS[saver]
+    _dense(where, "the destination", out)
+    _dense(where, "the weight", weight_like)
+    return cols, data.shape[0], cols.shape[1] // max(data.shape[0], 1), sign_beta
 
 
 def _conv_run(c, a, cols, nimg, per_image, grad_weight, sign_beta):
@@ -412,12 +425,12 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
     _writable(out, where, "out")
     _same_dtype(out, weight, where, "out", "weight")
     cols, nimg, per_image, sign_beta = _conv_args(where, out, data, weight, pad, stride, saver)
-    K = weight.shape[0]
+    K, ohw = weight.shape[0], _out_hw(data, weight, pad, stride)
     if cols.shape[0] != weight.shape[1] * weight.shape[2] * weight.shape[3] or \
-            tuple(out.shape) != (nimg, K) + _out_hw(data, weight, pad, stride):
+            tuple(out.shape) != (nimg, K) + ohw:
         raise ShapeError(f"{where}: data {tuple(data.shape)} and weight {tuple(weight.shape)} "
-                         f"(pad {pad}, stride {stride}) give ({nimg}, {K}) + "
-                         f"{_out_hw(data, weight, pad, stride)}, out is {tuple(out.shape)}")
+                         f"(pad {pad}, stride {stride}) give ({nimg}, {K}) + {ohw}, out is "
+                         f"{tuple(out.shape)}")
     _conv_run(out, weight, cols, nimg, per_image, False, sign_beta)
 
 
@@ -432,15 +445,13 @@ def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
     _same_dtype(dweight, grad, where, "dweight", "grad")
     cols, nimg, per_image, sign_beta = _conv_args(where, dweight, data, dweight, pad, stride,
                                                   saver)
-    K = dweight.shape[0]
-    if not grad.check_contiguous():
-        raise ShapeError(f"{where}: grad must be dense (pad=False), got stride {grad.stride}")
+    K, ohw = dweight.shape[0], _out_hw(data, dweight, pad, stride)
+    _dense(where, "grad", grad)
     if cols.shape[0] != dweight.shape[1] * dweight.shape[2] * dweight.shape[3] or \
-            tuple(grad.shape) != (nimg, K) + _out_hw(data, dweight, pad, stride):
+            tuple(grad.shape) != (nimg, K) + ohw:
         raise ShapeError(f"{where}: data {tuple(data.shape)} and dweight "
                          f"{tuple(dweight.shape)} (pad {pad}, stride {stride}) give a gradient "
-                         f"of ({nimg}, {K}) + {_out_hw(data, dweight, pad, stride)}, grad is "
-                         f"{tuple(grad.shape)}")
+                         f"of ({nimg}, {K}) + {ohw}, grad is {tuple(grad.shape)}")
     _conv_run(dweight, grad, cols, nimg, per_image, True, sign_beta)
 
 
@@ -456,16 +467,13 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
     _writable(dx, where, "dx")
     _same_dtype(dx, grad, where, "dx", "grad")
     _same_dtype(dx, weight, where, "dx", "weight")
-    if saver not in _BLAS_SAVERS:
-        raise TypeError(f"{where}: saver must be one of {sorted(_BLAS_SAVERS)}, got {saver!r}")
-    for t, what in ((grad, "grad"), (weight, "weight")):
-        if not t.check_contiguous():
-            raise ShapeError(f"{where}: {what} must be dense (pad=False), got stride "
-                             f"{t.stride} for shape {tuple(t.shape)}")
+    _blas_saver(where, saver)
+    _dense(where, "grad", grad)
+    _dense(where, "weight", weight)
     N, C, H, W = dx.shape
     K, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
-    py, px = (pad, pad) if isinstance(pad, numbers.Integral) else tuple(pad)
-    ohw = _out_hw(dx, weight, (py, px), stride)
+    py, px = _pads(pad)
+    ohw = _out_hw(dx, weight, pad, stride)
     if weight.shape[1] != C or tuple(grad.shape) != (N, K) + ohw:
         raise ShapeError(f"{where}: dx {tuple(dx.shape)} and weight {tuple(weight.shape)} (pad "
                          f"{pad}, stride {stride}) take a gradient of ({N}, {K}) + {ohw}, grad "
@@ -482,7 +490,7 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
 
 
 def _out_hw(data, weight, pad, stride):
-    py, px = (pad, pad) if isinstance(pad, numbers.Integral) else tuple(pad)
+    py, px = _pads(pad)
     H, W = data.shape[2] + 2 * py, data.shape[3] + 2 * px
     return ((H - weight.shape[2]) // stride + 1, (W - weight.shape[3]) // stride + 1)
 
