@@ -776,6 +776,21 @@ def reducer_fold(r, code, a="a", b="b"):
     return re.sub(r"\b[ab]\b", lambda m: a if m.group() == "a" else b, form)
 
 
+def reducer_select(r, code, a="a", b="b"):
+    """reducer_fold with no branch on the data (the readers' SELECT_<NAME>): a selecting
+    row's ``c``, ``((take) ? b : a)``, on a float type picks one of the two bit patterns
+    (gather.h's ms_pick_*) with every operand of ``take``'s ``&&`` evaluated; a float ``?:``
+    compiles to a branch, which random data mispredict about half the time. Any other fold
+    is reducer_fold's."""
+    cc = compute_code(code)
+    m = re.fullmatch(r"\(\((.*)\) \? b : a\)", r.c or "")
+    if m is None or "||" in m.group(1) or cc not in FLOAT_CODES:
+        return reducer_fold(r, code, a, b)
+    take = " & ".join(f"({t.strip()})" for t in m.group(1).split("&&"))
+    form = f"ms_pick_{_CTYPE[cc]}({take}, a, b)"
+    return re.sub(r"\b[ab]\b", lambda m: a if m.group() == "a" else b, form)
+
+
 REDUCE_LANES = 16
 
 
@@ -943,7 +958,8 @@ def _readers(names):
         for red in readers.REDUCER_TABLE:
             R = red.name.upper()
             out += [f"#define INIT_{R} ((V)({reducer_init(red, code)}))",
-                    f"#define FOLD_{R}(a, b) ((V)({reducer_fold(red, code, '(a)', '(b)')}))"]
+                    f"#define FOLD_{R}(a, b) ((V)({reducer_fold(red, code, '(a)', '(b)')}))",
+                    f"#define SELECT_{R}(a, b) ((V)({reducer_select(red, code, '(a)', '(b)')}))"]
         out += [f"static inline V ms_rd_{code}(const char *p) {{ T t; memcpy(&t, p, sizeof t); "
                 f"return {load}; }}",
                 f"static inline void ms_wr_{code}(char *p, V v) {{ T t = {store}; "
@@ -955,7 +971,7 @@ def _readers(names):
             entries.append(r.kernel(code))
         out += ["#undef T", "#undef V", "#undef A", "#undef ZERO", "#undef LD", "#undef ST"]
         out += [f"#undef {m}_{red.name.upper()}" for red in readers.REDUCER_TABLE
-                for m in ("INIT", "FOLD")]
+                for m in ("INIT", "FOLD", "SELECT")]
     out += ["#undef IDX", "#undef BAD_INDEX", "#undef PREFETCH",
             "static const ms_kernel_entry ms_reader_table[] = {"]
     out += [f'  {{"{n}", ms_k_{n}}},' for n in entries]

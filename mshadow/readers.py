@@ -13,8 +13,10 @@ leading axis, columns x of the last axis) and is written in three parts, all C:
 Inside them: the parameters by name (``npy_intp``), ``LD(k, r, c)`` (source k's element
 at row r, column c, loaded as the value type V), ``IDX(k, r)`` (element r of the index
 source k, truncated toward zero as mshadow's casts), ``ZERO``, for each row of
-REDUCER_TABLE ``INIT_<NAME>`` and ``FOLD_<NAME>(a, b)`` (its init value and its combine,
-in V; a reader that takes a ``red`` parameter writes its fold with ``_fold_over``, which
+REDUCER_TABLE ``INIT_<NAME>``, ``FOLD_<NAME>(a, b)`` (its init value and its combine,
+in V) and ``SELECT_<NAME>(a, b)`` (the same fold with no branch: a selecting fold's ``?:``
+on a float compiles to a branch, which real data mispredicts; loops the compiler vectorizes
+select without one and keep FOLD; a reader that takes a ``red`` parameter writes its fold with ``_fold_over``, which
 switches on ``red`` over every row, so a new row needs no C here), ``MS_RED_<NAME>`` (the
 rows' ids, never their numbers) and ``BAD_INDEX`` (records an out-of-range index: the engine raises
 IndexError; indices are also checked before anything is stored). ``V`` is the type values
@@ -75,12 +77,13 @@ REDUCER_BY_NAME = {r.name: r for r in REDUCER_TABLE}
 
 
 def _each_reducer(body, rows=REDUCER_TABLE, default="v = ZERO;"):
-    """C: ``switch (red)`` with one case per reducer row, ``body`` with @ replaced by the
-    row's upper-case name (INIT_@, FOLD_@(a, b): the fold's init and combine, defined
-    per storage type by codegen_cpu.py from the row). Any other id runs ``default`` (the
-    constructors pass table ids only)."""
+    """C: ``switch (red)`` with one case per reducer row, ``body`` (or ``body(row)``) with @
+    replaced by the row's upper-case name (INIT_@, FOLD_@(a, b), SELECT_@(a, b): the fold's
+    init and combine, defined per storage type by codegen_cpu.py from the row). Any other
+    id runs ``default`` (the constructors pass table ids only)."""
     cases = "".join(f"\n        case MS_RED_{r.name.upper()}: {{ "
-                    + body.replace("@", r.name.upper()) + " break; }" for r in rows)
+                    + (body(r) if callable(body) else body).replace("@", r.name.upper())
+                    + " break; }" for r in rows)
     return "switch (red) {" + cases + f"\n        default: {default}\n      }}"
 
 
@@ -88,7 +91,7 @@ def _fold_over(loop, value):
     """C: ``v`` = the fold of ``value`` over ``loop`` (a C loop header), from the reducer's
     init value, in the value type V."""
     return _each_reducer(f"V res = INIT_@; {loop} {{ const V t = {value}; "
-                         f"res = FOLD_@(res, t); }} v = res;")
+                         f"res = SELECT_@(res, t); }} v = res;")
 
 
 def _partial_grad(redres, redsrc):
@@ -246,22 +249,35 @@ def _ch_unpool_rows(p, y0, y1):
 # window's rows and columns are the outer loops and the outputs the inner one, which the
 # compiler vectorizes (strides 1 and 2 spelled out); each output folds its window in the
 # element loop's order, so the two give the same bits. Max pooling per element cost 4x sum.
-# Fewer than 8 such outputs stay in the element loop (a tile's set-up costs more there).
+# Below 8 outputs the vectorized loop's set-up costs more than it saves (a 2x2 pool of
+# (8192, 2, 8, 8), rows of 4: 1.6-1.9x the scalar forms): an arithmetic fold leaves them
+# to the element loop, a selecting fold to the same loops with SELECT, which do not
+# branch on the data (the element loop's branches on random data cost it 1.4-2x).
+def _tile_loops(fold):
+    return ("for (a = ys; a < ye; ++a) for (b = 0; b < kx; ++b) {\n"
+            f"            if (sx == 1) for (j = 0; j < mm; ++j) {{ const V u = LD(0, base + a, "
+            f"c0 + b + j); acc[j] = {fold}(acc[j], u); }}\n"
+            f"            else if (sx == 2) for (j = 0; j < mm; ++j) {{ const V u = LD(0, base + "
+            f"a, c0 + b + 2 * j); acc[j] = {fold}(acc[j], u); }}\n"
+            f"            else for (j = 0; j < mm; ++j) {{ const V u = LD(0, base + a, c0 + b + "
+            f"j * sx); acc[j] = {fold}(acc[j], u); }}\n"
+            "          }\n")
+
+
+def _tile(r):
+    loops = (_tile_loops("FOLD_@") if r.lanes else
+             "if (mm >= 8) " + _tile_loops("FOLD_@") + "          else " + _tile_loops("SELECT_@"))
+    return ("for (j = 0; j < mm; ++j) acc[j] = INIT_@;\n          " + loops
+            + "          for (j = 0; j < mm; ++j) ST(t + j, acc[j]);")
+
+
+_ARITHMETIC = " || ".join(f"red == MS_RED_{r.name.upper()}" for r in REDUCER_TABLE if r.lanes)
 _WINDOW_TILES = (
-    "{ npy_intp t, j, m = (W - kx) / sx + 1 - x0; if (m > n) m = n; if (m < 2) m = 0;\n"
+    "{ npy_intp t, j, m = (W - kx) / sx + 1 - x0; if (m > n) m = n;\n"
+    f"    if (m < (({_ARITHMETIC}) ? 8 : 2)) m = 0;\n"
     "    for (t = 0; t < m; t += 64) {\n"
     "      const npy_intp mm = MS_MIN(m - t, 64), c0 = (x0 + t) * sx; V acc[64];\n      "
-    + _each_reducer(
-        "for (j = 0; j < mm; ++j) acc[j] = INIT_@;\n"
-        "          for (a = ys; a < ye; ++a) for (b = 0; b < kx; ++b) {\n"
-        "            if (sx == 1) for (j = 0; j < mm; ++j) { const V u = LD(0, base + a, c0 + b + j); "
-        "acc[j] = FOLD_@(acc[j], u); }\n"
-        "            else if (sx == 2) for (j = 0; j < mm; ++j) { const V u = LD(0, base + a, "
-        "c0 + b + 2 * j); acc[j] = FOLD_@(acc[j], u); }\n"
-        "            else for (j = 0; j < mm; ++j) { const V u = LD(0, base + a, c0 + b + j * sx); "
-        "acc[j] = FOLD_@(acc[j], u); }\n"
-        "          }\n"
-        "          for (j = 0; j < mm; ++j) ST(t + j, acc[j]);", default="m = 0;")
+    + _each_reducer(_tile, default="m = 0;")
     + "\n    }\n    done = m > 0 ? m : 0; }")
 
 # concat a run of source elements at a time: along columns, the part of the row from a and

@@ -441,8 +441,10 @@ class _Emitter(ir.Visitor):
                   ("BAD_INDEX", "(*ms_err = 1)")]
         for red in REDUCER_TABLE:
             R = red.name.upper()
+            fold = f"((V)({self.reducer_fold(red, cc)}))"
+            # a GPU selects without a branch (selp) anyway: SELECT is the fold itself
             macros += [(f"INIT_{R}", f"((V)({self.reducer_init(red, cc)}))"),
-                       (f"FOLD_{R}(a, b)", f"((V)({self.reducer_fold(red, cc)}))")]
+                       (f"FOLD_{R}(a, b)", fold), (f"SELECT_{R}(a, b)", fold)]
         out = f"v{self.nval}"
         self.nval += 1
         self.lines += [f"#define {m} {t}" for m, t in macros]

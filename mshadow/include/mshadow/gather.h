@@ -73,6 +73,20 @@ static inline int ms_scatter_add(int code, char *acc, const char *band, npy_intp
   return 0;
 }
 
+/* take_b ? b : a without a branch, on the bit patterns (readers' SELECT_<NAME>,
+ * codegen_cpu.reducer_select): pool's maximum on random data mispredicted a ?: on floats
+ * about every other element */
+static inline float ms_pick_float(int take_b, float a, float b) {
+  uint32_t ia, ib; const uint32_t m = 0u - (uint32_t)(take_b != 0);
+  memcpy(&ia, &a, sizeof a); memcpy(&ib, &b, sizeof b); ia = (ia & ~m) | (ib & m);
+  memcpy(&a, &ia, sizeof a); return a;
+}
+static inline double ms_pick_double(int take_b, double a, double b) {
+  uint64_t ia, ib; const uint64_t m = 0u - (uint64_t)(take_b != 0);
+  memcpy(&ia, &a, sizeof a); memcpy(&ib, &b, sizeof b); ia = (ia & ~m) | (ib & m);
+  memcpy(&a, &ia, sizeof a); return a;
+}
+
 static inline npy_intp ms_imin(npy_intp a, npy_intp b) { return a < b ? a : b; }
 static inline npy_intp ms_imax(npy_intp a, npy_intp b) { return a > b ? a : b; }
 #define MS_MIN(a, b) ms_imin((a), (b))
