@@ -445,6 +445,29 @@ def test_softmax_rows_bit_for_bit_at_every_width_level_and_thread_count(dtype):
     assert d.numpy().tobytes() == _softmax_in_lanes(e).tobytes()
 
 
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_softmax_division_bit_for_bit_where_values_underflow(dtype):
+    """The vector levels divide by multiplying with 1 / sum and one fused correction where
+    nothing can underflow, and divide elsewhere: rows whose exp values run down through
+    the subnormals to 0 (a vector mixing both), rows of one value, and sums just under and
+    over the ranges the correction takes all give the division's bits."""
+    from mshadow.testing import simd_levels
+    rng = np.random.default_rng(7)
+    big = 100 if dtype == np.float32 else 740
+    rows = [np.linspace(0, -1.1 * big, 67), np.concatenate([np.zeros(40), np.full(27, -big)]),
+            rng.uniform(-big, 0, 67), np.zeros(67), rng.standard_normal(67) * 3,
+            np.where(np.arange(67) % 5 == 0, 0.0, -0.7 * big)]
+    e = np.array(rows, dtype)
+    want = _softmax_in_lanes(e)
+    assert (want[0] == 0).any() and ((want[0] > 0) & (want[0] < np.finfo(dtype).tiny)).any()
+    for level in simd_levels():
+        ms.set_simd_level(level)
+        dst = tensor(np.zeros_like(e))
+        nn.softmax(dst, tensor(e))
+        assert dst.numpy().tobytes() == want.tobytes(), level
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_softmax_rows_with_nan_and_infinities_as_numpy(dtype):
     e = np.array([[1, 2, np.nan, 3] * 5, [1, np.inf, 2, 3] * 5, [-np.inf] * 20,

@@ -59,4 +59,15 @@ static inline int ms_detect_isa(void) {
 #endif
 }
 
+/* Whether the CPU has FMA: softmax's division uses it at the AVX2 level (every AVX-512F
+ * CPU has it; a few AVX2 ones do not). */
+static inline int ms_cpu_fma(void) {
+#if MS_X86 && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("fma");
+#else
+  return 0;
+#endif
+}
+
 #endif  /* MSHADOW_PACKET_H_ */
