@@ -903,8 +903,10 @@ def _reducer_kernels(code, ctype):
     out, names = [], []
     for r in readers.REDUCER_TABLE:
         if r.c is not None:
+            # with no branch on the data: the ?: fold branched (a maximum over a leading
+            # axis of random data took 8x the sum's time)
             out.append(_loop_kernel(f"acc_{r.block}_{code}", 2, [ctype, ctype], ctype,
-                                    reducer_fold(r, code)))
+                                    reducer_select(r, code)))
             names.append(f"acc_{r.block}_{code}")
         out.append(_reduce_lanes(r, code, ctype) if r.lanes else _reduce_in_order(r, code, ctype))
         names.append(f"reduce_{r.block}_{code}")

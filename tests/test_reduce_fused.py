@@ -422,3 +422,32 @@ def test_except_dim_merges_the_summed_rows_of_dense_leaves(pad):
         w //= 2
     want = lanes[..., 0].astype(np.float64).sum(0).astype(np.float32)
     np.testing.assert_array_equal(out.numpy(), want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize("pad", [False, True])
+def test_sum_except_dim_of_a_tensor_gives_its_expressions_bits(dtype, pad):
+    """sumall_except_dim / sum_rows of a tensor run the fused pass an expression of it runs:
+    x and x * 1 give the same bits (as mshadow's one code path does), for every kept axis,
+    close to numpy's float64 sum."""
+    rng = np.random.default_rng(11)
+    shape = (5, 6, 7, 300)
+    a = (rng.uniform(-3, 3, shape) if np.dtype(dtype).kind == "f"
+         else rng.integers(-100, 100, shape)).astype(dtype)
+    x = ms.new_tensor(shape, dtype=dtype, pad=pad)
+    x.numpy()[...] = a
+    for keep in range(4):
+        want = a.astype(np.float64).sum(tuple(k for k in range(4) if k != keep))
+        got, via = (ms.new_tensor((shape[keep],), dtype=dtype) for _ in range(2))
+        got[:] = ms.sumall_except_dim(x, keep)
+        via[:] = ms.sumall_except_dim(x * 1, keep)
+        assert got.numpy().tobytes() == via.numpy().tobytes(), keep
+        np.testing.assert_allclose(got.numpy().astype(np.float64), want,
+                                   rtol=2e-2 if dtype == np.float16 else 1e-5, atol=1e-3)
+    m = x.numpy().reshape(-1, 300)
+    t = ms.new_tensor(m.shape, dtype=dtype, pad=pad)
+    t.numpy()[...] = m
+    got, via = (ms.new_tensor((300,), dtype=dtype) for _ in range(2))
+    got[:] = ms.sum_rows(t)
+    via[:] = ms.sum_rows(t * 1)
+    assert got.numpy().tobytes() == via.numpy().tobytes()

@@ -502,6 +502,13 @@ def _rows_merged(src, form, axis):
 def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
     """``dst <saver> scale * reduce(src)`` once every check has passed."""
     a = None
+    if (type(src) is Tensor and form == "except_dim" and REDUCER_BY_NAME[reducer_name].lanes
+            and src.device is cpu):
+        # a tensor's sum over all axes but one goes through the fused pass as any
+        # expression's: sumall_except_dim(x) and sumall_except_dim(x * 1.0) give the same
+        # bits, as in mshadow, in one pass (numpy's reduction over three axes of a
+        # (32, 64, 56, 56) tensor took 2.1x torch's time)
+        src = _core.make_map("identity", (src,))
     if _fusable(src) and Shape(src.shape).size():
         src = _rows_merged(src, form, axis)
         if reduce_schedule(tuple(src.shape), form, axis, mask) == "chunk":
