@@ -451,3 +451,47 @@ def test_sum_except_dim_of_a_tensor_gives_its_expressions_bits(dtype, pad):
     got[:] = ms.sum_rows(t)
     via[:] = ms.sum_rows(t * 1)
     assert got.numpy().tobytes() == via.numpy().tobytes()
+
+
+def _fold_in_order(row, name):
+    """MXNet's red::maximum / minimum over ``row`` in element order (a NaN held sticks, a
+    NaN value is taken; a tie keeps the value held): bit for bit what the kernels give."""
+    res = row.dtype.type(-np.inf if name == "maximum" else np.inf)
+    for v in row:
+        keep = res != res or (res >= v if name == "maximum" else res <= v)
+        res = res if keep else v
+    return res
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_extreme_of_expression_rows_bit_for_bit(dtype, name):
+    """Rows reduced over their last axis in one block (the 'registers' schedule, rows of at
+    least REGISTER_ROW_MIN): the vectorised extreme where no NaN and no zero extreme is in
+    play, the in-order fold where one is (two NaN payloads, +0 against -0 in either order,
+    only infinities), at lengths around the vector widths."""
+    from mshadow.lower.cpu import REGISTER_ROW_MIN
+    rng = np.random.default_rng(3)
+    bits = f"u{np.dtype(dtype).itemsize}"
+    quiet = np.array(np.nan, dtype).view(bits)
+    for n in sorted({REGISTER_ROW_MIN + k for k in (0, 1, 15, 63, 64, 65)} | {1000, 4096}):
+        rows = [rng.standard_normal(n), np.zeros(n), -np.zeros(n),
+                np.where(np.arange(n) % 2 == 0, 0.0, -0.0), np.where(np.arange(n) % 3, -0.0, 0.0),
+                np.full(n, -np.inf), np.full(n, np.inf), rng.standard_normal(n) - 50]
+        a = np.array(rows, dtype)
+        if n > 3:
+            a[1, n // 2] = -3.0 if name == "maximum" else 3.0
+            nan = a[0].copy()
+            v = nan.view(bits)
+            v[n // 3] = quiet | 1
+            v[n - 1] = quiet | 2
+            a = np.vstack([a, nan[None]])
+        want = np.array([_fold_in_order(r, name) for r in a], dtype)
+        x = ms.new_tensor(a.shape, dtype=dtype)
+        x.numpy()[...] = a
+        for lvl in simd_levels():
+            ms.set_simd_level(lvl)
+            got = ms.new_tensor((a.shape[0],), dtype=dtype)
+            got[:] = ms.reduce_except_dim(x * 1, 0, getattr(ms.red, name))
+            assert got.numpy().view(bits).tobytes() == want.view(bits).tobytes(), (n, lvl)
