@@ -841,6 +841,10 @@ def reducer_select(r, code, a="a", b="b"):
     return re.sub(r"\b[ab]\b", lambda m: a if m.group() == "a" else b, form)
 
 
+# the scalar comparison that picks the extreme a ``simd`` packet op computes
+_SIMD_CMP = {"max": ">", "min": "<"}
+
+
 REDUCE_LANES = 16
 
 
@@ -877,11 +881,6 @@ def _reduce_lanes(r, code, ctype):
     return "\n".join(out)
 
 
-# selecting reducers whose fold is a packet's max / min wherever no NaN and no +0 / -0 tie
-# is in play (_reduce_in_order), and the scalar comparison that picks the extreme
-_EXTREME_PACKET = {"maximum": ("max", ">"), "minimum": ("min", "<")}
-
-
 def _any_lane(isa, code, m):
     """C: whether any lane of the comparison mask ``m`` (of ms_<isa>_isnan) is set."""
     if isa == "avx512":
@@ -912,9 +911,8 @@ def _reduce_in_order(r, code, ctype):
   return res;
 }}"""]
     call = plain = f"{fn}_in_order(args[0], dims[0], steps[0])"
-    extreme = _EXTREME_PACKET.get(r.name)
-    if extreme is not None and code in FLOAT_CODES and compute_code(code) == code:
-        op, cmp = extreme
+    if r.simd is not None and code in FLOAT_CODES and compute_code(code) == code:
+        op, cmp = r.simd, _SIMD_CMP[r.simd]
         out.append("#if MS_X86")
         for isa in ISAS:
             W, V, M = _WIDTH[isa, code], f"ms_{isa}_v_{code}", f"ms_{isa}_m_{code}"

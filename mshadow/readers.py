@@ -56,18 +56,22 @@ from typing import Callable, Optional, Tuple
 #            float64 and half values fold in float32 (as every float16 computes), integers
 #            wrap. False: a selecting fold, in element order in the value's own type (which of
 #            +0 / -0 it keeps depends on the order)
+#   simd     a selecting fold's packet op ("max" / "min"), which folds as ``c`` does wherever
+#            no NaN and no +0 / -0 tie is in play: the fused reduction's blocks take it where
+#            they find neither (codegen_cpu._reduce_in_order). None: none
 # ms.red, the reductions, ms.sum, pool/unpool/chpool, the readers' C and the fused kernels
 # all read it: adding a reducer is one row plus its tests.
-ReducerDef = namedtuple("ReducerDef", "name id combine c init ufunc block acc arg grad lanes")
+ReducerDef = namedtuple("ReducerDef", "name id combine c init ufunc block acc arg grad lanes simd",
+                        defaults=(None,))
 _NAN_MAX = "((a == a && !(a >= b)) ? b : a)"
 _NAN_MIN = "((a == a && !(a <= b)) ? b : a)"
 _TIED = "(redres == redsrc ? 1 : 0)"
 REDUCER_TABLE = (
     ReducerDef("sum", 0, "plus", None, 0, "add", "sum", "plusto", None, "1", True),
     ReducerDef("maximum", 1, "maximum", _NAN_MAX, "-inf", "maximum", "max", "maxto", "argmax",
-               _TIED, False),
+               _TIED, False, "max"),
     ReducerDef("minimum", 2, "minimum", _NAN_MIN, "+inf", "minimum", "min", "minto", "argmin",
-               _TIED, False),
+               _TIED, False, "min"),
     # MXNet's red::product (src/operator/mshadow_op.h): dst *= src from 1. No gradient form:
     # its PartialGrad, redres / redsrc, divides by every zero input
     ReducerDef("product", 3, "mul", None, 1, "multiply", "prod", "multo", None, None, True),
