@@ -23,6 +23,7 @@ from mshadow._tables cimport (MS_TYPEFLAG_FLOAT32, MS_TYPEFLAG_FLOAT64, MS_TYPEF
                               MS_TYPEFLAG_INT64)
 from .dtypes import DTYPES
 from .errors import ShapeError, DTypeError
+from .shape import Shape
 from .device import cpu as _CPU
 
 cdef extern from "mshadow/half.h":
@@ -499,33 +500,19 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
 def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1):
     """``c (CK, P) = a (K, CK)^T @ g[n] (K, P)``: image ``n`` of a dense (N, K, ...) ``g``,
     a dense ``a`` of K rows and a dense 2-D ``c`` (conv2d's data gradient, one image's
-    column matrix). K may be 0 (c = 0)."""
-    cdef Mat mc, ma, mb
-    cdef Py_ssize_t K = a.shape[0], CK = c.rows, P = c.cols, item = c.itemsize
-    cdef int flag = c.type_flag, rc = 0
-    cdef double fa, fb
-    cdef uint64_t ia, ib
-    if a.type_flag != flag or g.type_flag != flag:
+    column matrix). K may be 0 (c = 0). gemm's product, on 2-D views of ``a`` and of
+    ``g[n]`` (views of their memory: pinned as theirs)."""
+    cdef Py_ssize_t K = a.shape[0], CK = c.rows, P = c.cols
+    if a.type_flag != c.type_flag or g.type_flag != c.type_flag:
         raise DTypeError(f"conv2d_grad_data: tensors of dtypes {_NAMES[a.type_flag]}, "
-                         f"{_NAMES[g.type_flag]} and {_NAMES[flag]}")
+                         f"{_NAMES[g.type_flag]} and {_NAMES[c.type_flag]}")
     if (a.rows * a.cols != K * CK or g.rows * g.cols < (n + 1) * K * P or n < 0
             or a.stride != a.cols
             or c.stride != P or g.stride != g.cols):
         raise ShapeError(f"conv2d_grad_data: dense ({K}, {CK}), (N, {K}, {P}) and ({CK}, {P}) "
                          f"tensors, got {a.shape}, {g.shape} and {c.shape}")
-    for v, what in ((K, "inner size"), (CK, "rows"), (P, "cols")):
-        _check_int(v, what)
-    fa, fb, ia, ib = _scalars(flag, 1, 0)
-    ma.p, ma.rows, ma.cols, ma.ld, ma.trans = a.data(), K, CK, CK, True
-    mb.p, mb.rows, mb.cols, mb.ld, mb.trans = g.data() + n * K * P * item, K, P, P, False
-    mc.p, mc.rows, mc.cols, mc.ld = c.data(), CK, P, P
-    _pin3(a, g, c)
-    try:
-        with nogil:
-            rc = _product(flag, mc, ma, mb, CK, P, K, fa, fb, ia, ib, nthreads)
-    finally:
-        _unpin3(a, g, c)
-    _check_rc(rc, "conv2d_grad_data", flag)
+    gemm(c, a._view(Shape(K, CK), a.offset, CK), True,
+         g._view(Shape(K, P), g.offset + n * K * P * c.itemsize, P), False, 1, 0, nthreads)
 
 
 def product(dst, exp, tuple sign_beta, int nthreads):
