@@ -626,7 +626,7 @@ def test_pool_narrow_rows_bit_for_bit(dtype, name, k, s):
             flat[rng.choice(a.size, 6, replace=False)] = 0.0
             flat[rng.choice(a.size, 6, replace=False)] = -0.0
             bits = flat.view(f"u{a.itemsize}")
-            quiet = np.array(np.nan, dtype).view(f"u{a.itemsize}")
+            quiet = int(np.array(np.nan, dtype).view(f"u{a.itemsize}"))   # (numpy 1.x: no uint64 | int)
             for payload, at in ((1, 0), (2, 1)) if name != "sum" else ():
                 bits[at] = quiet | payload
                 bits[rng.integers(a.size)] = quiet | payload

@@ -474,7 +474,7 @@ def test_extreme_of_expression_rows_bit_for_bit(dtype, name):
     from mshadow.lower.cpu import REGISTER_ROW_MIN
     rng = np.random.default_rng(3)
     bits = f"u{np.dtype(dtype).itemsize}"
-    quiet = np.array(np.nan, dtype).view(bits)
+    quiet = int(np.array(np.nan, dtype).view(bits))   # (numpy 1.x: no uint64 | int)
     for n in sorted({REGISTER_ROW_MIN + k for k in (0, 1, 15, 63, 64, 65)} | {1000, 4096}):
         rows = [rng.standard_normal(n), np.zeros(n), -np.zeros(n),
                 np.where(np.arange(n) % 2 == 0, 0.0, -0.0), np.where(np.arange(n) % 3, -0.0, 0.0),
