@@ -26,6 +26,24 @@ from .errors import ShapeError, DTypeError
 from .shape import Shape
 from .device import cpu as _CPU
 
+cdef extern from "mshadow/panel_gemm.h":
+    int MS_PG_LEVELS
+    int ms_cpu_fma() nogil
+    int ms_pg_mr(int level) nogil
+    void ms_pg_pack_f32(const float *w, Py_ssize_t rs, Py_ssize_t cs, float *wp, Py_ssize_t K,
+                        Py_ssize_t CK, int mr) nogil
+    void ms_pg_pack_f64(const double *w, Py_ssize_t rs, Py_ssize_t cs, double *wp,
+                        Py_ssize_t K, Py_ssize_t CK, int mr) nogil
+    void ms_pg_gemm_f32(int level, const float *wp, const float *p, Py_ssize_t ldp,
+                        Py_ssize_t w, float *c, Py_ssize_t ldc, Py_ssize_t K, Py_ssize_t CK,
+                        float alpha, float beta, int nt) nogil
+    void ms_pg_gemm_f64(int level, const double *wp, const double *p, Py_ssize_t ldp,
+                        Py_ssize_t w, double *c, Py_ssize_t ldc, Py_ssize_t K, Py_ssize_t CK,
+                        double alpha, double beta, int nt) nogil
+
+# the SIMD levels by name, as _core.simd_info() gives them
+_LEVELS = ("plain", "sse2", "avx2", "avx512")
+
 cdef extern from "mshadow/half.h":
     float ms_half_to_float(uint16_t h) nogil
     uint16_t ms_float_to_half(float f) nogil
@@ -427,8 +445,50 @@ def gemm_panels(Tensor c, Tensor a, bint ta, ColumnPanels b, alpha, beta, int nt
     _check_rc(rc, "dot", flag)
 
 
+cdef int _pg_level(str level, int flag):
+    """The SIMD level panel_gemm.h's kernel runs at for this dtype (2: AVX2 with FMA, 3:
+    AVX-512), or 0: BLAS's product."""
+    cdef int lvl = _LEVELS.index(level) if level in _LEVELS else 0
+    if (not MS_PG_LEVELS or lvl < 2 or
+            not (flag == MS_TYPEFLAG_FLOAT32 or flag == MS_TYPEFLAG_FLOAT64)
+            or (lvl == 2 and not ms_cpu_fma())):
+        return 0
+    return lvl
+
+
+cdef char *_pg_pack(int lvl, int flag, char *w, Py_ssize_t rs, Py_ssize_t cs, Py_ssize_t K,
+                    Py_ssize_t CK) except? NULL:
+    """The (K x CK) matrix at ``w`` (element (m, k) at m * rs + k * cs) packed for
+    panel_gemm.h at level ``lvl`` (malloc'd: the caller frees it); NULL at level 0."""
+    if lvl == 0:
+        return NULL
+    cdef int mr = ms_pg_mr(lvl)
+    cdef Py_ssize_t item = 4 if flag == MS_TYPEFLAG_FLOAT32 else 8
+    cdef char *wp = <char *> malloc(max(1, ((K + mr - 1) // mr) * mr * CK * item))
+    if wp == NULL:
+        raise MemoryError()
+    if flag == MS_TYPEFLAG_FLOAT32:
+        ms_pg_pack_f32(<float *> w, rs, cs, <float *> wp, K, CK, mr)
+    else:
+        ms_pg_pack_f64(<double *> w, rs, cs, <double *> wp, K, CK, mr)
+    return wp
+
+
+cdef void _pg_gemm(int lvl, int flag, char *wp, char *p, Py_ssize_t ldp, Py_ssize_t w, char *c,
+                   Py_ssize_t ldc, Py_ssize_t K, Py_ssize_t CK, double alpha, double beta,
+                   int nt) noexcept nogil:
+    """c (K x w) = alpha * (the packed wp) @ p (CK x w) + beta * c, panel_gemm.h."""
+    if flag == MS_TYPEFLAG_FLOAT32:
+        ms_pg_gemm_f32(lvl, <float *> wp, <float *> p, ldp, w, <float *> c, ldc, K, CK,
+                       <float> alpha, <float> beta, nt)
+    else:
+        ms_pg_gemm_f64(lvl, <double *> wp, <double *> p, ldp, w, <double *> c, ldc, K, CK,
+                       alpha, beta, nt)
+
+
 def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nimg,
-                Py_ssize_t per_image, bint grad_weight, alpha, beta, int nthreads=1):
+                Py_ssize_t per_image, bint grad_weight, alpha, beta, int nthreads=1,
+                str level="plain"):
     """The products of a convolution whose column matrix ``b`` gives a panel at a time (its
     rows C*kh*kw, its columns (n, oy, ox): ``per_image`` an image); panels never straddle
     two images. ``c`` and ``a`` are dense; K is the rows of the weight.
@@ -436,7 +496,11 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
     forward:     c (N, K, oh, ow): image n = alpha * a (K, CK) @ b[:, image n] + beta * c
     grad_weight: c (K, CK) = alpha * sum_n a[n] (K, per_image) @ b[:, image n]^T + beta * c
     Each output is written where it belongs: no column matrix, no (K, N*oh*ow) product
-    to transpose afterwards. Any of the sizes may be 0."""
+    to transpose afterwards. Any of the sizes may be 0.
+
+    The forward of float32 and float64 at the SIMD ``level`` avx2 (with FMA) or avx512
+    takes panel_gemm.h's kernel instead of BLAS: the weight packed once, each panel read
+    where it was written (BLAS packed it again)."""
     cdef Mat mc, ma, mb
     cdef Py_ssize_t CK = b.rows, n, p0, p1, w, item = c.itemsize
     cdef char *cp
@@ -460,6 +524,8 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
     fa, fb, ia, ib = _scalars(flag, alpha, beta)
     _, f1, _, i1 = _scalars(flag, alpha, 1)
     cp, ap = c.data(), a.data()
+    cdef int lvl = _pg_level(level, flag)
+    cdef char *wp = NULL if grad_weight or not (K and CK) else _pg_pack(lvl, flag, ap, CK, 1, K, CK)
     a.mem.pin()
     c.mem.pin()
     try:
@@ -470,7 +536,12 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
                 w = p1 - p0
                 mb.p = b.fill(n * per_image + p0, n * per_image + p1)
                 mb.rows, mb.cols, mb.ld = CK, w, w
-                if not grad_weight:     # c[n][:, p0:p1] = a @ panel
+                if wp != NULL:          # c[n][:, p0:p1] = a @ panel, panel_gemm.h
+                    mc.p = cp + (n * K * per_image + p0) * item
+                    with nogil:
+                        _pg_gemm(lvl, flag, wp, mb.p, w, w, mc.p, per_image, K, CK, fa, fb,
+                                 nthreads)
+                elif not grad_weight:   # c[n][:, p0:p1] = a @ panel
                     mb.trans = False
                     ma.p, ma.rows, ma.cols, ma.ld, ma.trans = ap, K, CK, CK, False
                     mc.p, mc.rows, mc.cols, mc.ld = cp + (n * K * per_image + p0) * item, K, w, \
@@ -492,16 +563,20 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
             with nogil:
                 rc = _product(flag, mc, ma, mb, K, CK, 0, fa, fb, ia, ib, nthreads)
     finally:
+        free(wp)
         a.mem.unpin()
         c.mem.unpin()
     _check_rc(rc, "conv2d", flag)
 
 
-def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1):
+def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1,
+                  str level="plain"):
     """``c (CK, P) = a (K, CK)^T @ g[n] (K, P)``: image ``n`` of a dense (N, K, ...) ``g``,
     a dense ``a`` of K rows and a dense 2-D ``c`` (conv2d's data gradient, one image's
-    column matrix). K may be 0 (c = 0). gemm's product, on 2-D views of ``a`` and of
-    ``g[n]`` (views of their memory: pinned as theirs)."""
+    column matrix). K may be 0 (c = 0). panel_gemm.h's kernel at the SIMD ``level`` avx2
+    or avx512 for float32 and float64 (``a``^T packed, ``g[n]`` read in place), else gemm's
+    product on 2-D views of ``a`` and of ``g[n]`` (views of their memory: pinned as
+    theirs)."""
     cdef Py_ssize_t K = a.shape[0], CK = c.rows, P = c.cols
     if a.type_flag != c.type_flag or g.type_flag != c.type_flag:
         raise DTypeError(f"conv2d_grad_data: tensors of dtypes {_NAMES[a.type_flag]}, "
@@ -511,6 +586,23 @@ def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1):
             or c.stride != P or g.stride != g.cols):
         raise ShapeError(f"conv2d_grad_data: dense ({K}, {CK}), (N, {K}, {P}) and ({CK}, {P}) "
                          f"tensors, got {a.shape}, {g.shape} and {c.shape}")
+    cdef int lvl = _pg_level(level, c.type_flag) if K and CK and P else 0
+    cdef char *wp
+    cdef char *gp
+    cdef char *cp
+    if lvl:
+        wp = _pg_pack(lvl, c.type_flag, a.data(), 1, CK, CK, K)   # a^T: (CK x K)
+        gp, cp = g.data() + n * K * P * c.itemsize, c.data()
+        g.mem.pin()
+        c.mem.pin()
+        try:
+            with nogil:
+                _pg_gemm(lvl, c.type_flag, wp, gp, P, P, cp, P, CK, K, 1, 0, nthreads)
+        finally:
+            free(wp)
+            g.mem.unpin()
+            c.mem.unpin()
+        return
     gemm(c, a._view(Shape(K, CK), a.offset, CK), True,
          g._view(Shape(K, P), g.offset + n * K * P * c.itemsize, P), False, 1, 0, nthreads)
 

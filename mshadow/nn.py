@@ -409,7 +409,7 @@ def _conv_run(c, a, cols, nimg, per_image, grad_weight, sign_beta):
     with panels:
         _blas().conv_panels(c, a, panels, (c if grad_weight else a).shape[0], nimg,
                             per_image, grad_weight, sign_beta[0], sign_beta[1],
-                            _core.get_num_threads())
+                            _core.get_num_threads(), _core.simd_info()["active"])
 
 
 def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
@@ -419,7 +419,9 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
     cxxnet's convolution layer in one call: ``dot(weight, unpack_patch2col(pad(data),
     kh, kw, stride))`` with the column matrix a panel of one image's columns at a time,
     each panel's product written straight into that image of ``out`` (no column matrix, no
-    (K, N*oh*ow) product to swap into place). Summation order: BLAS's."""
+    (K, N*oh*ow) product to swap into place). Summation order: float32 and float64 at the
+    AVX2 / AVX-512 levels, each output's products in order, fused (panel_gemm.h; the same
+    bits at both levels and every thread count); otherwise BLAS's."""
     where = "conv2d"
     out, weight = _tensor(out, where, "out", (4,)), _tensor(weight, where, "weight", (4,))
     _writable(out, where, "out")
@@ -484,8 +486,9 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
     image = pack_col2patch(cols, (C, H + 2 * py, W + 2 * px), kh, kw, stride)
     if py or px:
         image = crop(image, (H, W), py, px)
+    level = _core.simd_info()["active"]
     for n in range(N):
-        _blas().gemm_tn_image(cols, weight, grad, n, _core.get_num_threads())
+        _blas().gemm_tn_image(cols, weight, grad, n, _core.get_num_threads(), level)
         assign(dx[n], image, saver)
 
 

@@ -179,3 +179,48 @@ def test_empty_sizes(N, C, K):
     o = ms.new_tensor((3, 5), init=7)
     o[:] = ms.dot(ms.new_tensor((3, 0)), ms.new_tensor((0, 5)) * 2)
     assert (o.numpy() == 0).all()
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_panel_kernel_same_bits_at_both_levels_and_thread_counts(dtype):
+    """The forward and the data gradient's products at the AVX2 and AVX-512 levels are
+    panel_gemm.h's kernel (the adjoint identity <conv(x), y> = <x, conv^T(y)> checks the
+    gradient): each output adds
+    its products in k order with one fused multiply-add each, so both levels and 1 or 3
+    threads give the same bits. K of 13 (blocks of 12 and 6 rows and their remainders),
+    rows of 1 to 3 vectors and their masked tails (ow 13, 29), the savers' alpha and beta;
+    numpy in float64 the oracle."""
+    from mshadow.testing import simd_levels
+    levels = [lv for lv in simd_levels() if lv in ("avx2", "avx512")]
+    if not levels:
+        pytest.skip("no AVX2 on this CPU: the forward is BLAS's")
+    rng = np.random.default_rng(4)
+    for (N, C, H, W), K in (((2, 7, 15, 15), 13), ((1, 3, 9, 31), 6), ((3, 2, 5, 5), 1)):
+        x = rng.standard_normal((N, C, H, W)).astype(dtype)
+        w = rng.standard_normal((K, C, 3, 3)).astype(dtype)
+        cols = _ref_cols(x, 3, 3, 1, 1)
+        want = (w.reshape(K, -1).astype(np.float64) @ cols).reshape(K, N, H, W).transpose(1, 0, 2, 3)
+        X, Wt = ms.from_numpy(x), ms.from_numpy(w)
+        first = first_dx = None
+        for level in levels:
+            ms.set_simd_level(level)
+            for threads in (1, 3):
+                ms.set_num_threads(threads)
+                out = ms.new_tensor((N, K, H, W), dtype=dtype, init=2)
+                ms.nn.conv2d(out, X, Wt, 1, 1, saver="minusto")
+                got = out.numpy().copy()
+                np.testing.assert_allclose(got, 2 - want, **_tol(dtype))
+                if first is None:
+                    first = got
+                assert got.tobytes() == first.tobytes(), (level, threads)
+                out = ms.new_tensor((N, K, H, W), dtype=dtype, init=np.nan)
+                ms.nn.conv2d(out, X, Wt, 1, 1)        # saveto never reads the destination
+                np.testing.assert_allclose(out.numpy(), want, **_tol(dtype))
+                dx = ms.new_tensor((N, C, H, W), dtype=dtype, init=np.nan)
+                ms.nn.conv2d_grad_data(dx, out, Wt, 1, 1)   # (W^T @ grad) of each image
+                if first_dx is None:
+                    first_dx = dx.numpy().copy()
+                    np.testing.assert_allclose(np.sum(first_dx * x), np.sum(want * want),
+                                               rtol=1e-3 if dtype == np.float32 else 1e-10)
+                assert dx.numpy().tobytes() == first_dx.tobytes(), (level, threads)
