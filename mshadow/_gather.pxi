@@ -293,21 +293,33 @@ def pool_node(src, ky, kx, sy, sx, int red):
         return None
     cky, ckx, csy, csx = ky, kx, sy, sx      # each in [1, INDEX_MAX] now: C integers
     cdef Py_ssize_t oh = (H - cky) // csy + 1, ow = (W - ckx) // csx + 1
-    cdef tuple out = PyTuple_New(nd)
-    for k in range(nd - 2):
-        _tuple_put(out, k, _axis(shape, k))
-    _tuple_put(out, nd - 2, oh)
-    _tuple_put(out, nd - 1, ow)
     if _POOL is None:
         _POOL = _row("pool")
-    return _gather_node(_POOL, (src,), _tuple_of(Shape, out), code,
+    return _gather_node(_POOL, (src,), _last_two(shape, nd, oh, ow), code,
                         (red, H, W, ky, kx, sy, sx, oh), None, _gather_class)
+
+
+cdef object _last_two(object shape, Py_ssize_t nd, Py_ssize_t a, Py_ssize_t b):
+    """``shape`` (nd >= 2 axes) with its last two axes ``a`` and ``b``, as a Shape allocated
+    at once (_tuple_of's way, without the tuple it copies)."""
+    cdef Py_ssize_t k
+    if PY_VERSION_HEX >= 0x030E0000:
+        return _tuple_new(Shape, tuple(shape[:nd - 2]) + (a, b))
+    t = (<_TypeAlloc *> <PyTypeObject *> Shape).tp_alloc(<PyTypeObject *> Shape, nd)
+    for k in range(nd - 2):
+        _tuple_put(<tuple> t, k, _axis(shape, k))
+    _tuple_put(<tuple> t, nd - 2, a)
+    _tuple_put(<tuple> t, nd - 1, b)
+    return t
 
 
 def gather_args(str kernel, tuple srcs, tuple params, shape, index=None):
     if kernel not in _GATHER_KERNELS:
         raise ValueError(f"unknown gather kernel {kernel!r}")
     return _gather_args(kernel, srcs, tuple([int(p) for p in params]), shape, index)
+
+
+cdef tuple _STAGED_ONLY = (None,)   # the snapshot of one source that is an expression
 
 
 cdef GatherArgs _gather_args(str kernel, tuple srcs, tuple params, shape, index):
@@ -326,18 +338,22 @@ cdef GatherArgs _gather_args(str kernel, tuple srcs, tuple params, shape, index)
         g.p[k] = params[k]
     g.shape = _fast_shape(shape)
     g.index = index
-    cdef tuple shapes = PyTuple_New(n), snapshot = PyTuple_New(n)
+    cdef tuple shapes = PyTuple_New(n), snapshot
+    # one expression source (pool(F(relu, x)), ...): a shared snapshot, one tuple less
+    snapshot = (_STAGED_ONLY if n == 1 and isinstance(srcs[0], Exp)
+                and not isinstance(srcs[0], (Tensor, ViewLeaf)) else PyTuple_New(n))
     for k in range(n):
         src = srcs[k]
-        if isinstance(src, Tensor):
-            snap = ((<Tensor> src).shape, (<Tensor> src).stride)
+        if snapshot is _STAGED_ONLY:
+            pass
+        elif isinstance(src, Tensor):
+            _tuple_put(snapshot, k, ((<Tensor> src).shape, (<Tensor> src).stride))
         else:
             if isinstance(src, ViewLeaf) and (len((<ViewLeaf> src).shape) != 2
                                               or (index is not None and k == index[0])):
                 raise ValueError(f"{kernel}: a view source must be 2-D and not the index, "
                                  f"got {src!r}")
-            snap = None
-        _tuple_put(snapshot, k, snap)
+            _tuple_put(snapshot, k, None)
         shape_k = _fast_shape((<Exp> src).shape if isinstance(src, Exp) else src.shape)
         _tuple_put(shapes, k, shape_k)
     g.src_shapes = shapes

@@ -269,10 +269,16 @@ def _tile_loops(fold):
 
 
 def _tile(r):
-    loops = (_tile_loops("FOLD_@") if r.lanes else
-             "if (mm >= 8) " + _tile_loops("FOLD_@") + "          else " + _tile_loops("SELECT_@"))
-    return ("for (j = 0; j < mm; ++j) acc[j] = INIT_@;\n          " + loops
-            + "          for (j = 0; j < mm; ++j) ST(t + j, acc[j]);")
+    store = "          for (j = 0; j < mm; ++j) ST(t + j, acc[j]);"
+    if r.lanes:
+        return ("for (j = 0; j < mm; ++j) acc[j] = INIT_@;\n          " + _tile_loops("FOLD_@")
+                + store)
+    # under 8 outputs the stores go one by one: a vector load of acc just after its scalar
+    # stores waited on them (a store-forwarding stall: a tenth of a small pool's kernel)
+    return ("for (j = 0; j < mm; ++j) acc[j] = INIT_@;\n          if (mm >= 8) {\n          "
+            + _tile_loops("FOLD_@") + store + "\n          } else {\n          "
+            + _tile_loops("SELECT_@")
+            + "          for (j = 0; j < 8; ++j) if (j < mm) ST(t + j, acc[j]);\n          }")
 
 
 _ARITHMETIC = " || ".join(f"red == MS_RED_{r.name.upper()}" for r in REDUCER_TABLE if r.lanes)
