@@ -44,6 +44,20 @@ static inline int ms_pg_mr(int level) { return level >= 3 ? MS_PG_MR_AVX512 : MS
 MS_PG_PACK(float, f32)
 MS_PG_PACK(double, f64)
 
+/* The k loop of a tile: panel row k's two vectors (their first N0 and N1 columns) times
+ * the packed column k of the block, into acc (MS_PG_TILE's locals k, r, acc, p, wp) */
+#define MS_PG_KLOOP(T, V, MR, W, LOAD, SET1, FMA, N0, N1)                                    \
+  for (k = 0; k < CK; ++k) {                                                                  \
+    const V b0 = LOAD(p + k * ldp, N0), b1 = LOAD(p + k * ldp + W, N1);                       \
+    const T *a = wp + k * MR;                                                                 \
+    _Pragma("GCC unroll 12")                                                                  \
+    for (r = 0; r < MR; ++r) {                                                                \
+      const V ar = SET1(a[r]);                                                                \
+      acc[r][0] = FMA(ar, b0, acc[r][0]);                                                     \
+      acc[r][1] = FMA(ar, b1, acc[r][1]);                                                     \
+    }                                                                                         \
+  }
+
 /* One tile: rows [0, rows) of a block (rows <= MR) and columns [0, cols) (cols <= 2 W),
  * the columns past cols neither read nor written (masked). */
 #define MS_PG_TILE(ISA, TARGET, T, t, V, MR, W, LOAD, STORE, SET1, FMA, MUL, ADD, ZERO)         \
@@ -58,28 +72,11 @@ MS_PG_PACK(double, f64)
      * run-time ``rows`` made the compiler store all of acc every k: 59 GFLOP/s, not 141) */ \
     _Pragma("GCC unroll 12")                                                                  \
     for (r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = ZERO();                                  \
+    /* whole rows of both vectors with plain loads (a constant count), else masked */      \
     if (n0 == W && n1 == W) {                                                                 \
-      for (k = 0; k < CK; ++k) {                                                              \
-        const V b0 = LOAD(p + k * ldp, W), b1 = LOAD(p + k * ldp + W, W);                     \
-        const T *a = wp + k * MR;                                                             \
-        _Pragma("GCC unroll 12")                                                              \
-        for (r = 0; r < MR; ++r) {                                                            \
-          const V ar = SET1(a[r]);                                                            \
-          acc[r][0] = FMA(ar, b0, acc[r][0]);                                                 \
-          acc[r][1] = FMA(ar, b1, acc[r][1]);                                                 \
-        }                                                                                     \
-      }                                                                                       \
+      MS_PG_KLOOP(T, V, MR, W, LOAD, SET1, FMA, W, W)                                         \
     } else {                                                                                  \
-      for (k = 0; k < CK; ++k) {                                                              \
-        const V b0 = LOAD(p + k * ldp, n0), b1 = LOAD(p + k * ldp + W, n1);                   \
-        const T *a = wp + k * MR;                                                             \
-        _Pragma("GCC unroll 12")                                                              \
-        for (r = 0; r < MR; ++r) {                                                            \
-          const V ar = SET1(a[r]);                                                            \
-          acc[r][0] = FMA(ar, b0, acc[r][0]);                                                 \
-          acc[r][1] = FMA(ar, b1, acc[r][1]);                                                 \
-        }                                                                                     \
-      }                                                                                       \
+      MS_PG_KLOOP(T, V, MR, W, LOAD, SET1, FMA, n0, n1)                                       \
     }                                                                                         \
     _Pragma("GCC unroll 12")                                                                  \
     for (r = 0; r < MR; ++r) {                                                                \
