@@ -11,7 +11,7 @@ re-checked here so that no call can hand BLAS a bad dimension. Never stores befo
 check has passed; never touches a freed tensor (Tensor.data() raises first).
 """
 from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset
 from libc.limits cimport INT_MAX
 from cython.parallel cimport prange, parallel, threadid
@@ -34,12 +34,21 @@ cdef extern from "mshadow/panel_gemm.h":
                         Py_ssize_t CK, int mr) nogil
     void ms_pg_pack_f64(const double *w, Py_ssize_t rs, Py_ssize_t cs, double *wp,
                         Py_ssize_t K, Py_ssize_t CK, int mr) nogil
-    void ms_pg_gemm_f32(int level, const float *wp, const float *p, Py_ssize_t ldp,
+    void ms_pg_gemm_f32(int level, const float *wp, const float *p, const Py_ssize_t *off,
                         Py_ssize_t w, float *c, Py_ssize_t ldc, Py_ssize_t K, Py_ssize_t CK,
                         float alpha, float beta, int nt) nogil
-    void ms_pg_gemm_f64(int level, const double *wp, const double *p, Py_ssize_t ldp,
+    void ms_pg_gemm_f64(int level, const double *wp, const double *p, const Py_ssize_t *off,
                         Py_ssize_t w, double *c, Py_ssize_t ldc, Py_ssize_t K, Py_ssize_t CK,
                         double alpha, double beta, int nt) nogil
+    void ms_pg_conv_f32(int level, const float *wp, Py_ssize_t K, const float *x, Py_ssize_t N,
+                        Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py,
+                        Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, float *y, Py_ssize_t ldy,
+                        float alpha, float beta, float *xpad, Py_ssize_t *off, int nt) nogil
+    void ms_pg_conv_f64(int level, const double *wp, Py_ssize_t K, const double *x,
+                        Py_ssize_t N, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx,
+                        Py_ssize_t py, Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, double *y,
+                        Py_ssize_t ldy, double alpha, double beta, double *xpad,
+                        Py_ssize_t *off, int nt) nogil
 
 # the SIMD levels by name, as _core.simd_info() gives them
 _LEVELS = ("plain", "sse2", "avx2", "avx512")
@@ -474,15 +483,29 @@ cdef char *_pg_pack(int lvl, int flag, char *w, Py_ssize_t rs, Py_ssize_t cs, Py
     return wp
 
 
-cdef void _pg_gemm(int lvl, int flag, char *wp, char *p, Py_ssize_t ldp, Py_ssize_t w, char *c,
-                   Py_ssize_t ldc, Py_ssize_t K, Py_ssize_t CK, double alpha, double beta,
-                   int nt) noexcept nogil:
-    """c (K x w) = alpha * (the packed wp) @ p (CK x w) + beta * c, panel_gemm.h."""
+cdef Py_ssize_t *_pg_rows(Py_ssize_t *off, Py_ssize_t CK, Py_ssize_t ld) except NULL:
+    """``off`` (malloc'd for CK rows when NULL: the caller frees it) set to the row offsets
+    of a dense (CK x ld) panel, k * ld: panel_gemm.h's rows of B."""
+    cdef Py_ssize_t k
+    if off == NULL:
+        off = <Py_ssize_t *> malloc(max(1, CK) * sizeof(Py_ssize_t))
+        if off == NULL:
+            raise MemoryError()
+    for k in range(CK):
+        off[k] = k * ld
+    return off
+
+
+cdef void _pg_gemm(int lvl, int flag, char *wp, char *p, const Py_ssize_t *off, Py_ssize_t w,
+                   char *c, Py_ssize_t ldc, Py_ssize_t K, Py_ssize_t CK, double alpha,
+                   double beta, int nt) noexcept nogil:
+    """c (K x w) = alpha * (the packed wp) @ P (CK x w, row k at p + off[k]) + beta * c,
+    panel_gemm.h."""
     if flag == MS_TYPEFLAG_FLOAT32:
-        ms_pg_gemm_f32(lvl, <float *> wp, <float *> p, ldp, w, <float *> c, ldc, K, CK,
+        ms_pg_gemm_f32(lvl, <float *> wp, <float *> p, off, w, <float *> c, ldc, K, CK,
                        <float> alpha, <float> beta, nt)
     else:
-        ms_pg_gemm_f64(lvl, <double *> wp, <double *> p, ldp, w, <double *> c, ldc, K, CK,
+        ms_pg_gemm_f64(lvl, <double *> wp, <double *> p, off, w, <double *> c, ldc, K, CK,
                        alpha, beta, nt)
 
 
@@ -526,6 +549,8 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
     cp, ap = c.data(), a.data()
     cdef int lvl = _pg_level(level, flag)
     cdef char *wp = NULL if grad_weight or not (K and CK) else _pg_pack(lvl, flag, ap, CK, 1, K, CK)
+    cdef Py_ssize_t *off = NULL
+    cdef Py_ssize_t off_w = -1     # the panel width off was set for
     a.mem.pin()
     c.mem.pin()
     try:
@@ -537,9 +562,11 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
                 mb.p = b.fill(n * per_image + p0, n * per_image + p1)
                 mb.rows, mb.cols, mb.ld = CK, w, w
                 if wp != NULL:          # c[n][:, p0:p1] = a @ panel, panel_gemm.h
+                    if off_w != w:
+                        off, off_w = _pg_rows(off, CK, w), w
                     mc.p = cp + (n * K * per_image + p0) * item
                     with nogil:
-                        _pg_gemm(lvl, flag, wp, mb.p, w, w, mc.p, per_image, K, CK, fa, fb,
+                        _pg_gemm(lvl, flag, wp, mb.p, off, w, mc.p, per_image, K, CK, fa, fb,
                                  nthreads)
                 elif not grad_weight:   # c[n][:, p0:p1] = a @ panel
                     mb.trans = False
@@ -564,6 +591,7 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
                 rc = _product(flag, mc, ma, mb, K, CK, 0, fa, fb, ia, ib, nthreads)
     finally:
         free(wp)
+        free(off)
         a.mem.unpin()
         c.mem.unpin()
     _check_rc(rc, "conv2d", flag)
@@ -590,21 +618,107 @@ def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1,
     cdef char *wp
     cdef char *gp
     cdef char *cp
+    cdef Py_ssize_t *off
     if lvl:
-        wp = _pg_pack(lvl, c.type_flag, a.data(), 1, CK, CK, K)   # a^T: (CK x K)
+        off = _pg_rows(NULL, K, P)
+        try:
+            wp = _pg_pack(lvl, c.type_flag, a.data(), 1, CK, CK, K)   # a^T: (CK x K)
+        except BaseException:
+            free(off)
+            raise
         gp, cp = g.data() + n * K * P * c.itemsize, c.data()
         g.mem.pin()
         c.mem.pin()
         try:
             with nogil:
-                _pg_gemm(lvl, c.type_flag, wp, gp, P, P, cp, P, CK, K, 1, 0, nthreads)
+                _pg_gemm(lvl, c.type_flag, wp, gp, off, P, cp, P, CK, K, 1, 0, nthreads)
         finally:
             free(wp)
+            free(off)
             g.mem.unpin()
             c.mem.unpin()
         return
     gemm(c, a._view(Shape(K, CK), a.offset, CK), True,
          g._view(Shape(K, P), g.offset + n * K * P * c.itemsize, P), False, 1, 0, nthreads)
+
+
+def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint grad_data,
+                alpha, beta, int nthreads=1, str level="plain"):
+    """A stride-1 convolution read straight from each padded image (panel_gemm.h
+    ms_pg_conv: no column matrix, not even a panel of it), for float32 and float64 at the
+    SIMD ``level`` avx2 (with FMA) or avx512. False, having done nothing, at other levels
+    and dtypes. The caller checked the shapes and that ``y`` shares no memory with ``x``
+    or ``w``; ``y``'s rows may be pitched, ``x``'s too.
+
+    forward:   y (N, K, oh, ow) = alpha * conv(pad(x (N, C, H, W), py, px), w (K, C, kh, kw))
+               + beta * y: each output adds its products in (c, ky, kx) order, as the panels
+               of im2col do (conv_panels): the same bits.
+    grad_data: y (N, C, H, W) = alpha * (the data gradient of that forward, x its gradient
+               (N, K, oh, ow)) + beta * y, itself a forward convolution of x padded by
+               (kh - 1 - py, kw - 1 - px) with w's channels swapped and taps flipped;
+               each output adds its products in (k, ky, kx) order."""
+    cdef int flag = y.type_flag
+    cdef int lvl = _pg_level(level, flag)
+    if lvl == 0 or x.type_flag != flag or w.type_flag != flag:
+        return False
+    cdef Py_ssize_t K = w.shape[0], C = w.shape[1], kh = w.shape[2], kw = w.shape[3]
+    cdef Py_ssize_t N = x.shape[0], H = x.shape[2], W = x.shape[3], item = y.itemsize
+    cdef Py_ssize_t KO = C if grad_data else K      # output channels
+    cdef Py_ssize_t CI = K if grad_data else C      # input channels
+    cdef Py_ssize_t CK = CI * kh * kw, Hp = H + 2 * py, Wp = W + 2 * px
+    cdef Py_ssize_t nbuf = nthreads if N >= nthreads else 1, m, j, i, r, q
+    if (w.stride != w.cols or x.shape[1] != CI or py < 0 or px < 0
+            or tuple(y.shape) != (N, KO, Hp - kh + 1, Wp - kw + 1)):
+        raise ShapeError(f"conv_direct: data {x.shape}, weight {w.shape} (pad {py}, {px}) "
+                         f"into {y.shape}")
+    cdef double fa, fb
+    fa, fb, _, _ = _scalars(flag, alpha, beta)
+    cdef char *wsrc = w.data()
+    cdef char *xs
+    cdef char *ys
+    cdef char *wt = NULL
+    cdef char *wp = NULL
+    cdef char *xpad = NULL
+    cdef Py_ssize_t *off = NULL
+    try:
+        if grad_data:   # w' (C x (K, ky, kx)): w[k, c, kh-1-ky, kw-1-kx]
+            wt = <char *> malloc(max(1, KO * CK * item))
+            if wt == NULL:
+                raise MemoryError()
+            for m in range(KO):
+                for j in range(CI):
+                    for i in range(kh * kw):
+                        r = (m * CI + j) * kh * kw + i
+                        q = (j * KO + m) * kh * kw + kh * kw - 1 - i
+                        memcpy(wt + r * item, wsrc + q * item, item)
+            wsrc = wt
+        wp = _pg_pack(lvl, flag, wsrc, CK, 1, KO, CK) if KO and CK else NULL
+        off = <Py_ssize_t *> malloc(max(1, CK) * sizeof(Py_ssize_t))
+        xpad = <char *> calloc(max(1, nbuf * CI * Hp * Wp), item)   # borders stay 0
+        if off == NULL or xpad == NULL:
+            raise MemoryError()
+        if KO and CK:
+            xs, ys = x.data(), y.data()
+            _pin3(x, w, y)   # the memory outlives a free_space or resize from another thread
+            try:
+                with nogil:
+                    if flag == MS_TYPEFLAG_FLOAT32:
+                        ms_pg_conv_f32(lvl, <float *> wp, KO, <float *> xs, N, CI, H, W,
+                                       x.stride, py, px, kh, kw, <float *> ys, y.stride,
+                                       <float> fa, <float> fb, <float *> xpad, off, nthreads)
+                    else:
+                        ms_pg_conv_f64(lvl, <double *> wp, KO, <double *> xs, N, CI, H, W,
+                                       x.stride, py, px, kh, kw, <double *> ys, y.stride, fa,
+                                       fb, <double *> xpad, off, nthreads)
+            finally:
+                _unpin3(x, w, y)
+            return True
+    finally:
+        free(wt)
+        free(wp)
+        free(xpad)
+        free(off)
+    return False    # nothing to add up (no channel or tap): BLAS's product scales y
 
 
 def product(dst, exp, tuple sign_beta, int nthreads):

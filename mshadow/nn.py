@@ -419,9 +419,12 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
     cxxnet's convolution layer in one call: ``dot(weight, unpack_patch2col(pad(data),
     kh, kw, stride))`` with the column matrix a panel of one image's columns at a time,
     each panel's product written straight into that image of ``out`` (no column matrix, no
-    (K, N*oh*ow) product to swap into place). Summation order: float32 and float64 at the
-    AVX2 / AVX-512 levels, each output's products in order, fused (panel_gemm.h; the same
-    bits at both levels and every thread count); otherwise BLAS's."""
+    (K, N*oh*ow) product to swap into place). A stride-1 convolution of a tensor at the
+    AVX2 / AVX-512 levels reads each padded image straight (no panel: panel_gemm.h
+    ms_pg_conv), threads taking whole images. Summation order: float32 and float64 at
+    those levels, each output's products in (c, ky, kx) order, fused (the same bits at
+    both levels, every thread count, and from a tensor or an expression); otherwise
+    BLAS's."""
     where = "conv2d"
     out, weight = _tensor(out, where, "out", (4,)), _tensor(weight, where, "weight", (4,))
     _writable(out, where, "out")
@@ -433,7 +436,20 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
         raise ShapeError(f"{where}: data {tuple(data.shape)} and weight {tuple(weight.shape)} "
                          f"(pad {pad}, stride {stride}) give ({nimg}, {K}) + {ohw}, out is "
                          f"{tuple(out.shape)}")
+    if stride == 1 and _direct(out, data, weight, _pads(pad), False, sign_beta):
+        return
     _conv_run(out, weight, cols, nimg, per_image, False, sign_beta)
+
+
+def _direct(y, x, w, pads, grad_data, sign_beta):
+    """Whether panel_gemm.h's direct stride-1 convolution did ``y``'s work (_blas.conv_direct):
+    a tensor ``x`` at the AVX2 or AVX-512 level, float32 or float64, ``y`` sharing no memory
+    with ``x`` or ``w``; else nothing was done."""
+    if not isinstance(x, _core.Tensor) or _core.reads_tensor((x, w), y):
+        return False
+    return _blas().conv_direct(y, x, w, pads[0], pads[1], grad_data, sign_beta[0],
+                               sign_beta[1], _core.get_num_threads(),
+                               _core.simd_info()["active"])
 
 
 def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
@@ -461,7 +477,13 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
     """``dx <saver> the data gradient of conv2d``: dx (N, C, H, W) = col2im(weight^T @
     grad[n]) cropped by the padding, image by image: one image's column matrix
     (C*kh*kw, oh*ow) is the only temporary (not the whole batch's, and no swapaxis of
-    ``grad``). ``grad`` (N, K, oh, ow) and ``weight`` (K, C, kh, kw) dense."""
+    ``grad``). ``grad`` (N, K, oh, ow) and ``weight`` (K, C, kh, kw) dense.
+
+    At stride 1 with a pad under the kernel's size, float32 and float64 at the AVX2 /
+    AVX-512 levels, it is instead the forward convolution of ``grad`` padded by
+    (kh - 1 - py, kw - 1 - px) with the weight's channels swapped and its taps flipped:
+    no column matrix, and each element adds its K*kh*kw products in (k, ky, kx) order,
+    fused (the same bits at both levels and every thread count)."""
     where = "conv2d_grad_data"
     dx = _tensor(dx, where, "dx", (4,))
     grad = _tensor(grad, where, "grad", (4,))
@@ -482,6 +504,9 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
                          f"is {tuple(grad.shape)}")
     if _core.reads_tensor((grad, weight), dx):
         raise ValueError(f"{where}: dx shares memory with grad or weight")
+    if stride == 1 and py < kh and px < kw and _direct(
+            dx, grad, weight, (kh - 1 - py, kw - 1 - px), True, _blas_saver(where, saver)):
+        return
     cols = _core.new_tensor((C * kh * kw, ohw[0] * ohw[1]), 0, dtype=dx.dtype)
     image = pack_col2patch(cols, (C, H + 2 * py, W + 2 * px), kh, kw, stride)
     if py or px:

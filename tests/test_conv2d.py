@@ -21,7 +21,10 @@ def _tol(dtype):
 # (N, C, H, W), (K, kh, kw), pad, stride: C = 64 makes 576 rows, so an image's columns
 # take more than one panel on one thread
 CASES = [((2, 64, 24, 24), (8, 3, 3), 1, 1), ((3, 5, 9, 11), (4, 3, 2), (1, 2), 2),
-         ((1, 3, 7, 7), (2, 1, 1), 0, 1), ((2, 4, 10, 8), (3, 5, 5), 2, 3)]
+         ((1, 3, 7, 7), (2, 1, 1), 0, 1), ((2, 4, 10, 8), (3, 5, 5), 2, 3),
+         # stride 1 with a pad of the kernel's size (the data gradient's panels) and an
+         # image one column wide (each output row wraps around the padded edge)
+         ((2, 3, 6, 5), (4, 2, 2), 2, 1), ((3, 2, 4, 1), (5, 3, 3), 1, 1)]
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -188,7 +191,7 @@ def test_conv2d_panel_kernel_same_bits_at_both_levels_and_thread_counts(dtype):
     panel_gemm.h's kernel (the adjoint identity <conv(x), y> = <x, conv^T(y)> checks the
     gradient): each output adds
     its products in k order with one fused multiply-add each, so both levels and 1 or 3
-    threads give the same bits. K of 13 (blocks of 12 and 6 rows and their remainders),
+    threads give the same bits. K of 13 (blocks of 8 and 6 rows and their remainders),
     rows of 1 to 3 vectors and their masked tails (ow 13, 29), the savers' alpha and beta;
     numpy in float64 the oracle."""
     from mshadow.testing import simd_levels
@@ -224,3 +227,51 @@ def test_conv2d_panel_kernel_same_bits_at_both_levels_and_thread_counts(dtype):
                     np.testing.assert_allclose(np.sum(first_dx * x), np.sum(want * want),
                                                rtol=1e-3 if dtype == np.float32 else 1e-10)
                 assert dx.numpy().tobytes() == first_dx.tobytes(), (level, threads)
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_direct_gives_the_panels_bits(dtype):
+    """A stride-1 convolution of a tensor is read straight from each padded image
+    (panel_gemm.h ms_pg_conv); of an expression, from im2col's panels. Each output adds
+    the same products in the same order, so ``x`` and ``x * 1`` give the same bits, at
+    both levels, on 1 and 3 threads (threads take whole images from 3 images on, else
+    share each image), for any pad, kernel and pitched rows, with every saver; numpy in
+    float64 the oracle of both."""
+    from mshadow.testing import simd_levels
+    levels = [lv for lv in simd_levels() if lv in ("avx2", "avx512")]
+    if not levels:
+        pytest.skip("no AVX2 on this CPU: both are BLAS's")
+    rng = np.random.default_rng(11)
+    shapes = [((3, 5, 9, 20), (7, 3, 3), 1), ((1, 4, 6, 3), (9, 5, 2), (2, 0)),
+              ((4, 2, 5, 5), (3, 1, 1), 0), ((2, 3, 3, 1), (2, 3, 3), (1, 2))]
+    for _ in range(4):   # and random ones
+        kh, kw = rng.integers(1, 6, 2)
+        py, px = rng.integers(0, 4, 2)
+        shapes.append(((int(rng.integers(1, 5)), int(rng.integers(1, 9)),
+                        int(max(kh - 2 * py, 1) + rng.integers(0, 12)),
+                        int(max(kw - 2 * px, 1) + rng.integers(0, 40))),
+                       (int(rng.integers(1, 20)), int(kh), int(kw)), (int(py), int(px))))
+    for (N, C, H, W), (K, kh, kw), pad in shapes:
+        x = rng.standard_normal((N, C, H, W)).astype(dtype)
+        w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
+        cols = _ref_cols(x, kh, kw, pad, 1)
+        py, px = (pad, pad) if isinstance(pad, int) else pad
+        oh, ow = H + 2 * py - kh + 1, W + 2 * px - kw + 1
+        want = (w.reshape(K, -1).astype(np.float64) @ cols).reshape(K, N, oh, ow).transpose(
+            1, 0, 2, 3)
+        X = ms.new_tensor((N, C, H, W), dtype=dtype, pad=True)    # pitched rows
+        X.numpy()[...] = x
+        Wt = ms.from_numpy(w)
+        for level in levels:
+            ms.set_simd_level(level)
+            for threads in (1, 3):
+                ms.set_num_threads(threads)
+                for saver, init, expect in (("saveto", np.nan, want), ("minusto", 2, 2 - want)):
+                    direct = ms.new_tensor((N, K, oh, ow), dtype=dtype, init=init)
+                    panels = ms.new_tensor((N, K, oh, ow), dtype=dtype, init=init)
+                    ms.nn.conv2d(direct, X, Wt, pad, 1, saver)
+                    ms.nn.conv2d(panels, X * 1, Wt, pad, 1, saver)
+                    np.testing.assert_allclose(direct.numpy(), expect, **_tol(dtype))
+                    assert direct.numpy().tobytes() == panels.numpy().tobytes(), \
+                        ((N, C, H, W), (K, kh, kw), pad, level, threads, saver)

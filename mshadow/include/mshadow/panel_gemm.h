@@ -1,33 +1,50 @@
-/* The products of conv2d's forward (mshadow/_blas.pyx conv_panels), at the AVX2 and
- * AVX-512 levels:
+/* The products of conv2d's forward and data gradient (mshadow/_blas.pyx conv_panels,
+ * gemm_tn_image, conv_direct), at the AVX2 and AVX-512 levels:
  *
- *     C (K x w, row stride ldc) = alpha * W (K x CK) @ P (CK x w, row stride ldp) + beta * C
+ *     C (K x w, row stride ldc) = alpha * W (K x CK) @ P (CK x w, row k at p + off[k]) + beta * C
  *
  * with W packed once a call (ms_pg_pack: blocks of MR rows, k-major, the last block
- * zero-padded) and P read where the im2col panel was written. BLAS packed every panel a
- * second time (a quarter of the convolution's time) and reached 95 GFLOP/s on a
- * (64 x 576) @ (576 x 448) panel; this kernel, MR rows x 2 vectors of registers, 141
- * (one thread, Xeon AVX-512).
+ * zero-padded) and P read where it lies: an im2col panel where it was written (BLAS packed
+ * every panel a second time, a quarter of the convolution's time), or, for a stride-1
+ * convolution of a tensor, the padded image itself (ms_pg_conv: the row of tap (c, ky, kx)
+ * is the image shifted; no column matrix at all). A tile is MR rows x NV vectors of
+ * registers: on a (64 x 576) @ (576 x 448) panel 134-146 GFLOP/s against BLAS's 95 (one
+ * thread, Xeon AVX-512).
  *
  * Each output adds its CK products in k order, one fused multiply-add each, from 0: the
- * same bits at both levels and every thread count (threads split the tiles). beta == 0
- * stores without reading C (as BLAS). The caller picks the level; a CPU without it never
- * gets here.
+ * same bits at both levels, every thread count (threads split the tiles, or the images)
+ * and from a panel or the image. beta == 0 stores without reading C (as BLAS). The caller
+ * picks the level; a CPU without it never gets here.
  */
 #ifndef MSHADOW_PANEL_GEMM_H_
 #define MSHADOW_PANEL_GEMM_H_
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "mshadow/packet.h"
+#ifdef _OPENMP
+#include <omp.h>
+static inline int ms_pg_thread(void) { return omp_get_thread_num(); }
+#else
+static inline int ms_pg_thread(void) { return 0; }
+#endif
 
 #if MS_X86 && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define MS_PG_LEVELS 1
 
-/* rows of a tile: accumulators MR x 2 vectors, plus 2 panel vectors and a broadcast */
-#define MS_PG_MR_AVX512 12
+/* a tile: MR rows x NV vectors of accumulators, plus NV panel vectors and a broadcast
+ * (AVX-512: 24 + 4 of 32 registers, 8 rows: 64-channel layers fill every block; AVX2:
+ * 12 + 3 of 16) */
+#define MS_PG_MR_AVX512 8
+#define MS_PG_NV_AVX512 3
 #define MS_PG_MR_AVX2 6
+#define MS_PG_NV_AVX2 2
 static inline int ms_pg_mr(int level) { return level >= 3 ? MS_PG_MR_AVX512 : MS_PG_MR_AVX2; }
+/* columns of a tile: NV vectors of the level's width */
+static inline ptrdiff_t ms_pg_nr(int level, size_t item) {
+  return level >= 3 ? MS_PG_NV_AVX512 * 64 / (ptrdiff_t)item : MS_PG_NV_AVX2 * 32 / (ptrdiff_t)item;
+}
 
 /* W (K x CK, element (m, k) at w[m * rs + k * cs]: a row-major matrix or, with the
  * strides swapped, a transposed one) into wp: block b holds rows b*MR.., element (k, r)
@@ -44,52 +61,103 @@ static inline int ms_pg_mr(int level) { return level >= 3 ? MS_PG_MR_AVX512 : MS
 MS_PG_PACK(float, f32)
 MS_PG_PACK(double, f64)
 
-/* The k loop of a tile: panel row k's two vectors (their first N0 and N1 columns) times
- * the packed column k of the block, into acc (MS_PG_TILE's locals k, r, acc, p, wp) */
-#define MS_PG_KLOOP(T, V, MR, W, LOAD, SET1, FMA, N0, N1)                                    \
+/* The k loop of a tile: row k of B (at p + off[k]): its NV vectors (every column when
+ * FULL, else the first nv[v] of vector v) times the packed column k of the block, into acc (MS_PG_TILE's
+ * locals k, r, v, acc, p, off, wp) */
+#define MS_PG_KLOOP(T, V, MR, NV, W, LOAD, SET1, FMA, FULL)                                 \
   for (k = 0; k < CK; ++k) {                                                                  \
-    const V b0 = LOAD(p + k * ldp, N0), b1 = LOAD(p + k * ldp + W, N1);                       \
+    const T *pk = p + off[k];                                                                 \
     const T *a = wp + k * MR;                                                                 \
+    V bv[NV];                                                                                 \
+    _Pragma("GCC unroll 4")                                                                   \
+    for (v = 0; v < NV; ++v) bv[v] = LOAD(pk + v * W, (FULL) ? W : nv[v]);                    \
     _Pragma("GCC unroll 12")                                                                  \
     for (r = 0; r < MR; ++r) {                                                                \
       const V ar = SET1(a[r]);                                                                \
-      acc[r][0] = FMA(ar, b0, acc[r][0]);                                                     \
-      acc[r][1] = FMA(ar, b1, acc[r][1]);                                                     \
+      _Pragma("GCC unroll 4")                                                                 \
+      for (v = 0; v < NV; ++v) acc[r][v] = FMA(ar, bv[v], acc[r][v]);                         \
     }                                                                                         \
   }
 
-/* One tile: rows [0, rows) of a block (rows <= MR) and columns [0, cols) (cols <= 2 W),
- * the columns past cols neither read nor written (masked). */
-#define MS_PG_TILE(ISA, TARGET, T, t, V, MR, W, LOAD, STORE, SET1, FMA, MUL, ADD, ZERO)         \
-  static TARGET void ms_pg_tile_##t##_##ISA(const T *wp, const T *p, ptrdiff_t ldp, T *c,     \
-                                            ptrdiff_t ldc, ptrdiff_t CK, int rows, int cols,  \
-                                            T alpha, T beta) {                                \
-    V acc[MR][2];                                                                             \
-    ptrdiff_t k;                                                                              \
-    int r;                                                                                    \
-    const int n0 = cols < W ? cols : W, n1 = cols - n0;                                       \
-    /* every loop over r unrolled: constant indices keep acc in registers (a loop to the  \
-     * run-time ``rows`` made the compiler store all of acc every k: 59 GFLOP/s, not 141) */ \
+/* Where the product's columns go. Column q (of a panel, or of a direct convolution's image
+ * read as rows of wrow columns: ms_pg_conv) is output row q / wrow, column q % wrow, stored
+ * at (q / wrow) * ldo + q % wrow when q % wrow < ow, else dropped (the columns that wrap
+ * around the padded image's edge). A panel is one row: wrow = ow = ldo = its width. */
+typedef struct { ptrdiff_t wrow, ow, ldo; } ms_pg_cols;
+
+/* n lanes t[0..n) of columns q.. into row o: the lanes MS_PG_TILE could not store as one
+ * vector, with the vector path's operations one at a time (the same bits) */
+#define MS_PG_LANES(T, t)                                                                     \
+  static inline void ms_pg_lanes_##t(T *o, const T *v, int n, ptrdiff_t q, ms_pg_cols m,      \
+                                     T alpha, T beta) {                                       \
+    ptrdiff_t ox = q % m.wrow, d = (q / m.wrow) * m.ldo + ox;                                 \
+    int i;                                                                                    \
+    for (i = 0; i < n; ++i) {                                                                 \
+      if (ox < m.ow) {                                                                        \
+        T x = v[i];                                                                           \
+        if (alpha != (T)1) x = alpha * x;                                                     \
+        if (beta != (T)0) x = x + beta * o[d];                                                \
+        o[d] = x;                                                                             \
+      }                                                                                       \
+      ++d;                                                                                    \
+      if (++ox == m.wrow) { ox = 0; d += m.ldo - m.wrow; }                                    \
+    }                                                                                         \
+  }
+MS_PG_LANES(float, f32)
+MS_PG_LANES(double, f64)
+
+/* One tile: rows [0, rows) of a block (rows <= MR) and columns [q0, q0 + cols) (cols <=
+ * NV W) of B, row k at p + off[k] (p at column q0); output row r at c + r * ldc, its
+ * columns placed by m. Columns past cols are neither read nor written (masked). */
+#define MS_PG_TILE(ISA, TARGET, T, t, V, MR, NV, W, LOAD, STORE, SET1, FMA, MUL, ADD, ZERO)     \
+  static TARGET void ms_pg_tile_##t##_##ISA(const T *wp, const T *p, const ptrdiff_t *off,    \
+                                            T *c, ptrdiff_t ldc, ms_pg_cols m, ptrdiff_t q0,  \
+                                            ptrdiff_t CK, int rows, int cols, T alpha,        \
+                                            T beta) {                                         \
+    V acc[MR][NV];                                                                            \
+    T lanes[NV * W] __attribute__((aligned(64)));                                             \
+    ptrdiff_t k, d[NV];                                                                       \
+    int r, v, nv[NV], whole = 1;                                                              \
+    for (v = 0; v < NV; ++v) {                                                                \
+      const int left = cols - v * W;                                                          \
+      const ptrdiff_t q = q0 + v * W;                                                         \
+      nv[v] = left < 0 ? 0 : left < W ? left : W;                                             \
+      /* a vector within one output row is stored as one; else its lanes one by one */     \
+      d[v] = (q / m.wrow) * m.ldo + q % m.wrow;                                               \
+      if (nv[v] && q % m.wrow + nv[v] > m.ow) whole = 0;                                      \
+    }                                                                                         \
+    /* every loop over r and v unrolled: constant indices keep acc in registers (a loop   \
+     * to the run-time ``rows`` made the compiler store all of acc every k: 59 GFLOP/s,    \
+     * not 141) */                                                                            \
     _Pragma("GCC unroll 12")                                                                  \
-    for (r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = ZERO();                                  \
-    /* whole rows of both vectors with plain loads (a constant count), else masked */      \
-    if (n0 == W && n1 == W) {                                                                 \
-      MS_PG_KLOOP(T, V, MR, W, LOAD, SET1, FMA, W, W)                                         \
+    for (r = 0; r < MR; ++r) {                                                                \
+      _Pragma("GCC unroll 4")                                                                 \
+      for (v = 0; v < NV; ++v) acc[r][v] = ZERO();                                            \
+    }                                                                                         \
+    /* whole rows of every vector with plain loads (a constant count), else masked */      \
+    if (cols == NV * W) {                                                                     \
+      MS_PG_KLOOP(T, V, MR, NV, W, LOAD, SET1, FMA, 1)                                        \
     } else {                                                                                  \
-      MS_PG_KLOOP(T, V, MR, W, LOAD, SET1, FMA, n0, n1)                                       \
+      MS_PG_KLOOP(T, V, MR, NV, W, LOAD, SET1, FMA, 0)                                        \
     }                                                                                         \
     _Pragma("GCC unroll 12")                                                                  \
     for (r = 0; r < MR; ++r) {                                                                \
       T *o = c + r * ldc;                                                                     \
-      V v0 = acc[r][0], v1 = acc[r][1];                                                       \
       if (r >= rows) break;                                                                   \
-      if (alpha != (T)1) { v0 = MUL(SET1(alpha), v0); v1 = MUL(SET1(alpha), v1); }            \
-      if (beta != (T)0) {                                                                     \
-        v0 = ADD(v0, MUL(SET1(beta), LOAD(o, n0)));                                           \
-        v1 = ADD(v1, MUL(SET1(beta), LOAD(o + W, n1)));                                       \
+      if (whole) {                                                                            \
+        _Pragma("GCC unroll 4")                                                               \
+        for (v = 0; v < NV; ++v) {                                                            \
+          V x = acc[r][v];                                                                    \
+          if (!nv[v]) break;                                                                  \
+          if (alpha != (T)1) x = MUL(SET1(alpha), x);                                         \
+          if (beta != (T)0) x = ADD(x, MUL(SET1(beta), LOAD(o + d[v], nv[v])));               \
+          STORE(o + d[v], x, nv[v]);                                                          \
+        }                                                                                     \
+      } else {                                                                                \
+        _Pragma("GCC unroll 4")                                                               \
+        for (v = 0; v < NV; ++v) STORE(lanes + v * W, acc[r][v], W);                          \
+        ms_pg_lanes_##t(o, lanes, cols, q0, m, alpha, beta);                                  \
       }                                                                                       \
-      STORE(o, v0, n0);                                                                       \
-      STORE(o + W, v1, n1);                                                                   \
     }                                                                                         \
   }
 
@@ -101,10 +169,10 @@ MS_PG_PACK(double, f64)
 #define MS_PG_LD512D(p, n) _mm512_maskz_loadu_pd(MS_PG_M8(n), (p))
 #define MS_PG_ST512D(p, v, n) _mm512_mask_storeu_pd((p), MS_PG_M8(n), (v))
 #define MS_PG_T512 __attribute__((target("avx512f")))
-MS_PG_TILE(avx512, MS_PG_T512, float, f32, __m512, MS_PG_MR_AVX512, 16, MS_PG_LD512S,
+MS_PG_TILE(avx512, MS_PG_T512, float, f32, __m512, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 16, MS_PG_LD512S,
            MS_PG_ST512S, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps,
            _mm512_setzero_ps)
-MS_PG_TILE(avx512, MS_PG_T512, double, f64, __m512d, MS_PG_MR_AVX512, 8, MS_PG_LD512D,
+MS_PG_TILE(avx512, MS_PG_T512, double, f64, __m512d, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 8, MS_PG_LD512D,
            MS_PG_ST512D, _mm512_set1_pd, _mm512_fmadd_pd, _mm512_mul_pd, _mm512_add_pd,
            _mm512_setzero_pd)
 
@@ -120,38 +188,131 @@ static const int64_t ms_pg_mask64[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
 #define MS_PG_LD256D(p, n) ((n) >= 4 ? _mm256_loadu_pd(p) : _mm256_maskload_pd((p), MS_PG_K4(n)))
 #define MS_PG_ST256D(p, v, n) \
   do { if ((n) >= 4) _mm256_storeu_pd((p), (v)); else _mm256_maskstore_pd((p), MS_PG_K4(n), (v)); } while (0)
-MS_PG_TILE(avx2, MS_PG_T256, float, f32, __m256, MS_PG_MR_AVX2, 8, MS_PG_LD256S,
+MS_PG_TILE(avx2, MS_PG_T256, float, f32, __m256, MS_PG_MR_AVX2, MS_PG_NV_AVX2, 8, MS_PG_LD256S,
            MS_PG_ST256S, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_mul_ps, _mm256_add_ps,
            _mm256_setzero_ps)
-MS_PG_TILE(avx2, MS_PG_T256, double, f64, __m256d, MS_PG_MR_AVX2, 4, MS_PG_LD256D,
+MS_PG_TILE(avx2, MS_PG_T256, double, f64, __m256d, MS_PG_MR_AVX2, MS_PG_NV_AVX2, 4, MS_PG_LD256D,
            MS_PG_ST256D, _mm256_set1_pd, _mm256_fmadd_pd, _mm256_mul_pd, _mm256_add_pd,
            _mm256_setzero_pd)
 
-/* The whole product over tiles of MR rows x 2 W columns, on nt threads (level 2 or 3). */
-#define MS_PG_GEMM(T, t)                                                                      \
-  static void ms_pg_gemm_##t(int level, const T *wp, const T *p, ptrdiff_t ldp, ptrdiff_t w, \
-                             T *c, ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK, T alpha, T beta, \
-                             int nt) {                                                        \
+/* The tiles [t0, t1) of the product of packed W (K rows) and B (CK rows, row k at p + off[k],
+ * ncol columns), the tile of block b and columns j at index b + nb * (j / W2) */
+#define MS_PG_TILES(T, t)                                                                     \
+  static void ms_pg_tiles_##t(int level, const T *wp, const T *p, const ptrdiff_t *off,       \
+                              ptrdiff_t ncol, T *c, ptrdiff_t ldc, ms_pg_cols m, ptrdiff_t K, \
+                              ptrdiff_t CK, T alpha, T beta, ptrdiff_t t0, ptrdiff_t t1) {    \
     const int mr = ms_pg_mr(level);                                                           \
-    const ptrdiff_t W2 = 2 * (ptrdiff_t)(level >= 3 ? 64 : 32) / (ptrdiff_t)sizeof(T);        \
-    const ptrdiff_t nb = (K + mr - 1) / mr, nj = (w + W2 - 1) / W2;                           \
+    const ptrdiff_t W2 = ms_pg_nr(level, sizeof(T));                                          \
+    const ptrdiff_t nb = (K + mr - 1) / mr;                                                   \
     ptrdiff_t q;                                                                              \
-    (void)nt;                                                                                 \
-    _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")                  \
-    for (q = 0; q < nb * nj; ++q) {                                                           \
+    for (q = t0; q < t1; ++q) {                                                               \
       const ptrdiff_t b = q % nb, j = (q / nb) * W2;                                          \
       const int rows = (int)(K - b * mr < mr ? K - b * mr : mr);                              \
-      const int cols = (int)(w - j < W2 ? w - j : W2);                                        \
+      const int cols = (int)(ncol - j < W2 ? ncol - j : W2);                                  \
       if (level >= 3)                                                                         \
-        ms_pg_tile_##t##_avx512(wp + b * CK * mr, p + j, ldp, c + b * mr * ldc + j, ldc, CK,  \
-                                rows, cols, alpha, beta);                                     \
+        ms_pg_tile_##t##_avx512(wp + b * CK * mr, p + j, off, c + b * mr * ldc, ldc, m, j,    \
+                                CK, rows, cols, alpha, beta);                                 \
       else                                                                                    \
-        ms_pg_tile_##t##_avx2(wp + b * CK * mr, p + j, ldp, c + b * mr * ldc + j, ldc, CK,    \
-                              rows, cols, alpha, beta);                                       \
+        ms_pg_tile_##t##_avx2(wp + b * CK * mr, p + j, off, c + b * mr * ldc, ldc, m, j,      \
+                              CK, rows, cols, alpha, beta);                                   \
     }                                                                                         \
+  }                                                                                           \
+  static inline ptrdiff_t ms_pg_ntiles_##t(int level, ptrdiff_t K, ptrdiff_t ncol) {          \
+    const int mr = ms_pg_mr(level);                                                           \
+    const ptrdiff_t W2 = ms_pg_nr(level, sizeof(T));                                          \
+    return ((K + mr - 1) / mr) * ((ncol + W2 - 1) / W2);                                      \
+  }
+MS_PG_TILES(float, f32)
+MS_PG_TILES(double, f64)
+
+/* The whole product C (K x w, row stride ldc) = alpha * W @ P + beta * C, P's row k at
+ * p + off[k], over tiles of MR rows x 2 W columns, on nt threads (level 2 or 3). */
+#define MS_PG_GEMM(T, t)                                                                      \
+  static void ms_pg_gemm_##t(int level, const T *wp, const T *p, const ptrdiff_t *off,       \
+                             ptrdiff_t w, T *c, ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK,    \
+                             T alpha, T beta, int nt) {                                       \
+    const ms_pg_cols m = {w > 0 ? w : 1, w, w};                                               \
+    const ptrdiff_t n = ms_pg_ntiles_##t(level, K, w);                                        \
+    ptrdiff_t i;                                                                              \
+    (void)nt;                                                                                 \
+    _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")                  \
+    for (i = 0; i < n; ++i)                                                                   \
+      ms_pg_tiles_##t(level, wp, p, off, w, c, ldc, m, K, CK, alpha, beta, i, i + 1);         \
   }
 MS_PG_GEMM(float, f32)
 MS_PG_GEMM(double, f64)
+
+/* A stride-1 convolution read straight from the padded image (no column matrix):
+ *
+ *     y[n, k, oy, ox] = alpha * sum_{c, ky, kx} W[k, (c, ky, kx)] * xpad[n, c, oy + ky, ox + kx]
+ *                       + beta * y[n, k, oy, ox]
+ *
+ * With xpad's rows (wrow = W + 2 px columns) read as one long row, the panel row of
+ * (c, ky, kx) is xpad shifted by off = (c * Hp + ky) * wrow + kx: its column q is output
+ * (q / wrow, q % wrow), and the kw - 1 columns of each row past ow wrap around the edge
+ * (computed, never stored). Each output adds the same products in the same order as the
+ * panels of im2col do: the same bits.
+ *
+ * x (N, C, H, W) has rows ldx apart; y (N, K, oh, ow) rows ldy apart. xpad holds nt zeroed
+ * buffers of C * Hp * wrow (their borders stay 0: only the interior is copied); off holds
+ * C * kh * kw. Threads take whole images (each its own buffer) when there are at least
+ * as many images, else share each image's buffer and split its tiles. */
+#define MS_PG_CONV(T, t)                                                                      \
+  static void ms_pg_fill_##t(T *xp, const T *x, ptrdiff_t c0, ptrdiff_t c1, ptrdiff_t H,      \
+                             ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
+                             ptrdiff_t Hp, ptrdiff_t wrow) {                                  \
+    ptrdiff_t ch, i;                                                                          \
+    for (ch = c0; ch < c1; ++ch)                                                              \
+      for (i = 0; i < H; ++i)                                                                 \
+        memcpy(xp + (ch * Hp + py + i) * wrow + px, x + (ch * H + i) * ldx,                   \
+               (size_t)Wd * sizeof(T));                                                       \
+  }                                                                                           \
+  static void ms_pg_conv_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N,    \
+                             ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx,           \
+                             ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw, T *y,    \
+                             ptrdiff_t ldy, T alpha, T beta, T *xpad, ptrdiff_t *off, int nt) {\
+    const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
+    const ptrdiff_t CK = C * kh * kw, plane = C * Hp * wrow;                                  \
+    /* the columns up to the last output: the last row's wrap-around is never read */       \
+    const ptrdiff_t ncol = (oh - 1) * wrow + ow;                                              \
+    const ms_pg_cols m = {wrow, ow, ldy};                                                     \
+    ptrdiff_t ch, ky, kx, n, ntile;                                                           \
+    if (N <= 0 || K <= 0 || oh <= 0 || ow <= 0) return;                                       \
+    for (ch = 0; ch < C; ++ch)                                                                \
+      for (ky = 0; ky < kh; ++ky)                                                             \
+        for (kx = 0; kx < kw; ++kx) off[(ch * kh + ky) * kw + kx] = (ch * Hp + ky) * wrow + kx;\
+    ntile = ms_pg_ntiles_##t(level, K, ncol);                                                 \
+    if (nt <= 1 || N >= nt) {                                                                 \
+      _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                     \
+      {                                                                                       \
+        T *xp = xpad + (ptrdiff_t)ms_pg_thread() * plane;                                     \
+        _Pragma("omp for schedule(static)")                                                   \
+        for (n = 0; n < N; ++n) {                                                             \
+          ms_pg_fill_##t(xp, x + n * C * H * ldx, 0, C, H, Wd, ldx, py, px, Hp, wrow);        \
+          ms_pg_tiles_##t(level, wp, xp, off, ncol, y + n * K * oh * ldy, oh * ldy, m, K, CK, \
+                          alpha, beta, 0, ntile);                                             \
+        }                                                                                     \
+      }                                                                                       \
+      return;                                                                                 \
+    }                                                                                         \
+    for (n = 0; n < N; ++n) {                                                                 \
+      const T *xn = x + n * C * H * ldx;                                                      \
+      T *yn = y + n * K * oh * ldy;                                                           \
+      ptrdiff_t i;                                                                            \
+      (void)xn; (void)yn;                                                                     \
+      _Pragma("omp parallel num_threads(nt)")                                                 \
+      {                                                                                       \
+        _Pragma("omp for schedule(static)")                                                   \
+        for (i = 0; i < C; ++i) ms_pg_fill_##t(xpad, xn, i, i + 1, H, Wd, ldx, py, px, Hp, wrow);\
+        _Pragma("omp for schedule(static)")                                                   \
+        for (i = 0; i < ntile; ++i)                                                           \
+          ms_pg_tiles_##t(level, wp, xpad, off, ncol, yn, oh * ldy, m, K, CK, alpha, beta, i,  \
+                          i + 1);                                                             \
+      }                                                                                       \
+    }                                                                                         \
+  }
+MS_PG_CONV(float, f32)
+MS_PG_CONV(double, f64)
 
 #else
 #define MS_PG_LEVELS 0
@@ -162,16 +323,21 @@ static void ms_pg_pack_f32(const float *w, ptrdiff_t rs, ptrdiff_t cs, float *wp
 static void ms_pg_pack_f64(const double *w, ptrdiff_t rs, ptrdiff_t cs, double *wp, ptrdiff_t K,
                            ptrdiff_t CK, int mr) {
   (void)w; (void)rs; (void)cs; (void)wp; (void)K; (void)CK; (void)mr; }
-static void ms_pg_gemm_f32(int level, const float *wp, const float *p, ptrdiff_t ldp, ptrdiff_t w,
-                           float *c, ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK, float alpha,
-                           float beta, int nt) {
-  (void)level; (void)wp; (void)p; (void)ldp; (void)w; (void)c; (void)ldc; (void)K; (void)CK;
-  (void)alpha; (void)beta; (void)nt; }
-static void ms_pg_gemm_f64(int level, const double *wp, const double *p, ptrdiff_t ldp, ptrdiff_t w,
-                           double *c, ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK, double alpha,
-                           double beta, int nt) {
-  (void)level; (void)wp; (void)p; (void)ldp; (void)w; (void)c; (void)ldc; (void)K; (void)CK;
-  (void)alpha; (void)beta; (void)nt; }
+#define MS_PG_STUBS(T, t)                                                                     \
+  static void ms_pg_gemm_##t(int level, const T *wp, const T *p, const ptrdiff_t *off,       \
+                             ptrdiff_t w, T *c, ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK,    \
+                             T alpha, T beta, int nt) {                                       \
+    (void)level; (void)wp; (void)p; (void)off; (void)w; (void)c; (void)ldc; (void)K;          \
+    (void)CK; (void)alpha; (void)beta; (void)nt; }                                            \
+  static void ms_pg_conv_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N,    \
+                             ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx,           \
+                             ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw, T *y,    \
+                             ptrdiff_t ldy, T alpha, T beta, T *xpad, ptrdiff_t *off, int nt) {\
+    (void)level; (void)wp; (void)K; (void)x; (void)N; (void)C; (void)H; (void)Wd; (void)ldx;  \
+    (void)py; (void)px; (void)kh; (void)kw; (void)y; (void)ldy; (void)alpha; (void)beta;      \
+    (void)xpad; (void)off; (void)nt; }
+MS_PG_STUBS(float, f32)
+MS_PG_STUBS(double, f64)
 #endif
 
 #endif  /* MSHADOW_PANEL_GEMM_H_ */
