@@ -49,6 +49,15 @@ cdef extern from "mshadow/panel_gemm.h":
                         Py_ssize_t py, Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, double *y,
                         Py_ssize_t ldy, double alpha, double beta, double *xpad,
                         Py_ssize_t *off, int nt) nogil
+    Py_ssize_t ms_pg_kpad(int level, size_t item, Py_ssize_t K) nogil
+    void ms_pg_convw_f32(int level, const float *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t H,
+                         Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py, Py_ssize_t px,
+                         Py_ssize_t kh, Py_ssize_t kw, const float *g, Py_ssize_t K, float *s,
+                         float *xpad, float *gt, Py_ssize_t *off, int nt) nogil
+    void ms_pg_convw_f64(int level, const double *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t H,
+                         Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py, Py_ssize_t px,
+                         Py_ssize_t kh, Py_ssize_t kw, const double *g, Py_ssize_t K,
+                         double *s, double *xpad, double *gt, Py_ssize_t *off, int nt) nogil
 
 # the SIMD levels by name, as _core.simd_info() gives them
 _LEVELS = ("plain", "sse2", "avx2", "avx512")
@@ -719,6 +728,90 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
         free(xpad)
         free(off)
     return False    # nothing to add up (no channel or tap): BLAS's product scales y
+
+
+def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssize_t px,
+                            alpha, beta, int nthreads=1, str level="plain"):
+    """conv2d's weight gradient at stride 1, read straight from each padded image
+    (panel_gemm.h ms_pg_convw: no column matrix, no panel), for float32 and float64 at the
+    SIMD ``level`` avx2 (with FMA) or avx512; False, having done nothing, at other levels
+    and dtypes. dw (K, C, kh, kw) dense = alpha * sum over images n and positions of
+    g[n, k] (dense (N, K, oh, ow)) times pad(x (N, C, H, W), py, px) shifted by each tap,
+    + beta * dw. Each element adds its products in (n, oy, ox) order, fused, from 0: the
+    same bits at both levels and every thread count. The caller checked the shapes and
+    that ``dw`` shares no memory with ``x`` or ``g``."""
+    cdef int flag = dw.type_flag
+    cdef int lvl = _pg_level(level, flag)
+    if lvl == 0 or x.type_flag != flag or g.type_flag != flag:
+        return False
+    cdef Py_ssize_t K = dw.shape[0], C = dw.shape[1], kh = dw.shape[2], kw = dw.shape[3]
+    cdef Py_ssize_t N = x.shape[0], H = x.shape[2], W = x.shape[3], item = dw.itemsize
+    cdef Py_ssize_t Hp = H + 2 * py, Wp = W + 2 * px, oh = Hp - kh + 1, ow = Wp - kw + 1
+    cdef Py_ssize_t CK = C * kh * kw, KP, ncol, k, j
+    if (dw.stride != dw.cols or g.stride != g.cols or x.shape[1] != C or py < 0 or px < 0
+            or tuple(g.shape) != (N, K, oh, ow)):
+        raise ShapeError(f"conv_direct_grad_weight: data {x.shape} and gradient {g.shape} "
+                         f"(pad {py}, {px}) into {dw.shape}")
+    if N == 0 or K == 0 or CK == 0 or oh <= 0 or ow <= 0:
+        return False    # a sum of nothing: BLAS's product scales dw
+    KP = ms_pg_kpad(lvl, item, K)
+    ncol = (oh - 1) * Wp + ow
+    cdef double fa, fb
+    fa, fb, _, _ = _scalars(flag, alpha, beta)
+    cdef char *xs = x.data()
+    cdef char *gs = g.data()
+    cdef char *ds = dw.data()
+    cdef char *s = <char *> calloc(CK * KP, item)
+    cdef char *xpad = <char *> calloc(C * Hp * Wp, item)    # borders stay 0
+    cdef char *gt = <char *> calloc(ncol * KP, item)        # wrap-around columns stay 0
+    cdef Py_ssize_t *off = <Py_ssize_t *> malloc(CK * sizeof(Py_ssize_t))
+    try:
+        if s == NULL or xpad == NULL or gt == NULL or off == NULL:
+            raise MemoryError()
+        _pin3(x, g, dw)   # the memory outlives a free_space or resize from another thread
+        try:
+            with nogil:
+                if flag == MS_TYPEFLAG_FLOAT32:
+                    ms_pg_convw_f32(lvl, <float *> xs, N, C, H, W, x.stride, py, px, kh, kw,
+                                    <float *> gs, K, <float *> s, <float *> xpad,
+                                    <float *> gt, off, nthreads)
+                    for k in range(K):       # dw = alpha * S^T + beta * dw
+                        for j in range(CK):
+                            _store_f32(<float *> ds + k * CK + j, (<float *> s)[j * KP + k],
+                                       <float> fa, <float> fb)
+                else:
+                    ms_pg_convw_f64(lvl, <double *> xs, N, C, H, W, x.stride, py, px, kh, kw,
+                                    <double *> gs, K, <double *> s, <double *> xpad,
+                                    <double *> gt, off, nthreads)
+                    for k in range(K):
+                        for j in range(CK):
+                            _store_f64(<double *> ds + k * CK + j, (<double *> s)[j * KP + k],
+                                       fa, fb)
+        finally:
+            _unpin3(x, g, dw)
+    finally:
+        free(s)
+        free(xpad)
+        free(gt)
+        free(off)
+    return True
+
+
+cdef inline void _store_f32(float *o, float v, float alpha, float beta) noexcept nogil:
+    """``*o = alpha * v + beta * *o`` as the kernels store (beta 0: *o not read)."""
+    if alpha != 1:
+        v = alpha * v
+    if beta != 0:
+        v = v + beta * o[0]
+    o[0] = v
+
+
+cdef inline void _store_f64(double *o, double v, double alpha, double beta) noexcept nogil:
+    if alpha != 1:
+        v = alpha * v
+    if beta != 0:
+        v = v + beta * o[0]
+    o[0] = v
 
 
 def product(dst, exp, tuple sign_beta, int nthreads):

@@ -470,6 +470,12 @@ def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
         raise ShapeError(f"{where}: data {tuple(data.shape)} and dweight "
                          f"{tuple(dweight.shape)} (pad {pad}, stride {stride}) give a gradient "
                          f"of ({nimg}, {K}) + {ohw}, grad is {tuple(grad.shape)}")
+    if (stride == 1 and isinstance(data, _core.Tensor)
+            and not _core.reads_tensor((data, grad), dweight)
+            and _blas().conv_direct_grad_weight(dweight, data, grad, *_pads(pad), *sign_beta,
+                                                _core.get_num_threads(),
+                                                _core.simd_info()["active"])):
+        return
     _conv_run(dweight, grad, cols, nimg, per_image, True, sign_beta)
 
 

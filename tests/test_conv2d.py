@@ -275,3 +275,53 @@ def test_conv2d_direct_gives_the_panels_bits(dtype):
                     np.testing.assert_allclose(direct.numpy(), expect, **_tol(dtype))
                     assert direct.numpy().tobytes() == panels.numpy().tobytes(), \
                         ((N, C, H, W), (K, kh, kw), pad, level, threads, saver)
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_grad_weight_direct_same_bits_at_both_levels_and_thread_counts(dtype):
+    """The weight gradient of a stride-1 convolution of a tensor is read straight from
+    each padded image (panel_gemm.h ms_pg_convw): each element adds its products in (n, oy,
+    ox) order with one fused multiply-add each, its vectors running along the filters, so
+    both levels and 1, 2 or 3 threads (which split the taps) give the same bits. Filters
+    of 1 to 40 (masked vectors and blocks of taps cut short), any pad and kernel, pitched
+    data rows, every saver; numpy in float64 the oracle."""
+    from mshadow.testing import simd_levels
+    levels = [lv for lv in simd_levels() if lv in ("avx2", "avx512")]
+    if not levels:
+        pytest.skip("no AVX2 on this CPU: the weight gradient is BLAS's")
+    rng = np.random.default_rng(12)
+    shapes = [((3, 5, 9, 20), (7, 3, 3), 1), ((1, 4, 6, 3), (40, 5, 2), (2, 0)),
+              ((4, 2, 5, 5), (1, 1, 1), 0), ((2, 3, 3, 1), (17, 3, 3), (1, 2))]
+    for _ in range(4):
+        kh, kw = rng.integers(1, 6, 2)
+        py, px = rng.integers(0, 4, 2)
+        shapes.append(((int(rng.integers(1, 5)), int(rng.integers(1, 9)),
+                        int(max(kh - 2 * py, 1) + rng.integers(0, 12)),
+                        int(max(kw - 2 * px, 1) + rng.integers(0, 40))),
+                       (int(rng.integers(1, 40)), int(kh), int(kw)), (int(py), int(px))))
+    for (N, C, H, W), (K, kh, kw), pad in shapes:
+        py, px = (pad, pad) if isinstance(pad, int) else pad
+        oh, ow = H + 2 * py - kh + 1, W + 2 * px - kw + 1
+        x = rng.standard_normal((N, C, H, W)).astype(dtype)
+        g = rng.standard_normal((N, K, oh, ow)).astype(dtype)
+        cols = _ref_cols(x, kh, kw, pad, 1)
+        want = (g.astype(np.float64).transpose(1, 0, 2, 3).reshape(K, -1) @ cols.T).reshape(
+            K, C, kh, kw)
+        X = ms.new_tensor((N, C, H, W), dtype=dtype, pad=True)    # pitched rows
+        X.numpy()[...] = x
+        G = ms.from_numpy(g)
+        first = None
+        for level in levels:
+            ms.set_simd_level(level)
+            for threads in (1, 2, 3):
+                ms.set_num_threads(threads)
+                dw = ms.new_tensor((K, C, kh, kw), dtype=dtype, init=np.nan)
+                ms.nn.conv2d_grad_weight(dw, X, G, pad, 1)   # saveto never reads dw
+                np.testing.assert_allclose(dw.numpy(), want, **_tol(dtype))
+                if first is None:
+                    first = dw.numpy().copy()
+                assert dw.numpy().tobytes() == first.tobytes(), \
+                    ((N, C, H, W), (K, kh, kw), pad, level, threads)
+                ms.nn.conv2d_grad_weight(dw, X, G, pad, 1, "plusto")
+                np.testing.assert_allclose(dw.numpy(), 2 * want, **_tol(dtype))

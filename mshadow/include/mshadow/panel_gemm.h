@@ -25,8 +25,10 @@
 #ifdef _OPENMP
 #include <omp.h>
 static inline int ms_pg_thread(void) { return omp_get_thread_num(); }
+static inline int ms_pg_team(void) { return omp_get_num_threads(); }
 #else
 static inline int ms_pg_thread(void) { return 0; }
+static inline int ms_pg_team(void) { return 1; }
 #endif
 
 #if MS_X86 && (defined(__GNUC__) || defined(__clang__))
@@ -314,9 +316,130 @@ MS_PG_GEMM(double, f64)
 MS_PG_CONV(float, f32)
 MS_PG_CONV(double, f64)
 
+/* The weight gradient of a stride-1 convolution, read straight from the padded images:
+ *
+ *     S[(c, ky, kx), k] = sum_n sum_{oy, ox} xpad[n, c, oy + ky, ox + kx] * g[n, k, oy, ox]
+ *
+ * an outer product per column q of the padded image (as in ms_pg_conv): the taps' values
+ * xpad[off[j] + q] broadcast, times row q of gt, g transposed to (columns x K) with 0 at
+ * the wrap-around columns. A tile is MR taps x NV vectors of k, over a chunk of QC columns
+ * (gt's chunk stays in L1 across the thread's taps); S, tap-major with rows of KP (K
+ * rounded up to the tile's vectors), holds the running sums between chunks. Each sum adds
+ * its products in (n, q) order, one fused multiply-add each, from 0: the same bits at both
+ * levels (the vectors run along k) and every thread count (threads split the taps). */
+#define MS_PG_WTILE(ISA, TARGET, T, t, V, MR, NV, W, LOAD, STORE, SET1, FMA, ZERO)            \
+  static TARGET void ms_pg_wtile_##t##_##ISA(const T *xp, const ptrdiff_t *offj, int rows,    \
+                                             const T *gt, ptrdiff_t ldg, ptrdiff_t q0,        \
+                                             ptrdiff_t q1, T *s, ptrdiff_t lds) {             \
+    V acc[MR][NV];                                                                            \
+    const T *a[MR];                                                                           \
+    ptrdiff_t q;                                                                              \
+    int r, v;                                                                                 \
+    _Pragma("GCC unroll 12")                                                                  \
+    for (r = 0; r < MR; ++r) {                                                                \
+      a[r] = xp + offj[r < rows ? r : 0];   /* a row past the taps: computed, not stored */ \
+      _Pragma("GCC unroll 4")                                                                 \
+      for (v = 0; v < NV; ++v) acc[r][v] = r < rows ? LOAD(s + r * lds + v * W, W) : ZERO(); \
+    }                                                                                         \
+    for (q = q0; q < q1; ++q) {                                                               \
+      V bv[NV];                                                                               \
+      _Pragma("GCC unroll 4")                                                                 \
+      for (v = 0; v < NV; ++v) bv[v] = LOAD(gt + q * ldg + v * W, W);                         \
+      _Pragma("GCC unroll 12")                                                                \
+      for (r = 0; r < MR; ++r) {                                                              \
+        const V ar = SET1(a[r][q]);                                                           \
+        _Pragma("GCC unroll 4")                                                               \
+        for (v = 0; v < NV; ++v) acc[r][v] = FMA(ar, bv[v], acc[r][v]);                       \
+      }                                                                                       \
+    }                                                                                         \
+    _Pragma("GCC unroll 12")                                                                  \
+    for (r = 0; r < MR; ++r) {                                                                \
+      if (r >= rows) break;                                                                   \
+      _Pragma("GCC unroll 4")                                                                 \
+      for (v = 0; v < NV; ++v) STORE(s + r * lds + v * W, acc[r][v], W);                      \
+    }                                                                                         \
+  }
+MS_PG_WTILE(avx512, MS_PG_T512, float, f32, __m512, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 16,
+            MS_PG_LD512S, MS_PG_ST512S, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps)
+MS_PG_WTILE(avx512, MS_PG_T512, double, f64, __m512d, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 8,
+            MS_PG_LD512D, MS_PG_ST512D, _mm512_set1_pd, _mm512_fmadd_pd, _mm512_setzero_pd)
+MS_PG_WTILE(avx2, MS_PG_T256, float, f32, __m256, MS_PG_MR_AVX2, MS_PG_NV_AVX2, 8,
+            MS_PG_LD256S, MS_PG_ST256S, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps)
+MS_PG_WTILE(avx2, MS_PG_T256, double, f64, __m256d, MS_PG_MR_AVX2, MS_PG_NV_AVX2, 4,
+            MS_PG_LD256D, MS_PG_ST256D, _mm256_set1_pd, _mm256_fmadd_pd, _mm256_setzero_pd)
+
+#define MS_PG_WQC 128   /* columns a chunk: gt's (128 x 64 floats) 32 KiB stay in L1 */
+
+/* K rounded up to whole tiles of vectors: S's and gt's row length */
+static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
+  const ptrdiff_t nr = ms_pg_nr(level, item);
+  return (K + nr - 1) / nr * nr;
+}
+
+/* x (N, C, H, W) rows ldx apart, g (N, K, oh, ow) dense; s: C*kh*kw x KP zeroed (the sums),
+ * xpad: C * Hp * wrow zeroed, gt: ncol x KP zeroed, off: C*kh*kw. */
+#define MS_PG_CONVW(T, t)                                                                     \
+  static void ms_pg_convw_##t(int level, const T *x, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H,   \
+                              ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
+                              ptrdiff_t kh, ptrdiff_t kw, const T *g, ptrdiff_t K, T *s,      \
+                              T *xpad, T *gt, ptrdiff_t *off, int nt) {                       \
+    const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
+    const ptrdiff_t CK = C * kh * kw, KP = ms_pg_kpad(level, sizeof(T), K);                   \
+    const ptrdiff_t ncol = (oh - 1) * wrow + ow, nr = ms_pg_nr(level, sizeof(T));             \
+    const int mr = ms_pg_mr(level);                                                           \
+    const ptrdiff_t ntap = (CK + mr - 1) / mr;                                                \
+    ptrdiff_t ch, ky, kx, n;                                                                  \
+    if (N <= 0 || K <= 0 || CK <= 0 || oh <= 0 || ow <= 0) return;                            \
+    for (ch = 0; ch < C; ++ch)                                                                \
+      for (ky = 0; ky < kh; ++ky)                                                             \
+        for (kx = 0; kx < kw; ++kx) off[(ch * kh + ky) * kw + kx] = (ch * Hp + ky) * wrow + kx;\
+    for (n = 0; n < N; ++n) {                                                                 \
+      const T *xn = x + n * C * H * ldx, *gn = g + n * K * oh * ow;                           \
+      ptrdiff_t i;                                                                            \
+      (void)xn; (void)gn;                                                                     \
+      _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                     \
+      {                                                                                       \
+        const int tid = ms_pg_thread(), nth = ms_pg_team();                                   \
+        /* this thread's taps: the same for every image, so each sum has one owner */      \
+        const ptrdiff_t j0 = ntap * tid / nth, j1 = ntap * (tid + 1) / nth;                   \
+        ptrdiff_t q0, jt, kt;                                                                 \
+        _Pragma("omp for schedule(static)")                                                   \
+        for (i = 0; i < C; ++i) ms_pg_fill_##t(xpad, xn, i, i + 1, H, Wd, ldx, py, px, Hp, wrow);\
+        _Pragma("omp for schedule(static)")                                                   \
+        for (i = 0; i < oh; ++i) {   /* gt's rows of output row i: 16 columns at a time */   \
+          ptrdiff_t x0, k, e;                                                                 \
+          for (x0 = 0; x0 < ow; x0 += 16) {                                                   \
+            const ptrdiff_t m = ow - x0 < 16 ? ow - x0 : 16;                                  \
+            for (k = 0; k < K; ++k)                                                           \
+              for (e = 0; e < m; ++e)                                                         \
+                gt[(i * wrow + x0 + e) * KP + k] = gn[(k * oh + i) * ow + x0 + e];            \
+          }                                                                                   \
+        }                                                                                     \
+        for (q0 = 0; q0 < ncol; q0 += MS_PG_WQC) {                                            \
+          const ptrdiff_t q1 = ncol - q0 < MS_PG_WQC ? ncol : q0 + MS_PG_WQC;                 \
+          for (jt = j0; jt < j1; ++jt) {                                                      \
+            const int rows = (int)(CK - jt * mr < mr ? CK - jt * mr : mr);                    \
+            for (kt = 0; kt < KP; kt += nr) {                                                 \
+              if (level >= 3)                                                                 \
+                ms_pg_wtile_##t##_avx512(xpad, off + jt * mr, rows, gt + kt, KP, q0, q1,     \
+                                         s + jt * mr * KP + kt, KP);                          \
+              else                                                                            \
+                ms_pg_wtile_##t##_avx2(xpad, off + jt * mr, rows, gt + kt, KP, q0, q1,       \
+                                       s + jt * mr * KP + kt, KP);                            \
+            }                                                                                 \
+          }                                                                                   \
+        }                                                                                     \
+      }                                                                                       \
+    }                                                                                         \
+  }
+MS_PG_CONVW(float, f32)
+MS_PG_CONVW(double, f64)
+
 #else
 #define MS_PG_LEVELS 0
 static inline int ms_pg_mr(int level) { (void)level; return 1; }
+static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
+  (void)level; (void)item; return K; }
 static void ms_pg_pack_f32(const float *w, ptrdiff_t rs, ptrdiff_t cs, float *wp, ptrdiff_t K,
                            ptrdiff_t CK, int mr) {
   (void)w; (void)rs; (void)cs; (void)wp; (void)K; (void)CK; (void)mr; }
@@ -335,7 +458,13 @@ static void ms_pg_pack_f64(const double *w, ptrdiff_t rs, ptrdiff_t cs, double *
                              ptrdiff_t ldy, T alpha, T beta, T *xpad, ptrdiff_t *off, int nt) {\
     (void)level; (void)wp; (void)K; (void)x; (void)N; (void)C; (void)H; (void)Wd; (void)ldx;  \
     (void)py; (void)px; (void)kh; (void)kw; (void)y; (void)ldy; (void)alpha; (void)beta;      \
-    (void)xpad; (void)off; (void)nt; }
+    (void)xpad; (void)off; (void)nt; }                                                        \
+  static void ms_pg_convw_##t(int level, const T *x, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H,   \
+                              ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
+                              ptrdiff_t kh, ptrdiff_t kw, const T *g, ptrdiff_t K, T *s,      \
+                              T *xpad, T *gt, ptrdiff_t *off, int nt) {                       \
+    (void)level; (void)x; (void)N; (void)C; (void)H; (void)Wd; (void)ldx; (void)py; (void)px; \
+    (void)kh; (void)kw; (void)g; (void)K; (void)s; (void)xpad; (void)gt; (void)off; (void)nt; }
 MS_PG_STUBS(float, f32)
 MS_PG_STUBS(double, f64)
 #endif
