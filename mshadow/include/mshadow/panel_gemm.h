@@ -43,6 +43,17 @@ static inline int ms_pg_team(void) { return 1; }
 #define MS_PG_MR_AVX2 6
 #define MS_PG_NV_AVX2 2
 static inline int ms_pg_mr(int level) { return level >= 3 ? MS_PG_MR_AVX512 : MS_PG_MR_AVX2; }
+/* the weight gradient's tile (ms_pg_convw): WMR taps x WNV vectors of filters (AVX-512:
+ * 64 float filters in one tile; AVX2: 16) */
+#define MS_PG_WMR_AVX512 6
+#define MS_PG_WNV_AVX512 4
+#define MS_PG_WMR_AVX2 6
+#define MS_PG_WNV_AVX2 2
+static inline int ms_pg_wmr(int level) { return level >= 3 ? MS_PG_WMR_AVX512 : MS_PG_WMR_AVX2; }
+static inline ptrdiff_t ms_pg_wnr(int level, size_t item) {
+  return level >= 3 ? MS_PG_WNV_AVX512 * 64 / (ptrdiff_t)item
+                    : MS_PG_WNV_AVX2 * 32 / (ptrdiff_t)item;
+}
 /* columns of a tile: NV vectors of the level's width */
 static inline ptrdiff_t ms_pg_nr(int level, size_t item) {
   return level >= 3 ? MS_PG_NV_AVX512 * 64 / (ptrdiff_t)item : MS_PG_NV_AVX2 * 32 / (ptrdiff_t)item;
@@ -64,8 +75,8 @@ MS_PG_PACK(float, f32)
 MS_PG_PACK(double, f64)
 
 /* The k loop of a tile: row k of B (at p + off[k]): its NV vectors (every column when
- * FULL, else the first nv[v] of vector v) times the packed column k of the block, into acc (MS_PG_TILE's
- * locals k, r, v, acc, p, off, wp) */
+ * FULL, else the first nv[v] of vector v) times the packed column k of the block, into acc
+ * (MS_PG_TILE's locals k, r, v, acc, p, off, wp) */
 #define MS_PG_KLOOP(T, V, MR, NV, W, LOAD, SET1, FMA, FULL)                                 \
   for (k = 0; k < CK; ++k) {                                                                  \
     const T *pk = p + off[k];                                                                 \
@@ -171,11 +182,11 @@ MS_PG_LANES(double, f64)
 #define MS_PG_LD512D(p, n) _mm512_maskz_loadu_pd(MS_PG_M8(n), (p))
 #define MS_PG_ST512D(p, v, n) _mm512_mask_storeu_pd((p), MS_PG_M8(n), (v))
 #define MS_PG_T512 __attribute__((target("avx512f")))
-MS_PG_TILE(avx512, MS_PG_T512, float, f32, __m512, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 16, MS_PG_LD512S,
-           MS_PG_ST512S, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps,
+MS_PG_TILE(avx512, MS_PG_T512, float, f32, __m512, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 16,
+           MS_PG_LD512S, MS_PG_ST512S, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_add_ps,
            _mm512_setzero_ps)
-MS_PG_TILE(avx512, MS_PG_T512, double, f64, __m512d, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 8, MS_PG_LD512D,
-           MS_PG_ST512D, _mm512_set1_pd, _mm512_fmadd_pd, _mm512_mul_pd, _mm512_add_pd,
+MS_PG_TILE(avx512, MS_PG_T512, double, f64, __m512d, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 8,
+           MS_PG_LD512D, MS_PG_ST512D, _mm512_set1_pd, _mm512_fmadd_pd, _mm512_mul_pd, _mm512_add_pd,
            _mm512_setzero_pd)
 
 /* AVX2: lane masks from a window of this table */
@@ -198,7 +209,7 @@ MS_PG_TILE(avx2, MS_PG_T256, double, f64, __m256d, MS_PG_MR_AVX2, MS_PG_NV_AVX2,
            _mm256_setzero_pd)
 
 /* The tiles [t0, t1) of the product of packed W (K rows) and B (CK rows, row k at p + off[k],
- * ncol columns), the tile of block b and columns j at index b + nb * (j / W2) */
+ * ncol columns), the tile of block b and columns j at index b * nj + j / W2 */
 #define MS_PG_TILES(T, t)                                                                     \
   static void ms_pg_tiles_##t(int level, const T *wp, const T *p, const ptrdiff_t *off,       \
                               ptrdiff_t ncol, T *c, ptrdiff_t ldc, ms_pg_cols m, ptrdiff_t K, \
@@ -208,7 +219,8 @@ MS_PG_TILE(avx2, MS_PG_T256, double, f64, __m256d, MS_PG_MR_AVX2, MS_PG_NV_AVX2,
     const ptrdiff_t nb = (K + mr - 1) / mr;                                                   \
     ptrdiff_t q;                                                                              \
     for (q = t0; q < t1; ++q) {                                                               \
-      const ptrdiff_t b = q % nb, j = (q / nb) * W2;                                          \
+      /* a block's tiles one after another: its packed rows stay in L1 */                    \
+      const ptrdiff_t nj = (ncol + W2 - 1) / W2, b = q / nj, j = (q % nj) * W2;               \
       const int rows = (int)(K - b * mr < mr ? K - b * mr : mr);                              \
       const int cols = (int)(ncol - j < W2 ? ncol - j : W2);                                  \
       if (level >= 3)                                                                         \
@@ -244,6 +256,29 @@ MS_PG_TILES(double, f64)
 MS_PG_GEMM(float, f32)
 MS_PG_GEMM(double, f64)
 
+/* Channels [c0, c1) of image x (C, H, W; rows ldx apart) into the interior of its padded
+ * copy xp (rows of wrow, Hp a channel); the border is left as it is (0). */
+#define MS_PG_FILL(T, t)                                                                      \
+  static void ms_pg_fill_##t(T *xp, const T *x, ptrdiff_t c0, ptrdiff_t c1, ptrdiff_t H,      \
+                             ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
+                             ptrdiff_t Hp, ptrdiff_t wrow) {                                  \
+    ptrdiff_t ch, i;                                                                          \
+    for (ch = c0; ch < c1; ++ch)                                                              \
+      for (i = 0; i < H; ++i)                                                                 \
+        memcpy(xp + (ch * Hp + py + i) * wrow + px, x + (ch * H + i) * ldx,                   \
+               (size_t)Wd * sizeof(T));                                                       \
+  }                                                                                           \
+  /* off[(c, ky, kx)]: where tap (c, ky, kx)'s row starts in the padded image */            \
+  static void ms_pg_taps_##t(ptrdiff_t *off, ptrdiff_t C, ptrdiff_t kh, ptrdiff_t kw,         \
+                             ptrdiff_t Hp, ptrdiff_t wrow) {                                  \
+    ptrdiff_t ch, ky, kx;                                                                     \
+    for (ch = 0; ch < C; ++ch)                                                                \
+      for (ky = 0; ky < kh; ++ky)                                                             \
+        for (kx = 0; kx < kw; ++kx) off[(ch * kh + ky) * kw + kx] = (ch * Hp + ky) * wrow + kx;\
+  }
+MS_PG_FILL(float, f32)
+MS_PG_FILL(double, f64)
+
 /* A stride-1 convolution read straight from the padded image (no column matrix):
  *
  *     y[n, k, oy, ox] = alpha * sum_{c, ky, kx} W[k, (c, ky, kx)] * xpad[n, c, oy + ky, ox + kx]
@@ -260,15 +295,6 @@ MS_PG_GEMM(double, f64)
  * C * kh * kw. Threads take whole images (each its own buffer) when there are at least
  * as many images, else share each image's buffer and split its tiles. */
 #define MS_PG_CONV(T, t)                                                                      \
-  static void ms_pg_fill_##t(T *xp, const T *x, ptrdiff_t c0, ptrdiff_t c1, ptrdiff_t H,      \
-                             ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
-                             ptrdiff_t Hp, ptrdiff_t wrow) {                                  \
-    ptrdiff_t ch, i;                                                                          \
-    for (ch = c0; ch < c1; ++ch)                                                              \
-      for (i = 0; i < H; ++i)                                                                 \
-        memcpy(xp + (ch * Hp + py + i) * wrow + px, x + (ch * H + i) * ldx,                   \
-               (size_t)Wd * sizeof(T));                                                       \
-  }                                                                                           \
   static void ms_pg_conv_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N,    \
                              ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx,           \
                              ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw, T *y,    \
@@ -278,11 +304,9 @@ MS_PG_GEMM(double, f64)
     /* the columns up to the last output: the last row's wrap-around is never read */       \
     const ptrdiff_t ncol = (oh - 1) * wrow + ow;                                              \
     const ms_pg_cols m = {wrow, ow, ldy};                                                     \
-    ptrdiff_t ch, ky, kx, n, ntile;                                                           \
+    ptrdiff_t n, ntile;                                                                       \
     if (N <= 0 || K <= 0 || oh <= 0 || ow <= 0) return;                                       \
-    for (ch = 0; ch < C; ++ch)                                                                \
-      for (ky = 0; ky < kh; ++ky)                                                             \
-        for (kx = 0; kx < kw; ++kx) off[(ch * kh + ky) * kw + kx] = (ch * Hp + ky) * wrow + kx;\
+    ms_pg_taps_##t(off, C, kh, kw, Hp, wrow);                                                 \
     ntile = ms_pg_ntiles_##t(level, K, ncol);                                                 \
     if (nt <= 1 || N >= nt) {                                                                 \
       _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                     \
@@ -322,7 +346,7 @@ MS_PG_CONV(double, f64)
  *
  * an outer product per column q of the padded image (as in ms_pg_conv): the taps' values
  * xpad[off[j] + q] broadcast, times row q of gt, g transposed to (columns x K) with 0 at
- * the wrap-around columns. A tile is MR taps x NV vectors of k, over a chunk of QC columns
+ * the wrap-around columns. A tile is WMR taps x WNV vectors of k, over a chunk of columns
  * (gt's chunk stays in L1 across the thread's taps); S, tap-major with rows of KP (K
  * rounded up to the tile's vectors), holds the running sums between chunks. Each sum adds
  * its products in (n, q) order, one fused multiply-add each, from 0: the same bits at both
@@ -359,20 +383,75 @@ MS_PG_CONV(double, f64)
       for (v = 0; v < NV; ++v) STORE(s + r * lds + v * W, acc[r][v], W);                      \
     }                                                                                         \
   }
-MS_PG_WTILE(avx512, MS_PG_T512, float, f32, __m512, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 16,
+MS_PG_WTILE(avx512, MS_PG_T512, float, f32, __m512, MS_PG_WMR_AVX512, MS_PG_WNV_AVX512, 16,
             MS_PG_LD512S, MS_PG_ST512S, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_setzero_ps)
-MS_PG_WTILE(avx512, MS_PG_T512, double, f64, __m512d, MS_PG_MR_AVX512, MS_PG_NV_AVX512, 8,
+MS_PG_WTILE(avx512, MS_PG_T512, double, f64, __m512d, MS_PG_WMR_AVX512, MS_PG_WNV_AVX512, 8,
             MS_PG_LD512D, MS_PG_ST512D, _mm512_set1_pd, _mm512_fmadd_pd, _mm512_setzero_pd)
-MS_PG_WTILE(avx2, MS_PG_T256, float, f32, __m256, MS_PG_MR_AVX2, MS_PG_NV_AVX2, 8,
+MS_PG_WTILE(avx2, MS_PG_T256, float, f32, __m256, MS_PG_WMR_AVX2, MS_PG_WNV_AVX2, 8,
             MS_PG_LD256S, MS_PG_ST256S, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_setzero_ps)
-MS_PG_WTILE(avx2, MS_PG_T256, double, f64, __m256d, MS_PG_MR_AVX2, MS_PG_NV_AVX2, 4,
+MS_PG_WTILE(avx2, MS_PG_T256, double, f64, __m256d, MS_PG_WMR_AVX2, MS_PG_WNV_AVX2, 4,
             MS_PG_LD256D, MS_PG_ST256D, _mm256_set1_pd, _mm256_fmadd_pd, _mm256_setzero_pd)
+
+/* d[c * ldd + r] = s[r * lds + c] for r < rows, c < cols: blocks of 8 x 8 floats or 4 x 4
+ * doubles transposed in AVX registers (the scalar loop's strided stores were a fifth of
+ * the weight gradient's time), the edges one by one */
+static MS_PG_T256 void ms_pg_transpose_f32(const float *s, ptrdiff_t lds, float *d,
+                                           ptrdiff_t ldd, ptrdiff_t rows, ptrdiff_t cols) {
+  ptrdiff_t r0, c0, r, c;
+  for (c0 = 0; c0 + 8 <= cols; c0 += 8)
+    for (r0 = 0; r0 + 8 <= rows; r0 += 8) {
+      const float *p = s + r0 * lds + c0;
+      float *q = d + c0 * ldd + r0;
+      __m256 a0 = _mm256_loadu_ps(p), a1 = _mm256_loadu_ps(p + lds);
+      __m256 a2 = _mm256_loadu_ps(p + 2 * lds), a3 = _mm256_loadu_ps(p + 3 * lds);
+      __m256 a4 = _mm256_loadu_ps(p + 4 * lds), a5 = _mm256_loadu_ps(p + 5 * lds);
+      __m256 a6 = _mm256_loadu_ps(p + 6 * lds), a7 = _mm256_loadu_ps(p + 7 * lds);
+      __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+      __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+      __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
+      __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+      __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      _mm256_storeu_ps(q, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(q + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(q + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(q + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(q + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(q + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(q + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(q + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+  for (c = 0; c < cols; ++c)   /* the edges: rows past the last block, columns past theirs */
+    for (r = c < cols / 8 * 8 ? rows / 8 * 8 : 0; r < rows; ++r) d[c * ldd + r] = s[r * lds + c];
+}
+
+static MS_PG_T256 void ms_pg_transpose_f64(const double *s, ptrdiff_t lds, double *d,
+                                           ptrdiff_t ldd, ptrdiff_t rows, ptrdiff_t cols) {
+  ptrdiff_t r0, c0, r, c;
+  for (c0 = 0; c0 + 4 <= cols; c0 += 4)
+    for (r0 = 0; r0 + 4 <= rows; r0 += 4) {
+      const double *p = s + r0 * lds + c0;
+      double *q = d + c0 * ldd + r0;
+      __m256d a0 = _mm256_loadu_pd(p), a1 = _mm256_loadu_pd(p + lds);
+      __m256d a2 = _mm256_loadu_pd(p + 2 * lds), a3 = _mm256_loadu_pd(p + 3 * lds);
+      __m256d t0 = _mm256_unpacklo_pd(a0, a1), t1 = _mm256_unpackhi_pd(a0, a1);
+      __m256d t2 = _mm256_unpacklo_pd(a2, a3), t3 = _mm256_unpackhi_pd(a2, a3);
+      _mm256_storeu_pd(q, _mm256_permute2f128_pd(t0, t2, 0x20));
+      _mm256_storeu_pd(q + ldd, _mm256_permute2f128_pd(t1, t3, 0x20));
+      _mm256_storeu_pd(q + 2 * ldd, _mm256_permute2f128_pd(t0, t2, 0x31));
+      _mm256_storeu_pd(q + 3 * ldd, _mm256_permute2f128_pd(t1, t3, 0x31));
+    }
+  for (c = 0; c < cols; ++c)
+    for (r = c < cols / 4 * 4 ? rows / 4 * 4 : 0; r < rows; ++r) d[c * ldd + r] = s[r * lds + c];
+}
 
 #define MS_PG_WQC 128   /* columns a chunk: gt's (128 x 64 floats) 32 KiB stay in L1 */
 
 /* K rounded up to whole tiles of vectors: S's and gt's row length */
 static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
-  const ptrdiff_t nr = ms_pg_nr(level, item);
+  const ptrdiff_t nr = ms_pg_wnr(level, item);
   return (K + nr - 1) / nr * nr;
 }
 
@@ -385,14 +464,12 @@ static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
                               T *xpad, T *gt, ptrdiff_t *off, int nt) {                       \
     const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
     const ptrdiff_t CK = C * kh * kw, KP = ms_pg_kpad(level, sizeof(T), K);                   \
-    const ptrdiff_t ncol = (oh - 1) * wrow + ow, nr = ms_pg_nr(level, sizeof(T));             \
-    const int mr = ms_pg_mr(level);                                                           \
+    const ptrdiff_t ncol = (oh - 1) * wrow + ow, nr = ms_pg_wnr(level, sizeof(T));            \
+    const int mr = ms_pg_wmr(level);                                                          \
     const ptrdiff_t ntap = (CK + mr - 1) / mr;                                                \
-    ptrdiff_t ch, ky, kx, n;                                                                  \
+    ptrdiff_t n;                                                                              \
     if (N <= 0 || K <= 0 || CK <= 0 || oh <= 0 || ow <= 0) return;                            \
-    for (ch = 0; ch < C; ++ch)                                                                \
-      for (ky = 0; ky < kh; ++ky)                                                             \
-        for (kx = 0; kx < kw; ++kx) off[(ch * kh + ky) * kw + kx] = (ch * Hp + ky) * wrow + kx;\
+    ms_pg_taps_##t(off, C, kh, kw, Hp, wrow);                                                 \
     for (n = 0; n < N; ++n) {                                                                 \
       const T *xn = x + n * C * H * ldx, *gn = g + n * K * oh * ow;                           \
       ptrdiff_t i;                                                                            \
@@ -406,15 +483,8 @@ static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
         _Pragma("omp for schedule(static)")                                                   \
         for (i = 0; i < C; ++i) ms_pg_fill_##t(xpad, xn, i, i + 1, H, Wd, ldx, py, px, Hp, wrow);\
         _Pragma("omp for schedule(static)")                                                   \
-        for (i = 0; i < oh; ++i) {   /* gt's rows of output row i: 16 columns at a time */   \
-          ptrdiff_t x0, k, e;                                                                 \
-          for (x0 = 0; x0 < ow; x0 += 16) {                                                   \
-            const ptrdiff_t m = ow - x0 < 16 ? ow - x0 : 16;                                  \
-            for (k = 0; k < K; ++k)                                                           \
-              for (e = 0; e < m; ++e)                                                         \
-                gt[(i * wrow + x0 + e) * KP + k] = gn[(k * oh + i) * ow + x0 + e];            \
-          }                                                                                   \
-        }                                                                                     \
+        for (i = 0; i < oh; ++i)   /* gt's rows of output row i: g[n, :, i, :] transposed */ \
+          ms_pg_transpose_##t(gn + i * ow, oh * ow, gt + i * wrow * KP, KP, K, ow);            \
         for (q0 = 0; q0 < ncol; q0 += MS_PG_WQC) {                                            \
           const ptrdiff_t q1 = ncol - q0 < MS_PG_WQC ? ncol : q0 + MS_PG_WQC;                 \
           for (jt = j0; jt < j1; ++jt) {                                                      \
@@ -435,17 +505,12 @@ static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
 MS_PG_CONVW(float, f32)
 MS_PG_CONVW(double, f64)
 
+
 #else
 #define MS_PG_LEVELS 0
 static inline int ms_pg_mr(int level) { (void)level; return 1; }
 static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
   (void)level; (void)item; return K; }
-static void ms_pg_pack_f32(const float *w, ptrdiff_t rs, ptrdiff_t cs, float *wp, ptrdiff_t K,
-                           ptrdiff_t CK, int mr) {
-  (void)w; (void)rs; (void)cs; (void)wp; (void)K; (void)CK; (void)mr; }
-static void ms_pg_pack_f64(const double *w, ptrdiff_t rs, ptrdiff_t cs, double *wp, ptrdiff_t K,
-                           ptrdiff_t CK, int mr) {
-  (void)w; (void)rs; (void)cs; (void)wp; (void)K; (void)CK; (void)mr; }
 #define MS_PG_STUBS(T, t)                                                                     \
   static void ms_pg_gemm_##t(int level, const T *wp, const T *p, const ptrdiff_t *off,       \
                              ptrdiff_t w, T *c, ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK,    \
