@@ -14,6 +14,7 @@ from libc.stdint cimport int8_t, uint8_t, int32_t, int64_t, uint16_t, uint32_t, 
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset
 from libc.limits cimport INT_MAX
+from libc.math cimport isfinite
 from cython.parallel cimport prange, parallel, threadid
 from scipy.linalg.cython_blas cimport sgemm, dgemm, sgemv, dgemv, sdot, ddot
 
@@ -629,23 +630,22 @@ def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1,
     cdef char *cp
     cdef Py_ssize_t *off
     if lvl:
+        gp, cp = g.data() + n * K * P * c.itemsize, c.data()
         off = _pg_rows(NULL, K, P)
+        wp = NULL
         try:
             wp = _pg_pack(lvl, c.type_flag, a.data(), 1, CK, CK, K)   # a^T: (CK x K)
-        except BaseException:
-            free(off)
-            raise
-        gp, cp = g.data() + n * K * P * c.itemsize, c.data()
-        g.mem.pin()
-        c.mem.pin()
-        try:
-            with nogil:
-                _pg_gemm(lvl, c.type_flag, wp, gp, off, P, cp, P, CK, K, 1, 0, nthreads)
+            g.mem.pin()
+            c.mem.pin()
+            try:
+                with nogil:
+                    _pg_gemm(lvl, c.type_flag, wp, gp, off, P, cp, P, CK, K, 1, 0, nthreads)
+            finally:
+                g.mem.unpin()
+                c.mem.unpin()
         finally:
             free(wp)
             free(off)
-            g.mem.unpin()
-            c.mem.unpin()
         return
     gemm(c, a._view(Shape(K, CK), a.offset, CK), True,
          g._view(Shape(K, P), g.offset + n * K * P * c.itemsize, P), False, 1, 0, nthreads)
@@ -675,6 +675,7 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     cdef Py_ssize_t KO = C if grad_data else K      # output channels
     cdef Py_ssize_t CI = K if grad_data else C      # input channels
     cdef Py_ssize_t CK = CI * kh * kw, Hp = H + 2 * py, Wp = W + 2 * px
+    nthreads = max(1, nthreads)
     cdef Py_ssize_t nbuf = nthreads if N >= nthreads else 1, m, j, i, r, q
     if (w.stride != w.cols or x.shape[1] != CI or py < 0 or px < 0
             or tuple(y.shape) != (N, KO, Hp - kh + 1, Wp - kw + 1)):
@@ -700,6 +701,10 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
                         r = (m * CI + j) * kh * kw + i
                         q = (j * KO + m) * kh * kw + kh * kw - 1 - i
                         memcpy(wt + r * item, wsrc + q * item, item)
+                        if not _finite(wt + r * item, flag):
+                            # this form also multiplies w by grad's zero border, where
+                            # col2im never does: inf * 0 would be a NaN there
+                            return False
             wsrc = wt
         wp = _pg_pack(lvl, flag, wsrc, CK, 1, KO, CK) if KO and CK else NULL
         off = <Py_ssize_t *> malloc(max(1, CK) * sizeof(Py_ssize_t))
@@ -754,6 +759,7 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
                          f"(pad {py}, {px}) into {dw.shape}")
     if N == 0 or K == 0 or CK == 0 or oh <= 0 or ow <= 0:
         return False    # a sum of nothing: BLAS's product scales dw
+    nthreads = max(1, nthreads)
     KP = ms_pg_kpad(lvl, item, K)
     ncol = (oh - 1) * Wp + ow
     cdef double fa, fb
@@ -795,6 +801,13 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
         free(gt)
         free(off)
     return True
+
+
+cdef inline bint _finite(char *p, int flag) noexcept nogil:
+    """Whether the float32 (else float64) at p is finite."""
+    if flag == MS_TYPEFLAG_FLOAT32:
+        return isfinite((<float *> p)[0])
+    return isfinite((<double *> p)[0])
 
 
 cdef inline void _store_f32(float *o, float v, float alpha, float beta) noexcept nogil:

@@ -391,6 +391,10 @@ def _conv_args(where, out, data, weight_like, pad, stride, saver):
     data = _operand(data, where, 4)
     if len(data.shape) != 4:
         raise ShapeError(f"{where}: data must be (N, C, H, W), got shape {tuple(data.shape)}")
+    if np.dtype(data.dtype) != weight_like.dtype:   # the panels would be read as another type
+        raise DTypeError(f"{where}: data has dtype {np.dtype(data.dtype)} but "
+                         f"{'weight' if where == 'conv2d' else 'dweight'} has dtype "
+                         f"{weight_like.dtype}; use ms.tcast")
     py, px = _pads(pad)
     cols = unpack_patch2col(_pad(data, py, px) if py or px else data, weight_like.shape[2],
                             weight_like.shape[3], stride)
@@ -455,7 +459,12 @@ def _direct(y, x, w, pads, grad_data, sign_beta):
 def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
     """``dweight <saver> the weight gradient of conv2d``: dweight (K, C, kh, kw) = sum over
     images n of grad[n] (K, oh*ow) @ im2col(pad(data))[:, image n].T, the column matrix a
-    panel at a time (never whole). ``grad`` (N, K, oh, ow) dense."""
+    panel at a time (never whole). ``grad`` (N, K, oh, ow) dense, sharing no memory with
+    ``dweight`` (ValueError).
+
+    At stride 1, from a tensor, float32 and float64 at the AVX2 / AVX-512 levels, it reads
+    each padded image straight (panel_gemm.h ms_pg_convw): each element adds its products
+    in (n, oy, ox) order, fused (the same bits at both levels and every thread count)."""
     where = "conv2d_grad_weight"
     dweight = _tensor(dweight, where, "dweight", (4,))
     grad = _tensor(grad, where, "grad", (4,))
@@ -465,6 +474,8 @@ def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
                                                   saver)
     K, ohw = dweight.shape[0], _out_hw(data, dweight, pad, stride)
     _dense(where, "grad", grad)
+    if _core.reads_tensor((grad,), dweight):   # the products add into dweight image by image
+        raise ValueError(f"{where}: dweight shares memory with grad")
     if cols.shape[0] != dweight.shape[1] * dweight.shape[2] * dweight.shape[3] or \
             tuple(grad.shape) != (nimg, K) + ohw:
         raise ShapeError(f"{where}: data {tuple(data.shape)} and dweight "
@@ -489,7 +500,9 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
     AVX-512 levels, it is instead the forward convolution of ``grad`` padded by
     (kh - 1 - py, kw - 1 - px) with the weight's channels swapped and its taps flipped:
     no column matrix, and each element adds its K*kh*kw products in (k, ky, kx) order,
-    fused (the same bits at both levels and every thread count)."""
+    fused (the same bits at both levels and every thread count). A weight holding an inf
+    or a NaN takes the column-matrix path: this form would multiply it by grad's zero
+    border, where col2im never does."""
     where = "conv2d_grad_data"
     dx = _tensor(dx, where, "dx", (4,))
     grad = _tensor(grad, where, "grad", (4,))
@@ -503,6 +516,8 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
     N, C, H, W = dx.shape
     K, kh, kw = weight.shape[0], weight.shape[2], weight.shape[3]
     py, px = _pads(pad)
+    if py < 0 or px < 0:
+        raise ShapeError(f"{where}: pad must be non-negative, got {pad}")
     ohw = _out_hw(dx, weight, pad, stride)
     if weight.shape[1] != C or tuple(grad.shape) != (N, K) + ohw:
         raise ShapeError(f"{where}: dx {tuple(dx.shape)} and weight {tuple(weight.shape)} (pad "
@@ -510,7 +525,7 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
                          f"is {tuple(grad.shape)}")
     if _core.reads_tensor((grad, weight), dx):
         raise ValueError(f"{where}: dx shares memory with grad or weight")
-    if stride == 1 and py < kh and px < kw and _direct(
+    if stride == 1 and py < kh and px < kw and min(ohw) > 0 and _direct(
             dx, grad, weight, (kh - 1 - py, kw - 1 - px), True, _blas_saver(where, saver)):
         return
     cols = _core.new_tensor((C * kh * kw, ohw[0] * ohw[1]), 0, dtype=dx.dtype)

@@ -325,3 +325,108 @@ def test_conv2d_grad_weight_direct_same_bits_at_both_levels_and_thread_counts(dt
                     ((N, C, H, W), (K, kh, kw), pad, level, threads)
                 ms.nn.conv2d_grad_weight(dw, X, G, pad, 1, "plusto")
                 np.testing.assert_allclose(dw.numpy(), 2 * want, **_tol(dtype))
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+def test_direct_kernels_keep_non_finite_values_where_mshadow_has_them():
+    """Regressions (an outside review of the direct kernels): an inf in the data made the
+    weight gradient NaN in taps that never read it (the wrap-around columns multiplied it
+    by 0); an inf in the weight made the data gradient NaN wherever grad's zero border met
+    it (col2im never multiplies there). Both now give the column-matrix path's values at
+    every level: inf where the inf is summed, finite elsewhere."""
+    from mshadow.testing import simd_levels
+    x = np.ones((1, 1, 4, 4), np.float32)
+    x[0, 0, 0, 3] = np.inf
+    g = np.ones((1, 1, 2, 2), np.float32)
+    want_dw = np.array([[x[0, 0, ky:ky + 2, kx:kx + 2].astype(np.float64).sum()
+                         for kx in range(3)] for ky in range(3)])
+    w = np.ones((1, 1, 3, 3), np.float32)
+    w[0, 0, 0, 0] = np.inf
+    dx_ref = None
+    for level in simd_levels():
+        ms.set_simd_level(level)
+        dw = ms.new_tensor((1, 1, 3, 3))
+        ms.nn.conv2d_grad_weight(dw, ms.from_numpy(x), ms.from_numpy(g), 0, 1)
+        np.testing.assert_array_equal(dw.numpy()[0, 0], want_dw)
+        dx = ms.new_tensor((1, 1, 4, 4))
+        ms.nn.conv2d_grad_data(dx, ms.from_numpy(g), ms.from_numpy(w), 0, 1)
+        assert np.isinf(dx.numpy()[0, 0, :2, :2]).all() and np.isfinite(dx.numpy()[0, 0, 2:]).all()
+        if dx_ref is None:
+            dx_ref = dx.numpy().copy()
+        np.testing.assert_array_equal(dx.numpy(), dx_ref)
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+def test_conv2d_grad_data_shapes_refused_at_every_level():
+    """Regressions: a negative pad and a kernel larger than the padded image were refused
+    by the column-matrix path but computed by the direct one (the AVX2/AVX-512 levels)."""
+    from mshadow.testing import simd_levels
+    for level in simd_levels():
+        ms.set_simd_level(level)
+        dx = ms.new_tensor((1, 1, 4, 4), init=7)
+        with pytest.raises(ShapeError, match="non-negative"):
+            ms.nn.conv2d_grad_data(dx, ms.new_tensor((1, 1, 4, 4)), ms.new_tensor((1, 1, 3, 3)),
+                                   -1)
+        dx1 = ms.new_tensor((1, 1, 1, 4), init=7)
+        with pytest.raises(ShapeError):
+            ms.nn.conv2d_grad_data(dx1, ms.new_tensor((1, 1, 0, 3)), ms.new_tensor((1, 1, 2, 2)))
+        assert (dx.numpy() == 7).all() and (dx1.numpy() == 7).all()
+
+
+def test_conv2d_refuses_data_of_another_dtype_and_a_gradient_into_itself():
+    """Regressions: float64 data with a float32 weight was read as float32 (wrong numbers,
+    no error); a dweight sharing memory with grad added into what it was reading."""
+    x64 = ms.new_tensor((1, 2, 5, 5), dtype=np.float64, init=1)
+    w = ms.new_tensor((3, 2, 3, 3), init=1)
+    out = ms.new_tensor((1, 3, 3, 3), init=7)
+    with pytest.raises(DTypeError, match="float64"):
+        ms.nn.conv2d(out, x64, w)
+    with pytest.raises(DTypeError, match="float64"):
+        ms.nn.conv2d(out, x64 * 1, w)
+    dw = ms.new_tensor((3, 2, 3, 3), init=7)
+    with pytest.raises(DTypeError, match="float64"):
+        ms.nn.conv2d_grad_weight(dw, x64, out)
+    assert (out.numpy() == 7).all() and (dw.numpy() == 7).all()
+    buf = np.ones(64, np.float32)                 # dweight (1, 1, 2, 2) inside grad
+    grad = ms.from_numpy(buf[:16].reshape(1, 1, 4, 4))
+    with pytest.raises(ValueError, match="shares memory"):
+        ms.nn.conv2d_grad_weight(ms.from_numpy(buf[4:8].reshape(1, 1, 2, 2)),
+                                 ms.new_tensor((1, 1, 5, 5), init=1), grad)
+    assert (buf == 1).all()
+
+
+def test_direct_entry_points_take_any_thread_count():
+    """Regression: _blas.conv_direct with nthreads 0 gave one thread's buffer to a loop
+    over none and wrote past it (a segfault); a count below 1 means one thread."""
+    from mshadow.dot import _blas
+    x = ms.new_tensor((2, 3, 6, 6), init=1)
+    w = ms.new_tensor((4, 3, 3, 3), init=1)
+    for nt in (0, -3):
+        y = ms.new_tensor((2, 4, 6, 6))
+        if _blas().conv_direct(y, x, w, 1, 1, False, 1, 0, nt, ms.simd_info()["active"]):
+            assert y.numpy()[0, 0, 2, 2] == 27
+        dw = ms.new_tensor((4, 3, 3, 3))
+        if _blas().conv_direct_grad_weight(dw, x, y, 1, 1, 1, 0, nt, ms.simd_info()["active"]):
+            assert np.isfinite(dw.numpy()).all()
+
+
+def test_gemm_tn_image_of_a_freed_gradient_leaks_nothing():
+    """Regression: gemm_tn_image packed the weight before reading the gradient's address,
+    and a FreedTensorError then left the packed copy (and the row offsets) allocated."""
+    from mshadow.dot import _blas
+    from mshadow.errors import FreedTensorError
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    a = ms.new_tensor((512, 4096), init=1)          # a packed copy of 8 MiB a call
+    c = ms.new_tensor((4096, 16))
+    level = ms.simd_info()["active"]
+    g = ms.new_tensor((1, 512, 16))
+    ms.free_space(g)
+    before = rss()
+    for _ in range(20):
+        with pytest.raises(FreedTensorError):
+            _blas().gemm_tn_image(c, a, g, 0, 1, level)
+    assert rss() - before < 32 << 20

@@ -345,8 +345,8 @@ MS_PG_CONV(double, f64)
  *     S[(c, ky, kx), k] = sum_n sum_{oy, ox} xpad[n, c, oy + ky, ox + kx] * g[n, k, oy, ox]
  *
  * an outer product per column q of the padded image (as in ms_pg_conv): the taps' values
- * xpad[off[j] + q] broadcast, times row q of gt, g transposed to (columns x K) with 0 at
- * the wrap-around columns. A tile is WMR taps x WNV vectors of k, over a chunk of columns
+ * xpad[off[j] + q] broadcast, times row q of gt, g transposed to (columns x K); the
+ * wrap-around columns are skipped. A tile is WMR taps x WNV vectors of k, over a chunk of columns
  * (gt's chunk stays in L1 across the thread's taps); S, tap-major with rows of KP (K
  * rounded up to the tile's vectors), holds the running sums between chunks. Each sum adds
  * its products in (n, q) order, one fused multiply-add each, from 0: the same bits at both
@@ -354,10 +354,11 @@ MS_PG_CONV(double, f64)
 #define MS_PG_WTILE(ISA, TARGET, T, t, V, MR, NV, W, LOAD, STORE, SET1, FMA, ZERO)            \
   static TARGET void ms_pg_wtile_##t##_##ISA(const T *xp, const ptrdiff_t *offj, int rows,    \
                                              const T *gt, ptrdiff_t ldg, ptrdiff_t q0,        \
-                                             ptrdiff_t q1, T *s, ptrdiff_t lds) {             \
+                                             ptrdiff_t q1, ptrdiff_t wrow, ptrdiff_t ow,      \
+                                             T *s, ptrdiff_t lds) {                           \
     V acc[MR][NV];                                                                            \
     const T *a[MR];                                                                           \
-    ptrdiff_t q;                                                                              \
+    ptrdiff_t q, qe, rs;                                                                      \
     int r, v;                                                                                 \
     _Pragma("GCC unroll 12")                                                                  \
     for (r = 0; r < MR; ++r) {                                                                \
@@ -365,15 +366,21 @@ MS_PG_CONV(double, f64)
       _Pragma("GCC unroll 4")                                                                 \
       for (v = 0; v < NV; ++v) acc[r][v] = r < rows ? LOAD(s + r * lds + v * W, W) : ZERO(); \
     }                                                                                         \
-    for (q = q0; q < q1; ++q) {                                                               \
-      V bv[NV];                                                                               \
-      _Pragma("GCC unroll 4")                                                                 \
-      for (v = 0; v < NV; ++v) bv[v] = LOAD(gt + q * ldg + v * W, W);                         \
-      _Pragma("GCC unroll 12")                                                                \
-      for (r = 0; r < MR; ++r) {                                                              \
-        const V ar = SET1(a[r][q]);                                                           \
+    /* an output row's columns at a time: the wrap-around ones are skipped, not multiplied \
+     * by gt's zeros (an inf or NaN of the image there would make a NaN) */                 \
+    for (q = q0; q < q1; q = rs + wrow) {                                                     \
+      rs = q - q % wrow;                                                                      \
+      qe = rs + ow < q1 ? rs + ow : q1;                                                       \
+      for (; q < qe; ++q) {                                                                   \
+        V bv[NV];                                                                             \
         _Pragma("GCC unroll 4")                                                               \
-        for (v = 0; v < NV; ++v) acc[r][v] = FMA(ar, bv[v], acc[r][v]);                       \
+        for (v = 0; v < NV; ++v) bv[v] = LOAD(gt + q * ldg + v * W, W);                       \
+        _Pragma("GCC unroll 12")                                                              \
+        for (r = 0; r < MR; ++r) {                                                            \
+          const V ar = SET1(a[r][q]);                                                         \
+          _Pragma("GCC unroll 4")                                                             \
+          for (v = 0; v < NV; ++v) acc[r][v] = FMA(ar, bv[v], acc[r][v]);                     \
+        }                                                                                     \
       }                                                                                       \
     }                                                                                         \
     _Pragma("GCC unroll 12")                                                                  \
@@ -492,10 +499,10 @@ static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
             for (kt = 0; kt < KP; kt += nr) {                                                 \
               if (level >= 3)                                                                 \
                 ms_pg_wtile_##t##_avx512(xpad, off + jt * mr, rows, gt + kt, KP, q0, q1,     \
-                                         s + jt * mr * KP + kt, KP);                          \
+                                         wrow, ow, s + jt * mr * KP + kt, KP);                \
               else                                                                            \
-                ms_pg_wtile_##t##_avx2(xpad, off + jt * mr, rows, gt + kt, KP, q0, q1,       \
-                                       s + jt * mr * KP + kt, KP);                            \
+                ms_pg_wtile_##t##_avx2(xpad, off + jt * mr, rows, gt + kt, KP, q0, q1, wrow, \
+                                       ow, s + jt * mr * KP + kt, KP);                        \
             }                                                                                 \
           }                                                                                   \
         }                                                                                     \
