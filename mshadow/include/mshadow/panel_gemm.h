@@ -81,6 +81,9 @@ MS_PG_PACK(double, f64)
   for (k = 0; k < CK; ++k) {                                                                  \
     const T *pk = p + off[k];                                                                 \
     const T *a = wp + k * MR;                                                                 \
+    /* a line of row k + 16 (the next channels' taps: in a direct convolution they are  \
+     * 192 rows of the image a tile, too many streams for the hardware's prefetcher): 4-5% */ \
+    if (k + 16 < CK) ms_prefetch((const char *)(p + off[k + 16]) + (k & 3) * 64);             \
     V bv[NV];                                                                                 \
     _Pragma("GCC unroll 4")                                                                   \
     for (v = 0; v < NV; ++v) bv[v] = LOAD(pk + v * W, (FULL) ? W : nv[v]);                    \
