@@ -1078,6 +1078,7 @@ def _readers(names):
             out += [f"#define INIT_{R} ((V)({reducer_init(red, code)}))",
                     f"#define FOLD_{R}(a, b) ((V)({reducer_fold(red, code, '(a)', '(b)')}))",
                     f"#define SELECT_{R}(a, b) ((V)({reducer_select(red, code, '(a)', '(b)')}))"]
+        out += _pool_s2(code)
         out += [f"static inline V ms_rd_{code}(const char *p) {{ T t; memcpy(&t, p, sizeof t); "
                 f"return {load}; }}",
                 f"static inline void ms_wr_{code}(char *p, V v) {{ T t = {store}; "
@@ -1087,7 +1088,8 @@ def _readers(names):
         for r in readers.READERS:
             out.append(_reader_kernel(r, code))
             entries.append(r.kernel(code))
-        out += ["#undef T", "#undef V", "#undef A", "#undef ZERO", "#undef LD", "#undef ST"]
+        out += ["#undef T", "#undef V", "#undef A", "#undef ZERO", "#undef LD", "#undef ST",
+                "#undef POOL_S2"]
         out += [f"#undef {m}_{red.name.upper()}" for red in readers.REDUCER_TABLE
                 for m in ("INIT", "FOLD", "SELECT")]
     out += ["#undef IDX", "#undef BAD_INDEX", "#undef PREFETCH",
@@ -1095,6 +1097,55 @@ def _readers(names):
     out += [f'  {{"{n}", ms_k_{n}}},' for n in entries]
     out.append("  {NULL, NULL}\n};")
     return "\n".join(out)
+
+
+# pool's stride-2 windows read a dense row at every other element, which the compilers
+# vectorize with a shuffle per element (at AVX2 and AVX-512 slower than SSE2's): at
+# AVX-512 each window column's elements are first gathered into a dense run by one
+# two-register permute per 16 floats (8 doubles), then folded as sx == 1 folds. Every
+# reducer row's own FOLD, in the tile's (a, b) order: the same bits as the SSE2 tile.
+_POOL_S2_IDX = {"f32": ("_mm512_permutex2var_ps", "_mm512_maskz_loadu_ps", "__m512",
+                        "_mm512_setr_epi32(" + ", ".join(str(2 * i) for i in range(16)) + ")",
+                        16, "__mmask16"),
+                "f64": ("_mm512_permutex2var_pd", "_mm512_maskz_loadu_pd", "__m512d",
+                        "_mm512_setr_epi64(" + ", ".join(str(2 * i) for i in range(8)) + ")",
+                        8, "__mmask8")}
+
+
+def _pool_s2(code):
+    """C: ms_pool_s2_<code>_avx512 and POOL_S2 (readers._WINDOW_TILES) for a float
+    storage type (inside its T / V / FOLD_<NAME> macros); POOL_S2 is 0 for the others."""
+    if code not in _POOL_S2_IDX:
+        return ["#define POOL_S2(...) 0"]
+    perm, load, vec, idx, L, mask = _POOL_S2_IDX[code]
+    fold = readers._each_reducer(
+        "for (j = 0; j < mm; ++j) acc[j] = INIT_@;\n"
+        "      for (a = ys; a < ye; ++a) for (b = 0; b < kx; ++b) {\n"
+        "        const T *p = (const T *)(src + (base + a) * rs) + c0 + b;\n"
+        f"        for (j = 0; j < mm; j += {L}) {{   /* elements 2j.. of the run, the needed ones */\n"
+        f"          const npy_intp need = 2 * MS_MIN(mm - j, {L}) - 1;\n"
+        f"          const {vec} lo = {load}(({mask})(need >= {L} ? ~0u : (1u << need) - 1u), p + 2 * j);\n"
+        f"          const {vec} hi = {load}(({mask})(need <= {L} ? 0u : (1u << (need - {L})) - 1u), "
+        f"p + 2 * j + {L});\n"
+        f"          STORE512(u + j, {perm}(lo, {idx}, hi));\n"
+        "        }\n"
+        "        for (j = 0; j < mm; ++j) acc[j] = FOLD_@(acc[j], u[j]);\n"
+        "      }", default="return 0;")
+    fold = fold.replace("STORE512(", "_mm512_storeu_pd(" if code == "f64" else "_mm512_storeu_ps(")
+    return ["#if MS_X86 && MS_HAVE_AVX",
+            f"static __attribute__((target(\"avx512f\"))) int ms_pool_s2_{code}_avx512("
+            "const char *src, npy_intp rs, npy_intp base, npy_intp ys, npy_intp ye, "
+            "npy_intp kx, npy_intp c0, npy_intp mm, npy_intp red, char *out) {",
+            f"  T acc[64], u[64 + {L}];",
+            "  npy_intp a, b, j;",
+            "  " + fold,
+            "  memcpy(out, acc, (size_t)mm * sizeof(T));",
+            "  return 1;",
+            "}",
+            f"#define POOL_S2 ms_pool_s2_{code}_avx512",
+            "#else",
+            "#define POOL_S2(...) 0",
+            "#endif"]
 
 
 def _cast_expr(src, dst, dst_ctype):

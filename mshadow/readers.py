@@ -286,7 +286,11 @@ _WINDOW_TILES = (
     "{ npy_intp t, j, m = (W - kx) / sx + 1 - x0; if (m > n) m = n;\n"
     f"    if (m < (({_ARITHMETIC}) ? 8 : 2)) m = 0;\n"
     "    for (t = 0; t < m; t += 64) {\n"
-    "      const npy_intp mm = MS_MIN(m - t, 64), c0 = (x0 + t) * sx; V acc[64];\n      "
+    "      const npy_intp mm = MS_MIN(m - t, 64), c0 = (x0 + t) * sx; V acc[64];\n"
+    "      /* stride 2 over a dense row at AVX-512: the deinterleaving tile (POOL_S2) */\n"
+    "      if (sx == 2 && mm >= 8 && CSTEP(0) == (npy_intp)sizeof(T) && ms_isa_level >= 3\n"
+    "          && POOL_S2(src0, rs0, base, ys, ye, kx, c0, mm, red, out + t * (npy_intp)sizeof(T)))\n"
+    "        continue;\n      "
     + _each_reducer(_tile, default="m = 0;")
     + "\n    }\n    done = m > 0 ? m : 0; }")
 

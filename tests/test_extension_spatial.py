@@ -737,3 +737,56 @@ def test_pool_compiled_path_leaves_every_other_case_to_the_checks():
     with pytest.raises(ms.ShapeError, match=r"pool: sx = 1180591620717411303424 is out of"):
         ms.pool(x, 2, 2, 2, 2 ** 70)
     assert ms.pool(x, 2, 2, 2, True).shape == (2, 2, 4)     # operator.index(True) == 1
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pool_stride_two_tiles_bit_for_bit_at_every_level(dtype):
+    """Stride-2 windows over a dense row take, at AVX-512, a tile that first gathers each
+    window column's elements with a two-register permute (masked loads at the row's end),
+    then folds them with the reducer row's own fold: the in-order fold's bits at every
+    level, for rows of 8 to 70 windows (16-lane blocks cut short, a second 64-output tile),
+    1 to 4 window columns, every reducer, NaN payloads, signed zeros and infinities; from a
+    dense tensor, a pitched one and an expression (x * 1: a strided source takes the
+    generic tiles)."""
+    from mshadow.testing import simd_levels
+    rng = np.random.default_rng(7)
+    names = ["maximum", "minimum", "sum", "product"]
+    reds = dict(RED, product=ms.red.product)
+    for m in (8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 70):
+        for k in (1, 2, 3, 4):
+            W = (m - 1) * 2 + k
+            a = (rng.random((2, 3, k + 2, W)) + 0.5).astype(dtype)
+            flat = a.reshape(-1)
+            flat[rng.choice(a.size, 4, replace=False)] = np.inf
+            flat[rng.choice(a.size, 4, replace=False)] = -0.0
+            flat[rng.choice(a.size, 4, replace=False)] = 0.0
+            bits = flat.view(f"u{a.itemsize}")
+            quiet = int(np.array(np.nan, dtype).view(f"u{a.itemsize}"))
+            bits[rng.integers(a.size)] = quiet | 1
+            bits[rng.integers(a.size)] = quiet | 2
+            oshape = ((a.shape[2] - k) // 2 + 1, m)
+            for name in names:
+                if name == "product":   # products of 4+ values of [0.5, 1.5): no overflow
+                    want = np.empty(a.shape[:2] + oshape, dtype)
+                    for oy in range(oshape[0]):
+                        for ox in range(m):
+                            acc = np.ones(a.shape[:2], dtype)
+                            for i in range(k):
+                                for j in range(k):
+                                    with np.errstate(invalid="ignore"):   # inf * 0
+                                        acc = (acc * a[:, :, oy * 2 + i, ox * 2 + j]).astype(dtype)
+                            want[:, :, oy, ox] = acc
+                else:
+                    want = _fold_in_order(a, k, k, 2, 2, name, oshape)
+                for level in simd_levels():
+                    ms.set_simd_level(level)
+                    for src in (T(a), padded(a), T(a) * 1):
+                        got = run(ms.pool(src, k, k, 2, 2, reds[name], pshape=oshape),
+                                  want.shape, dtype)
+                        if name in ("sum", "product"):   # a NaN's payload: the compiler's
+                            np.testing.assert_array_equal(got, want)   # operand order
+                        else:
+                            np.testing.assert_array_equal(
+                                got.view(f"u{a.itemsize}"), want.view(f"u{a.itemsize}"),
+                                err_msg=f"m={m} k={k} {name} {level}")
