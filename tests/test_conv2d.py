@@ -1,6 +1,8 @@
 """nn.conv2d and nn.conv2d_grad_weight: cxxnet's convolution layer in one call, the column
 matrix a panel of one image's columns at a time, each product written where it belongs.
 Oracle: numpy in float64 (im2col of numpy's pad, then matmul)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -410,6 +412,7 @@ def test_direct_entry_points_take_any_thread_count():
             assert np.isfinite(dw.numpy()).all()
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
 def test_gemm_tn_image_of_a_freed_gradient_leaks_nothing():
     """Regression: gemm_tn_image packed the weight before reading the gradient's address,
     and a FreedTensorError then left the packed copy (and the row offsets) allocated."""
