@@ -1,6 +1,7 @@
-"""nn.conv2d and nn.conv2d_grad_weight: cxxnet's convolution layer in one call, the column
-matrix a panel of one image's columns at a time, each product written where it belongs.
-Oracle: numpy in float64 (im2col of numpy's pad, then matmul)."""
+"""nn.conv2d, conv2d_grad_weight and conv2d_grad_data: cxxnet's convolution layer in one
+call, the column matrix a panel of one image's columns at a time, or at stride 1 the padded
+image read directly (panel_gemm.h), each product written where it belongs. Oracle: numpy in
+float64 (im2col of numpy's pad, then matmul), and the panels' bits for the direct forward."""
 import os
 
 import numpy as np
