@@ -1,5 +1,6 @@
-/* The products of conv2d's forward and data gradient (mshadow/_blas.pyx conv_panels,
- * gemm_tn_image, conv_direct), at the AVX2 and AVX-512 levels:
+/* The products of conv2d (mshadow/_blas.pyx conv_panels, gemm_tn_image, conv_direct; the
+ * weight gradient's outer products, conv_direct_grad_weight, are ms_pg_convw below), at
+ * the AVX2 and AVX-512 levels:
  *
  *     C (K x w, row stride ldc) = alpha * W (K x CK) @ P (CK x w, row k at p + off[k]) + beta * C
  *
