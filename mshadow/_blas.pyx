@@ -752,7 +752,7 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
     cdef Py_ssize_t K = dw.shape[0], C = dw.shape[1], kh = dw.shape[2], kw = dw.shape[3]
     cdef Py_ssize_t N = x.shape[0], H = x.shape[2], W = x.shape[3], item = dw.itemsize
     cdef Py_ssize_t Hp = H + 2 * py, Wp = W + 2 * px, oh = Hp - kh + 1, ow = Wp - kw + 1
-    cdef Py_ssize_t CK = C * kh * kw, KP, ncol, k, j
+    cdef Py_ssize_t CK = C * kh * kw, KP, ncol
     if (dw.stride != dw.cols or g.stride != g.cols or x.shape[1] != C or py < 0 or px < 0
             or tuple(g.shape) != (N, K, oh, ow)):
         raise ShapeError(f"conv_direct_grad_weight: data {x.shape} and gradient {g.shape} "
@@ -781,18 +781,12 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
                     ms_pg_convw_f32(lvl, <float *> xs, N, C, H, W, x.stride, py, px, kh, kw,
                                     <float *> gs, K, <float *> s, <float *> xpad,
                                     <float *> gt, off, nthreads)
-                    for k in range(K):       # dw = alpha * S^T + beta * dw
-                        for j in range(CK):
-                            _store_f32(<float *> ds + k * CK + j, (<float *> s)[j * KP + k],
-                                       <float> fa, <float> fb)
+                    _store_sums(<float *> ds, <float *> s, K, CK, KP, <float> fa, <float> fb)
                 else:
                     ms_pg_convw_f64(lvl, <double *> xs, N, C, H, W, x.stride, py, px, kh, kw,
                                     <double *> gs, K, <double *> s, <double *> xpad,
                                     <double *> gt, off, nthreads)
-                    for k in range(K):
-                        for j in range(CK):
-                            _store_f64(<double *> ds + k * CK + j, (<double *> s)[j * KP + k],
-                                       fa, fb)
+                    _store_sums(<double *> ds, <double *> s, K, CK, KP, fa, fb)
         finally:
             _unpin3(x, g, dw)
     finally:
@@ -810,21 +804,20 @@ cdef inline bint _finite(char *p, int flag) noexcept nogil:
     return isfinite((<double *> p)[0])
 
 
-cdef inline void _store_f32(float *o, float v, float alpha, float beta) noexcept nogil:
-    """``*o = alpha * v + beta * *o`` as the kernels store (beta 0: *o not read)."""
-    if alpha != 1:
-        v = alpha * v
-    if beta != 0:
-        v = v + beta * o[0]
-    o[0] = v
-
-
-cdef inline void _store_f64(double *o, double v, double alpha, double beta) noexcept nogil:
-    if alpha != 1:
-        v = alpha * v
-    if beta != 0:
-        v = v + beta * o[0]
-    o[0] = v
+cdef void _store_sums(floating *dw, floating *s, Py_ssize_t K, Py_ssize_t CK, Py_ssize_t KP,
+                      floating alpha, floating beta) noexcept nogil:
+    """dw (K x CK) = alpha * s^T + beta * dw, s's rows (taps) KP apart, each element as the
+    kernels store it (beta 0: dw not read)."""
+    cdef Py_ssize_t k, j
+    cdef floating v
+    for k in range(K):
+        for j in range(CK):
+            v = s[j * KP + k]
+            if alpha != 1:
+                v = alpha * v
+            if beta != 0:
+                v = v + beta * dw[k * CK + j]
+            dw[k * CK + j] = v
 
 
 def product(dst, exp, tuple sign_beta, int nthreads):

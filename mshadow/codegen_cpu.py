@@ -1104,10 +1104,12 @@ def _readers(names):
 # AVX-512 each window column's elements are first gathered into a dense run by one
 # two-register permute per 16 floats (8 doubles), then folded as sx == 1 folds. Every
 # reducer row's own FOLD, in the tile's (a, b) order: the same bits as the SSE2 tile.
-_POOL_S2_IDX = {"f32": ("_mm512_permutex2var_ps", "_mm512_maskz_loadu_ps", "__m512",
+_POOL_S2_IDX = {"f32": ("_mm512_permutex2var_ps", "_mm512_maskz_loadu_ps", "_mm512_storeu_ps",
+                        "__m512",
                         "_mm512_setr_epi32(" + ", ".join(str(2 * i) for i in range(16)) + ")",
                         16, "__mmask16"),
-                "f64": ("_mm512_permutex2var_pd", "_mm512_maskz_loadu_pd", "__m512d",
+                "f64": ("_mm512_permutex2var_pd", "_mm512_maskz_loadu_pd", "_mm512_storeu_pd",
+                        "__m512d",
                         "_mm512_setr_epi64(" + ", ".join(str(2 * i) for i in range(8)) + ")",
                         8, "__mmask8")}
 
@@ -1117,7 +1119,7 @@ def _pool_s2(code):
     storage type (inside its T / V / FOLD_<NAME> macros); POOL_S2 is 0 for the others."""
     if code not in _POOL_S2_IDX:
         return ["#define POOL_S2(...) 0"]
-    perm, load, vec, idx, L, mask = _POOL_S2_IDX[code]
+    perm, load, store, vec, idx, L, mask = _POOL_S2_IDX[code]
     fold = readers._each_reducer(
         "for (j = 0; j < mm; ++j) acc[j] = INIT_@;\n"
         "      for (a = ys; a < ye; ++a) for (b = 0; b < kx; ++b) {\n"
@@ -1127,11 +1129,10 @@ def _pool_s2(code):
         f"          const {vec} lo = {load}(({mask})(need >= {L} ? ~0u : (1u << need) - 1u), p + 2 * j);\n"
         f"          const {vec} hi = {load}(({mask})(need <= {L} ? 0u : (1u << (need - {L})) - 1u), "
         f"p + 2 * j + {L});\n"
-        f"          STORE512(u + j, {perm}(lo, {idx}, hi));\n"
+        f"          {store}(u + j, {perm}(lo, {idx}, hi));\n"
         "        }\n"
         "        for (j = 0; j < mm; ++j) acc[j] = FOLD_@(acc[j], u[j]);\n"
         "      }", default="return 0;")
-    fold = fold.replace("STORE512(", "_mm512_storeu_pd(" if code == "f64" else "_mm512_storeu_ps(")
     return ["#if MS_X86 && MS_HAVE_AVX",
             f"static __attribute__((target(\"avx512f\"))) int ms_pool_s2_{code}_avx512("
             "const char *src, npy_intp rs, npy_intp base, npy_intp ys, npy_intp ye, "

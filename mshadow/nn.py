@@ -440,20 +440,21 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
         raise ShapeError(f"{where}: data {tuple(data.shape)} and weight {tuple(weight.shape)} "
                          f"(pad {pad}, stride {stride}) give ({nimg}, {K}) + {ohw}, out is "
                          f"{tuple(out.shape)}")
-    if stride == 1 and _direct(out, data, weight, _pads(pad), False, sign_beta):
+    if stride == 1 and _direct("conv_direct", out, data, weight, *_pads(pad), False,
+                               *sign_beta):
         return
     _conv_run(out, weight, cols, nimg, per_image, False, sign_beta)
 
 
-def _direct(y, x, w, pads, grad_data, sign_beta):
-    """Whether panel_gemm.h's direct stride-1 convolution did ``y``'s work (_blas.conv_direct):
-    a tensor ``x`` at the AVX2 or AVX-512 level, float32 or float64, ``y`` sharing no memory
-    with ``x`` or ``w``; else nothing was done."""
+def _direct(kernel, y, x, w, *args):
+    """Whether one of panel_gemm.h's direct stride-1 kernels (``kernel``: _blas.conv_direct
+    or conv_direct_grad_weight, called with ``args``) did ``y``'s work: a tensor ``x`` at
+    the AVX2 or AVX-512 level, float32 or float64, ``y`` sharing no memory with ``x`` or
+    ``w``; else nothing was done."""
     if not isinstance(x, _core.Tensor) or _core.reads_tensor((x, w), y):
         return False
-    return _blas().conv_direct(y, x, w, pads[0], pads[1], grad_data, sign_beta[0],
-                               sign_beta[1], _core.get_num_threads(),
-                               _core.simd_info()["active"])
+    return getattr(_blas(), kernel)(y, x, w, *args, _core.get_num_threads(),
+                                    _core.simd_info()["active"])
 
 
 def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
@@ -481,11 +482,8 @@ def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
         raise ShapeError(f"{where}: data {tuple(data.shape)} and dweight "
                          f"{tuple(dweight.shape)} (pad {pad}, stride {stride}) give a gradient "
                          f"of ({nimg}, {K}) + {ohw}, grad is {tuple(grad.shape)}")
-    if (stride == 1 and isinstance(data, _core.Tensor)
-            and not _core.reads_tensor((data, grad), dweight)
-            and _blas().conv_direct_grad_weight(dweight, data, grad, *_pads(pad), *sign_beta,
-                                                _core.get_num_threads(),
-                                                _core.simd_info()["active"])):
+    if stride == 1 and _direct("conv_direct_grad_weight", dweight, data, grad, *_pads(pad),
+                               *sign_beta):
         return
     _conv_run(dweight, grad, cols, nimg, per_image, True, sign_beta)
 
@@ -526,7 +524,8 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
     if _core.reads_tensor((grad, weight), dx):
         raise ValueError(f"{where}: dx shares memory with grad or weight")
     if stride == 1 and py < kh and px < kw and min(ohw) > 0 and _direct(
-            dx, grad, weight, (kh - 1 - py, kw - 1 - px), True, _blas_saver(where, saver)):
+            "conv_direct", dx, grad, weight, kh - 1 - py, kw - 1 - px, True,
+            *_blas_saver(where, saver)):
         return
     cols = _core.new_tensor((C * kh * kw, ohw[0] * ohw[1]), 0, dtype=dx.dtype)
     image = pack_col2patch(cols, (C, H + 2 * py, W + 2 * px), kh, kw, stride)

@@ -232,6 +232,21 @@ def test_conv2d_panel_kernel_same_bits_at_both_levels_and_thread_counts(dtype):
                 assert dx.numpy().tobytes() == first_dx.tobytes(), (level, threads)
 
 
+def _random_shapes(rng, n, filters):
+    """``n`` random stride-1 cases ((N, C, H, W), (K, kh, kw), (py, px)): kernels of 1 to 5,
+    pads of 0 to 3, images at least one output wide and up to 11 rows and 39 columns past
+    that, up to ``filters`` - 1 filters."""
+    out = []
+    for _ in range(n):
+        kh, kw = rng.integers(1, 6, 2)
+        py, px = rng.integers(0, 4, 2)
+        out.append(((int(rng.integers(1, 5)), int(rng.integers(1, 9)),
+                     int(max(kh - 2 * py, 1) + rng.integers(0, 12)),
+                     int(max(kw - 2 * px, 1) + rng.integers(0, 40))),
+                    (int(rng.integers(1, filters)), int(kh), int(kw)), (int(py), int(px))))
+    return out
+
+
 @pytest.mark.usefixtures("restore_engine_state")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv2d_direct_gives_the_panels_bits(dtype):
@@ -248,14 +263,7 @@ def test_conv2d_direct_gives_the_panels_bits(dtype):
     rng = np.random.default_rng(11)
     shapes = [((3, 5, 9, 20), (7, 3, 3), 1), ((1, 4, 6, 3), (9, 5, 2), (2, 0)),
               ((4, 2, 5, 5), (3, 1, 1), 0), ((2, 3, 3, 1), (2, 3, 3), (1, 2))]
-    for _ in range(4):   # and random ones
-        kh, kw = rng.integers(1, 6, 2)
-        py, px = rng.integers(0, 4, 2)
-        shapes.append(((int(rng.integers(1, 5)), int(rng.integers(1, 9)),
-                        int(max(kh - 2 * py, 1) + rng.integers(0, 12)),
-                        int(max(kw - 2 * px, 1) + rng.integers(0, 40))),
-                       (int(rng.integers(1, 20)), int(kh), int(kw)), (int(py), int(px))))
-    for (N, C, H, W), (K, kh, kw), pad in shapes:
+    for (N, C, H, W), (K, kh, kw), pad in shapes + _random_shapes(rng, 4, 20):
         x = rng.standard_normal((N, C, H, W)).astype(dtype)
         w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
         cols = _ref_cols(x, kh, kw, pad, 1)
@@ -296,14 +304,7 @@ def test_conv2d_grad_weight_direct_same_bits_at_both_levels_and_thread_counts(dt
     rng = np.random.default_rng(12)
     shapes = [((3, 5, 9, 20), (7, 3, 3), 1), ((1, 4, 6, 3), (40, 5, 2), (2, 0)),
               ((4, 2, 5, 5), (1, 1, 1), 0), ((2, 3, 3, 1), (17, 3, 3), (1, 2))]
-    for _ in range(4):
-        kh, kw = rng.integers(1, 6, 2)
-        py, px = rng.integers(0, 4, 2)
-        shapes.append(((int(rng.integers(1, 5)), int(rng.integers(1, 9)),
-                        int(max(kh - 2 * py, 1) + rng.integers(0, 12)),
-                        int(max(kw - 2 * px, 1) + rng.integers(0, 40))),
-                       (int(rng.integers(1, 40)), int(kh), int(kw)), (int(py), int(px))))
-    for (N, C, H, W), (K, kh, kw), pad in shapes:
+    for (N, C, H, W), (K, kh, kw), pad in shapes + _random_shapes(rng, 4, 40):
         py, px = (pad, pad) if isinstance(pad, int) else pad
         oh, ow = H + 2 * py - kh + 1, W + 2 * px - kw + 1
         x = rng.standard_normal((N, C, H, W)).astype(dtype)
