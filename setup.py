@@ -9,8 +9,11 @@ compiles once, and ``pip wheel .`` after it packs the same binary), so editable,
 stderr and, when pip hides that, to the terminal.
 
 MSHADOW_NO_OPENMP=1 forces a single-threaded build; MSHADOW_DEBUG=1 builds without -O3 and
-keeps symbols; MSHADOW_KEEP_SYMBOLS=1 keeps them in an -O3 build (for perf). Per-ISA kernels (SSE2 baseline, AVX2, AVX-512) are compiled inside the
-extension with target pragmas and chosen at import, so no -march flag is needed here.
+keeps symbols; MSHADOW_KEEP_SYMBOLS=1 keeps them in an -O3 build (for perf). Per-ISA
+kernels (SSE2 baseline, AVX2, AVX-512 on x86-64; NEON on arm64) are compiled inside the
+extension with target pragmas and chosen at import, so no -march flag is needed here. A
+cross build takes its target from sysconfig (_PYTHON_HOST_PLATFORM and the target's
+sysconfig data: .ci/arm64_check.sh builds for aarch64 so).
 """
 import glob
 import json
@@ -19,6 +22,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 
@@ -131,13 +135,23 @@ def _generate_kernels():
             spec.loader.exec_module(mod)
             mod.write(os.path.join(pkg, "include", "mshadow", header))
             if module == "codegen_cpu":
-                _ISAS[:] = list(mod.ISAS)
+                arch = _ARCH.get(_target_machine())
+                _ISAS[:] = [isa for macro, isas in mod.ARCH_ISAS if macro == arch for isa in isas]
     finally:
         sys.path.remove(pkg)
 
 
 _KERNELS_DONE = []
-_ISAS = []   # the SIMD levels the kernels are compiled for (codegen_cpu.ISAS)
+_ISAS = []   # the SIMD levels the kernels are compiled for (codegen_cpu.ARCH_ISAS, this target's)
+# machine -> packet.h's architecture macro (codegen_cpu.ARCH_ISAS); others build plain C only
+_ARCH = {"x86_64": "MS_X86", "amd64": "MS_X86", "i686": "MS_X86", "i386": "MS_X86",
+         "aarch64": "MS_ARM64", "arm64": "MS_ARM64"}
+
+
+def _target_machine():
+    """The machine the extension is built for, not the host: a cross build (to aarch64, say)
+    sets _PYTHON_HOST_PLATFORM, which sysconfig reports."""
+    return sysconfig.get_platform().rsplit("-", 1)[-1].lower()
 
 
 def _kernels():
@@ -254,9 +268,12 @@ class BuildExt(build_ext):
                     ext.extra_link_args += ["-Wl,--strip-all"]   # no debug info in the .so
             # -fwrapv: integer overflow wraps as in mshadow's C++ on every compiler we use;
             # -ffp-contract=off: no FMA contraction, so packet and plain paths agree bit for bit.
+            # -Werror=implicit-function-declaration: a kernel missing on one architecture fails
+            # the build there, not the import.
             ext.extra_compile_args += ["-fno-strict-aliasing", "-fwrapv", "-ffp-contract=off",
-                                       "-Wno-unused-function", "-Wno-unused-variable"]
-            if platform.machine().lower() in ("x86_64", "amd64", "i686", "i386"):
+                                       "-Wno-unused-function", "-Wno-unused-variable",
+                                       "-Werror=implicit-function-declaration"]
+            if _ARCH.get(_target_machine()) == "MS_X86":
                 ext.extra_compile_args += ["-msse2"]
             if ext.name in _SERIAL:
                 continue

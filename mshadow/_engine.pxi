@@ -31,7 +31,7 @@ cdef extern from "mshadow/kernels_gen.h":
         int fetch_start
         int fetch[8]
     int ms_detect_isa() nogil
-    int MS_X86
+    const char *ms_isa_names[]
     const char *MS_KERNELS_FINGERPRINT
     ctypedef struct ms_chain_step:
         const char *op
@@ -120,7 +120,19 @@ cdef _load_gathers(const ms_kernel_entry *table):
 
 _load_gathers(ms_reader_table)
 
-_ISA_NAMES = ("plain", "sse2", "avx2", "avx512")
+def _isa_names():
+    """This architecture's SIMD levels by name, lowest first (packet.h's ms_isa_names):
+    plain, sse2, avx2, avx512 on x86; plain, neon on arm64."""
+    names, k = [], 0
+    while ms_isa_names[k] != NULL:
+        names.append(ms_isa_names[k].decode())
+        k += 1
+    return tuple(names)
+
+
+_ISA_NAMES = _isa_names()
+# the CPU feature that names each level in MSHADOW_DISABLE_CPU_FEATURES
+_ISA_FEATURE = {"sse2": "SSE2", "avx2": "AVX2", "avx512": "AVX512F", "neon": "NEON"}
 
 from .codegen_cpu import fingerprint as _fingerprint, GENERATOR_SOURCES as _GEN_SOURCES
 if _fingerprint() != MS_KERNELS_FINGERPRINT.decode():
@@ -141,11 +153,12 @@ cdef int _detected_isa = ms_detect_isa()
 
 
 def _initial_isa():
-    """The detected level, lowered by MSHADOW_DISABLE_CPU_FEATURES=AVX512F,AVX2,SSE2."""
+    """The detected level, lowered by MSHADOW_DISABLE_CPU_FEATURES=AVX512F,AVX2,SSE2 (NEON
+    on arm64): below the lowest level named."""
     level = _detected_isa
     off = {f.strip().upper() for f in os.environ.get("MSHADOW_DISABLE_CPU_FEATURES", "").split(",")}
-    for name, lvl in (("AVX512F", 3), ("AVX2", 2), ("SSE2", 1)):
-        if name in off and level >= lvl:
+    for lvl in range(len(_ISA_NAMES) - 1, 0, -1):
+        if _ISA_FEATURE[_ISA_NAMES[lvl]] in off and level >= lvl:
             level = lvl - 1
     return level
 
@@ -155,13 +168,13 @@ ms_isa_level = _initial_isa()
 
 def simd_info():
     """(compiled levels, detected level, level in use) by name."""
-    compiled = _ISA_NAMES if MS_X86 else _ISA_NAMES[:1]
-    return {"compiled": compiled, "detected": _ISA_NAMES[_detected_isa],
+    return {"compiled": _ISA_NAMES, "detected": _ISA_NAMES[_detected_isa],
             "active": _ISA_NAMES[ms_isa_level]}
 
 
 def set_simd_level(level):
-    """Use packets up to ``level`` ('plain', 'sse2', 'avx2', 'avx512'); never above the CPU's."""
+    """Use packets up to ``level`` ('plain', 'sse2', 'avx2', 'avx512'; 'plain', 'neon' on
+    arm64); never above the CPU's."""
     global ms_isa_level
     if level not in _ISA_NAMES:
         raise ValueError(f"unknown SIMD level {level!r} (expected one of {', '.join(_ISA_NAMES)})")

@@ -23,9 +23,28 @@ else:  # loaded by path from setup.py, before the package is importable
     from codegen_types import write_if_changed
     import vmath
 
-ISAS = ("sse2", "avx2", "avx512")
+# The SIMD levels above plain C, by architecture (packet.h): level k of an architecture is
+# the k-th of its ISAs. Each architecture's kernels and dispatch tables are emitted under
+# its macro (_per_arch), so one header serves every target.
+ARCH_ISAS = (("MS_X86", ("sse2", "avx2", "avx512")), ("MS_ARM64", ("neon",)))
+ISAS = tuple(isa for _, isas in ARCH_ISAS for isa in isas)
 _TARGET = {"sse2": "", "avx2": '__attribute__((target("avx2"))) ',
-           "avx512": '__attribute__((target("avx512f"))) '}
+           "avx512": '__attribute__((target("avx512f"))) ', "neon": ""}
+
+
+def _per_arch(emit):
+    """The C lines ``emit(isas)`` gives for each architecture's ISAs, each under its macro:
+    #if MS_X86 ... #elif MS_ARM64 ... #endif (no lines on other architectures)."""
+    out = []
+    for k, (macro, isas) in enumerate(ARCH_ISAS):
+        out.append(f"#{'if' if k == 0 else 'elif'} {macro}")
+        out += emit(isas)
+    return out + ["#endif"]
+
+
+def _level_table(decl, level0, isas, name):
+    """``decl = {level0, name(isa) for each isa}``: a dispatch table indexed by ms_isa_level."""
+    return f"{decl} = {{{level0}, " + ", ".join(name(isa) for isa in isas) + "};"
 _ARGS = "abc"
 
 
@@ -99,7 +118,7 @@ def _loop_kernel(name, n_in, ctypes_in, ctype_out, expr, packet_tab=None):
     if packet_tab:
         conds = " && ".join(f"(s{_ARGS[k]} == {sizes[k]} || s{_ARGS[k]} == 0)" for k in range(n_in))
         mask = " | ".join(f"((s{_ARGS[k]} == 0) << {k})" for k in range(n_in))
-        L += ["#if MS_X86",
+        L += ["#if MS_SIMD",
               f"  if (ms_isa_level > 0 && sr == {so} && {conds}) {{",
               f"    const int smask = {mask};",
               f"    if (smask != {2 ** n_in - 1}) {{ {packet_tab}[ms_isa_level](rp, args, n, smask); return; }}",
@@ -182,15 +201,11 @@ def _vmath():
         assert len(values) == 16 and all(_is_f32(v) for v in values), name
         out.append(f"static const float {_table_name(name, 'f32')}[16] = {{"
                    + ", ".join(f"{v.hex()}f" for v in values) + "};")
-    for isa in ("s",) + ISAS:
-        if isa != "s":
-            out.append("#if MS_X86")
-        for name, arity, bodies in vmath.FUNCTIONS:
-            for code, ctype in (("f32", "float"), ("f64", "double")):
-                out.append(_vmath_fn(name, arity, bodies[code], code, ctype, isa))
-        if isa != "s":
-            out.append("#endif")
-    return "\n".join(out)
+    def fns(isas):
+        return [_vmath_fn(name, arity, bodies[code], code, ctype, isa) for isa in isas
+                for name, arity, bodies in vmath.FUNCTIONS
+                for code, ctype in (("f32", "float"), ("f64", "double"))]
+    return "\n".join(out + fns(("s",)) + _per_arch(fns))
 
 
 def _int_helpers(code, ctype):
@@ -212,13 +227,10 @@ def _int_helpers(code, ctype):
 def _per_isa(name, ret, sig, body):
     """The same C body compiled as name_plain and once per ISA under its target attribute
     (the compiler vectorises it for each), and the table name_tab[level] that picks one."""
-    out = [f"static {ret} {name}_plain{sig} {{\n{body}\n}}", "#if MS_X86"]
-    for isa in ISAS:
-        out.append(f"static {_TARGET[isa]}{ret} {name}_{isa}{sig} {{\n{body}\n}}")
-    out.append(f"static {ret} (*const {name}_tab[4]){sig} = "
-               f"{{{name}_plain, " + ", ".join(f"{name}_{isa}" for isa in ISAS) + "};")
-    out.append("#endif")
-    return out
+    return [f"static {ret} {name}_plain{sig} {{\n{body}\n}}"] + _per_arch(lambda isas: [
+        f"static {_TARGET[isa]}{ret} {name}_{isa}{sig} {{\n{body}\n}}" for isa in isas] + [
+        _level_table(f"static {ret} (*const {name}_tab[4]){sig}", f"{name}_plain", isas,
+                     lambda isa: f"{name}_{isa}")])
 
 
 def _implicit_gemm(code, ctype):
@@ -244,7 +256,7 @@ def _implicit_gemm(code, ctype):
   npy_intp x, k;
   (void)data;
   if (sr == (npy_intp)sizeof({ctype}) && sbx == (npy_intp)sizeof({ctype})) {{
-#if MS_X86
+#if MS_SIMD
     ms_igemm_{code}_tab[ms_isa_level](A, B, R, n, K, sa, sbk);
 #else
     ms_igemm_{code}_plain(A, B, R, n, K, sa, sbk);
@@ -347,7 +359,7 @@ def _subst(form, names):
 
 # SIMD width of each (ISA, code): the lane accumulators of a summing chain are unrolled
 _WIDTH = {("sse2", "f32"): 4, ("sse2", "f64"): 2, ("avx2", "f32"): 8, ("avx2", "f64"): 4,
-          ("avx512", "f32"): 16, ("avx512", "f64"): 8}
+          ("avx512", "f32"): 16, ("avx512", "f64"): 8, ("neon", "f32"): 4, ("neon", "f64"): 2}
 
 
 def _packet_step(d, isa, code, swap, value, operand):
@@ -618,21 +630,25 @@ def _chain_plain(code, ctype):
 def _chain_kernel(code, ctype):
     """chain_<code>: a fused run of steps stored to args[nin]; chain_sum_<code>: the same
     run summed (a reduction's last instruction: one partial sum per block)."""
-    L = [_chain_plain(code, ctype), "#if MS_X86"]
-    for isa in ISAS:
-        L.append(_chain_vmath_steps(code, isa))
-        L.append(_chain_short(code, ctype, isa))
-        L.append(_chain_packet(code, ctype, isa))
-        L.append(_chain_packet(code, ctype, isa, total=True))
-    for name in (f"ms_chain_{code}", f"ms_chain_sum_{code}"):
-        L.append(f"static void (*const {name}_tab[4])(const ms_chain *, char **, npy_intp) = "
-                 f"{{NULL, " + ", ".join(f"{name}_{isa}" for isa in ISAS) + "};")
-    L.append(f"static void (*const ms_chain_short_{code}_tab[4])(const ms_chain *, char **, "
-             f"npy_intp, npy_intp, {ctype} *) = {{NULL, "
-             + ", ".join(f"ms_chain_short_{code}_{isa}" for isa in ISAS) + "};")
-    L.append("/* elements of one unrolled iteration: a shorter run goes straight to the short loop */")
-    L.append(f"static const npy_intp ms_chain_unrolled_{code}[4] = {{0, "
-             + ", ".join(str(CHAIN_UNROLL * _WIDTH[isa, code]) for isa in ISAS) + "};")
+    def arch(isas):
+        out = []
+        for isa in isas:
+            out += [_chain_vmath_steps(code, isa), _chain_short(code, ctype, isa),
+                    _chain_packet(code, ctype, isa), _chain_packet(code, ctype, isa, total=True)]
+        for name in (f"ms_chain_{code}", f"ms_chain_sum_{code}"):
+            out.append(_level_table(f"static void (*const {name}_tab[4])(const ms_chain *, "
+                                    "char **, npy_intp)", "NULL", isas,
+                                    lambda isa: f"{name}_{isa}"))
+        out.append(_level_table(f"static void (*const ms_chain_short_{code}_tab[4])("
+                                f"const ms_chain *, char **, npy_intp, npy_intp, {ctype} *)",
+                                "NULL", isas, lambda isa: f"ms_chain_short_{code}_{isa}"))
+        out.append("/* elements of one unrolled iteration: a shorter run goes straight to the "
+                   "short loop */")
+        out.append(_level_table(f"static const npy_intp ms_chain_unrolled_{code}[4]", "0", isas,
+                                lambda isa: str(CHAIN_UNROLL * _WIDTH[isa, code])))
+        return out
+    L = [_chain_plain(code, ctype)] + _per_arch(arch)
+    L.append("#if MS_SIMD")
     L.append(f"""/* The level a run of n elements takes: a run shorter than one AVX-512 iteration takes
  * 256-bit vectors. On a 2-core AVX-512 Xeon a statement whose kernels touch 512-bit registers
  * cost 0.1 us more (1.26 -> 1.37 us for E1 at n = 16; the 512-bit width saves a few ns on
@@ -643,7 +659,7 @@ static inline int ms_chain_level_{code}(npy_intp n) {{
     L.append("#endif")
     L.append(f"""static void ms_k_chain_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   (void)steps;   /* every operand is contiguous or a scalar: the plan only fuses such runs */
-#if MS_X86
+#if MS_SIMD
   const int lv = ms_chain_level_{code}(dims[0]);
   if (lv > 0) {{
     if (dims[0] >= ms_chain_unrolled_{code}[lv])
@@ -657,7 +673,7 @@ static inline int ms_chain_level_{code}(npy_intp n) {{
 }}
 static void ms_k_chain_sum_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   (void)steps;
-#if MS_X86
+#if MS_SIMD
   const int lv = ms_chain_level_{code}(dims[0]);
   if (lv > 0 && dims[0] >= ms_chain_unrolled_{code}[lv]) {{
     ms_chain_sum_{code}_tab[lv]((const ms_chain *)data, args, dims[0]);
@@ -668,7 +684,7 @@ static void ms_k_chain_sum_{code}(char **args, npy_intp const *dims, npy_intp co
     {ctype} tot[{REDUCE_LANES}];
     int l, w;
     for (l = 0; l < {REDUCE_LANES}; ++l) tot[l] = 0;
-#if MS_X86
+#if MS_SIMD
     if (lv > 0)
       ms_chain_short_{code}_tab[lv]((const ms_chain *)data, args, dims[0], 0, tot);
     else
@@ -688,17 +704,16 @@ def _softmax(code, ctype):
     lane i % 16, lanes added pairwise, as the reductions do), then d /= sum. vmath's exp
     and that order give the same bits at every ISA level and in the plain loop. ``d`` may
     be ``e``. numpy's five passes, each over the whole array, took 2.3-2.9x torch's time."""
-    out = [_softmax_row(code, ctype, None), "#if MS_X86"]
-    out += [_softmax_row(code, ctype, isa) for isa in ISAS]
-    out.append(f"static void (*const ms_softmax_row_{code}_tab[4])(const {ctype} *, {ctype} *, "
-               f"npy_intp) = {{ms_softmax_row_{code}_plain, "
-               + ", ".join(f"ms_softmax_row_{code}_{isa}" for isa in ISAS) + "};")
-    out.append("#endif")
+    out = [_softmax_row(code, ctype, None)] + _per_arch(lambda isas: [
+        _softmax_row(code, ctype, isa) for isa in isas] + [
+        _level_table(f"static void (*const ms_softmax_row_{code}_tab[4])(const {ctype} *, "
+                     f"{ctype} *, npy_intp)", f"ms_softmax_row_{code}_plain", isas,
+                     lambda isa: f"ms_softmax_row_{code}_{isa}")])
     out.append(f"""/* rows x cols of e (row step es bytes) into d (ds), on nt threads */
 static void ms_softmax_rows_{code}(const char *e, npy_intp es, char *d, npy_intp ds,
                                    npy_intp rows, npy_intp cols, int nt) {{
   npy_intp y;
-#if MS_X86
+#if MS_SIMD
   /* AVX2's row divides with FMA instructions, which a few AVX2 CPUs lack */
   void (*row)(const {ctype} *, {ctype} *, npy_intp) = ms_softmax_row_{code}_tab[
       ms_isa_level == 2 && !ms_cpu_fma() ? 1 : ms_isa_level];
@@ -872,7 +887,7 @@ def _reduce_lanes(r, code, ctype):
     out = _per_isa(fn, ctype, sig, body)
     out.append(f"""static void ms_k_reduce_{r.block}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   (void)data;
-#if MS_X86
+#if MS_SIMD
   *({ctype} *)args[1] = {fn}_tab[ms_isa_level](args[0], dims[0], steps[0]);
 #else
   *({ctype} *)args[1] = {fn}_plain(args[0], dims[0], steps[0]);
@@ -885,6 +900,8 @@ def _any_lane(isa, code, m):
     """C: whether any lane of the comparison mask ``m`` (of ms_<isa>_isnan) is set."""
     if isa == "avx512":
         return f"({m}) != 0"
+    if isa == "neon":
+        return f"ms_neon_any_{code}({m})"
     return f"_mm{'256' if isa == 'avx2' else ''}_movemask_{'ps' if code == 'f32' else 'pd'}({m})"
 
 
@@ -913,11 +930,10 @@ def _reduce_in_order(r, code, ctype):
     call = plain = f"{fn}_in_order(args[0], dims[0], steps[0])"
     if r.simd is not None and code in FLOAT_CODES and compute_code(code) == code:
         op, cmp = r.simd, _SIMD_CMP[r.simd]
-        out.append("#if MS_X86")
-        for isa in ISAS:
+        def simd_fold(isa):
             W, V, M = _WIDTH[isa, code], f"ms_{isa}_v_{code}", f"ms_{isa}_m_{code}"
-            f = lambda name: f"ms_{isa}_{name}_{code}"     # noqa: E731,B023
-            out.append(f"""static {_TARGET[isa]}{ctype} {fn}_{isa}{sig} {{
+            f = lambda name: f"ms_{isa}_{name}_{code}"     # noqa: E731
+            return f"""static {_TARGET[isa]}{ctype} {fn}_{isa}{sig} {{
   const {ctype} *x = (const {ctype} *)a;
   {V} acc[4];
   {M} bad;
@@ -944,14 +960,14 @@ def _reduce_in_order(r, code, ctype):
     m = x[i] {cmp} m ? x[i] : m;
   }}
   return m != 0 ? m : {fn}_in_order(a, n, sa);
-}}""")
-        out.append(f"static {ctype} (*const {fn}_tab[4]){sig} = {{{fn}_in_order, "
-                   + ", ".join(f"{fn}_{isa}" for isa in ISAS) + "};")
-        out.append("#endif")
+}}"""
+        out += _per_arch(lambda isas: [simd_fold(isa) for isa in isas] + [
+            _level_table(f"static {ctype} (*const {fn}_tab[4]){sig}", f"{fn}_in_order", isas,
+                         lambda isa: f"{fn}_{isa}")])
         call = f"{fn}_tab[ms_isa_level](args[0], dims[0], steps[0])"
     out.append(f"""static void ms_k_reduce_{r.block}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
   (void)data;
-#if MS_X86
+#if MS_SIMD
   *({ctype} *)args[1] = {call};
 #else
   *({ctype} *)args[1] = {plain};
@@ -1206,13 +1222,10 @@ def generate():
                 continue
             tab = None
             if op.packet and code in FLOAT_CODES:
-                out.append("#if MS_X86")
-                for isa in ISAS:
-                    out.append(_packet_fn(op, code, ctype, isa))
                 tab = f"ms_pk_{op.name}_{code}_tab"
-                out.append(f"static const ms_packet_fn {tab}[4] = {{NULL, "
-                           + ", ".join(f"ms_pk_{op.name}_{code}_{isa}" for isa in ISAS) + "};")
-                out.append("#endif")
+                out += _per_arch(lambda isas: [_packet_fn(op, code, ctype, isa) for isa in isas] + [
+                    _level_table(f"static const ms_packet_fn {tab}[4]", "NULL", isas,
+                                 lambda isa: f"ms_pk_{op.name}_{code}_{isa}")])
             name = f"{op.name}_{code}"
             out.append(_loop_kernel(name, op.arity, [ctype] * op.arity, ctype,
                                     _c_expr(op, code, ctype), tab))

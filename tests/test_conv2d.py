@@ -200,7 +200,8 @@ def test_conv2d_panel_kernel_same_bits_at_both_levels_and_thread_counts(dtype):
     from mshadow.testing import simd_levels
     levels = [lv for lv in simd_levels() if lv in ("avx2", "avx512")]
     if not levels:
-        pytest.skip("no AVX2 on this CPU: the forward is BLAS's")
+        pytest.skip("the direct kernels are x86 AVX2 / AVX-512 ones, which this CPU lacks: "
+                    "the forward is BLAS's")
     rng = np.random.default_rng(4)
     for (N, C, H, W), K in (((2, 7, 15, 15), 13), ((1, 3, 9, 31), 6), ((3, 2, 5, 5), 1)):
         x = rng.standard_normal((N, C, H, W)).astype(dtype)
@@ -259,7 +260,8 @@ def test_conv2d_direct_gives_the_panels_bits(dtype):
     from mshadow.testing import simd_levels
     levels = [lv for lv in simd_levels() if lv in ("avx2", "avx512")]
     if not levels:
-        pytest.skip("no AVX2 on this CPU: both are BLAS's")
+        pytest.skip("the direct kernels are x86 AVX2 / AVX-512 ones, which this CPU lacks: "
+                    "both are BLAS's")
     rng = np.random.default_rng(11)
     shapes = [((3, 5, 9, 20), (7, 3, 3), 1), ((1, 4, 6, 3), (9, 5, 2), (2, 0)),
               ((4, 2, 5, 5), (3, 1, 1), 0), ((2, 3, 3, 1), (2, 3, 3), (1, 2))]
@@ -300,7 +302,8 @@ def test_conv2d_grad_weight_direct_same_bits_at_both_levels_and_thread_counts(dt
     from mshadow.testing import simd_levels
     levels = [lv for lv in simd_levels() if lv in ("avx2", "avx512")]
     if not levels:
-        pytest.skip("no AVX2 on this CPU: the weight gradient is BLAS's")
+        pytest.skip("the direct kernels are x86 AVX2 / AVX-512 ones, which this CPU lacks: "
+                    "the weight gradient is BLAS's")
     rng = np.random.default_rng(12)
     shapes = [((3, 5, 9, 20), (7, 3, 3), 1), ((1, 4, 6, 3), (40, 5, 2), (2, 0)),
               ((4, 2, 5, 5), (1, 1, 1), 0), ((2, 3, 3, 1), (17, 3, 3), (1, 2))]

@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 
 import mshadow as ms
+from mshadow.testing import simd_levels
 
 FLOATS = [np.float32, np.float64]
 FUNCS = {"exp": np.exp, "log": np.log, "log1p": np.log1p, "tanh": np.tanh}
-ISA_ORDER = ("plain", "sse2", "avx2", "avx512")
 LD = np.longdouble
 HAVE_LD = np.finfo(LD).nmant >= 60
 
@@ -63,12 +63,6 @@ def _ordered(a):
     it = np.int32 if a.dtype == np.float32 else np.int64
     i = a.view(it).astype(np.int64)
     return np.where(i < 0, np.int64(np.iinfo(it).min) - i, i)
-
-
-def _levels():
-    info = ms.simd_info()
-    top = ISA_ORDER.index(info["detected"])
-    return [lv for lv in info["compiled"] if ISA_ORDER.index(lv) <= top]
 
 
 @pytest.fixture
@@ -187,7 +181,7 @@ def _mixed(dtype, n, rng):
 @pytest.mark.parametrize("name", list(FUNCS))
 def test_same_bits_at_every_simd_level(name, dtype, restore_simd):
     _own_kernel(name, dtype)
-    levels = _levels()
+    levels = list(simd_levels())
     assert "plain" in levels, levels   # x86-64 adds sse2 and up; others may have plain only
     rng = np.random.default_rng(7)
     cases = []
@@ -255,7 +249,7 @@ def test_same_bits_over_the_whole_range(name, dtype, restore_simd):
     x = _wide(name, dtype, np.random.default_rng(11), 20011)
     got = {}
     with np.errstate(all="ignore"):
-        for lv in _levels():
+        for lv in simd_levels():
             ms.set_simd_level(lv)
             got[lv] = _ordered(_apply(name, x))
         want = FUNCS[name](x.astype(LD if HAVE_LD else np.float64)).astype(dtype)

@@ -1,6 +1,6 @@
 /* Packets: the SIMD vocabulary of the CPU kernels (mshadow's packet-inl.h, widened).
  *
- * Design: one header per ISA (packet/sse2.h, avx2.h, avx512.h) defines the SAME set of
+ * Design: one header per ISA (packet/sse2.h, avx2.h, avx512.h; neon.h on arm64) defines the SAME set of
  * functions, named ms_<isa>_<op>_<t> (load, loadu, store, storeu, set1, zero, add, sub,
  * mul, div, max, min, sqrt, neg, abs, sum); kernels are written once against P(op) and
  * compiled per ISA under a target pragma, then chosen at import (ms_select_isa).
@@ -15,12 +15,26 @@
 #else
 #define MS_X86 0
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define MS_ARM64 1
+#else
+#define MS_ARM64 0
+#endif
+#define MS_SIMD (MS_X86 || MS_ARM64)   /* an architecture with packet levels above plain */
 
-/* ISA levels, in order. */
+/* ISA levels, in order, and their names (simd_info): an architecture's own ladder. */
 #define MS_ISA_PLAIN 0
+#if MS_X86
 #define MS_ISA_SSE2 1
 #define MS_ISA_AVX2 2
 #define MS_ISA_AVX512 3
+static const char *const ms_isa_names[] = {"plain", "sse2", "avx2", "avx512", NULL};
+#elif MS_ARM64
+#define MS_ISA_NEON 1
+static const char *const ms_isa_names[] = {"plain", "neon", NULL};
+#else
+static const char *const ms_isa_names[] = {"plain", NULL};
+#endif
 
 #define MS_PACKET_INSIDE 1
 #include "packet/scalar.h"
@@ -33,6 +47,11 @@
 #else
 #define MS_HAVE_AVX 0
 #endif
+#elif MS_ARM64
+#define MS_HAVE_AVX 0
+#include "packet/neon.h"
+#else
+#define MS_HAVE_AVX 0
 #endif
 #undef MS_PACKET_INSIDE
 
@@ -40,6 +59,8 @@
  * ahead that the hardware prefetcher alone leaves a sum of squares memory-latency bound. */
 #if MS_X86
 #define ms_prefetch(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#elif defined(__GNUC__) || defined(__clang__)
+#define ms_prefetch(p) __builtin_prefetch((const void *)(p), 0, 3)
 #else
 #define ms_prefetch(p) ((void)(p))
 #endif
@@ -54,6 +75,8 @@ static inline int ms_detect_isa(void) {
   return MS_ISA_SSE2;
 #elif MS_X86
   return MS_ISA_SSE2;
+#elif MS_ARM64
+  return MS_ISA_NEON;   /* every AArch64 CPU has it */
 #else
   return MS_ISA_PLAIN;
 #endif

@@ -32,6 +32,22 @@ static inline int ms_pg_thread(void) { return 0; }
 static inline int ms_pg_team(void) { return 1; }
 #endif
 
+/* W (K x CK, element (m, k) at w[m * rs + k * cs]: a row-major matrix or, with the
+ * strides swapped, a transposed one) into wp: block b holds rows b*MR.., element (k, r)
+ * at wp[(b * CK + k) * MR + r]; rows past K are 0. Plain C, on every architecture: _blas
+ * calls it at any level (the kernels below are x86's) */
+#define MS_PG_PACK(T, t)                                                                      \
+  static void ms_pg_pack_##t(const T *w, ptrdiff_t rs, ptrdiff_t cs, T *wp, ptrdiff_t K,     \
+                             ptrdiff_t CK, int mr) {                                          \
+    ptrdiff_t b, k, r, nb = (K + mr - 1) / mr;                                                \
+    for (b = 0; b < nb; ++b)                                                                  \
+      for (k = 0; k < CK; ++k)                                                                \
+        for (r = 0; r < mr; ++r)                                                              \
+          wp[(b * CK + k) * mr + r] = b * mr + r < K ? w[(b * mr + r) * rs + k * cs] : (T)0;  \
+  }
+MS_PG_PACK(float, f32)
+MS_PG_PACK(double, f64)
+
 #if MS_X86 && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define MS_PG_LEVELS 1
@@ -59,21 +75,6 @@ static inline ptrdiff_t ms_pg_wnr(int level, size_t item) {
 static inline ptrdiff_t ms_pg_nr(int level, size_t item) {
   return level >= 3 ? MS_PG_NV_AVX512 * 64 / (ptrdiff_t)item : MS_PG_NV_AVX2 * 32 / (ptrdiff_t)item;
 }
-
-/* W (K x CK, element (m, k) at w[m * rs + k * cs]: a row-major matrix or, with the
- * strides swapped, a transposed one) into wp: block b holds rows b*MR.., element (k, r)
- * at wp[(b * CK + k) * MR + r]; rows past K are 0 */
-#define MS_PG_PACK(T, t)                                                                      \
-  static void ms_pg_pack_##t(const T *w, ptrdiff_t rs, ptrdiff_t cs, T *wp, ptrdiff_t K,     \
-                             ptrdiff_t CK, int mr) {                                          \
-    ptrdiff_t b, k, r, nb = (K + mr - 1) / mr;                                                \
-    for (b = 0; b < nb; ++b)                                                                  \
-      for (k = 0; k < CK; ++k)                                                                \
-        for (r = 0; r < mr; ++r)                                                              \
-          wp[(b * CK + k) * mr + r] = b * mr + r < K ? w[(b * mr + r) * rs + k * cs] : (T)0;  \
-  }
-MS_PG_PACK(float, f32)
-MS_PG_PACK(double, f64)
 
 /* The k loop of a tile: row k of B (at p + off[k]): its NV vectors (every column when
  * FULL, else the first nv[v] of vector v) times the packed column k of the block, into acc
