@@ -57,6 +57,40 @@ def copy(Tensor dst, Tensor src, stream=None):
                           f"for overlapping tensors")
 
 
+def store_array(Tensor dst, object a):
+    """``dst = a`` for ``a`` a C-contiguous numpy array of dst's shape and dtype, ``dst`` a
+    live, writable cpu tensor whose bytes ``a`` does not overlap: the bytes a saveto plan
+    would store, copied a row at a time into dst's pitch (a reduction's small result, with
+    none of the engine's per-statement cost). Returns False, having stored nothing, for
+    anything else: the engine's assignment then stores it, with its checks and errors."""
+    if (type(a) is not np.ndarray or dst.device is not cpu or dst.readonly
+            or dst.mem is None or not dst.mem.alive):
+        return False
+    cdef cnp.ndarray arr = <cnp.ndarray> a
+    if (not cnp.PyArray_IS_C_CONTIGUOUS(arr) or arr.dtype != dst.dtype
+            or a.shape != dst.shape):
+        return False
+    cdef Py_ssize_t row_bytes = dst.cols * dst.itemsize, rows = dst.rows, r
+    cdef Py_ssize_t dpitch = dst.stride * dst.itemsize
+    if rows == 0 or row_bytes == 0:
+        return True
+    cdef char *d = dst.data()
+    cdef char *s = <char *> cnp.PyArray_DATA(arr)
+    if _rows_overlap(d, dpitch, s, row_bytes, rows, row_bytes):
+        return False
+    dst.mem.pin()          # a free_space from another thread meanwhile waits for the copy
+    try:
+        with nogil:
+            if dpitch == row_bytes or rows == 1:
+                memcpy(d, s, row_bytes * rows)
+            else:
+                for r in range(rows):
+                    memcpy(d + r * dpitch, s + r * row_bytes, row_bytes)
+    finally:
+        dst.mem.unpin()
+    return True
+
+
 cdef inline bint _rows_overlap(char *d, Py_ssize_t dpitch, char *s, Py_ssize_t spitch,
                                Py_ssize_t rows, Py_ssize_t row_bytes) noexcept:
     """Whether the byte ranges two copies' rows touch ([first row start, last row end))

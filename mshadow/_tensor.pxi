@@ -913,6 +913,23 @@ cdef object _host_array(Tensor t):
     return t._export() if t.device is cpu else t.to_numpy()
 
 
+def reshaped_view(Tensor t, tuple shape):
+    """``t``, an unpadded tensor, viewed as ``shape`` (a tuple of non-negative ints with
+    the same product): the same memory, offset, dtype, device and read-only flag, so a
+    freed ``t`` raises when the view is read (a reduction reads a tensor's merged rows
+    through it, with no Shape checks or view expression per statement)."""
+    if not t.check_contiguous():
+        raise ShapeError(f"reshaped_view needs an unpadded tensor; this one has shape "
+                         f"{t.shape} and row stride {t.stride}")
+    for d in shape:
+        if type(d) is not int or d < 0:
+            raise ShapeError(f"reshaped_view: dimension {d!r} of {shape} is not a "
+                             f"non-negative int")
+    if len(shape) == 0 or _prod(shape) != _prod(t.shape):
+        raise ShapeError(f"reshaped_view: {t.shape} cannot be viewed as {shape}")
+    return t._view(_tuple_of(Shape, shape), t.offset, shape[len(shape) - 1])
+
+
 def from_numpy(a):
     """A Tensor viewing a numpy array's memory (no copy); the array stays alive with it.
 
