@@ -5,13 +5,18 @@ view. A sum over any other expression is fused: the expression is evaluated bloc
 and summed where it is computed, with no temporary of its size (docs/reduce_nn.md gives the
 summation order); so are maximum and minimum. The arg-mask (argmax/argmin) over such an
 expression evaluates it a chunk of slabs at a time into cache-sized scratch and takes each
-chunk's indices with numpy. The small result is stored through the engine.
+chunk's indices with numpy. The small result is stored through the engine (saveto of a plain
+cpu destination: copied straight into it, _core.store_array).
 """
 # Design: the reduction never writes the destination itself; every store goes through
-# mshadow.engine.assign with the assignment's saver, so dtype, read-only and freed-tensor rules
+# mshadow.engine.assign with the assignment's saver, or, for saveto, _core.store_array, which
+# copies only what saveto would store and leaves everything else (read-only, freed, another
+# dtype or shape, overlapping bytes) to the engine, so dtype, read-only and freed-tensor rules
 # live in one place. mshadow's reduce_with_axis/reduce_keepdim are chainers that nest in
 # element-wise expressions; here they are evaluated by this engine and must be assigned to a
 # tensor first.
+import functools
+import math
 import numbers
 
 import numpy as np
@@ -23,7 +28,7 @@ from ..lower.cpu import REGISTER_ROW_MIN, reduce_schedule
 from ..dtypes import compute_code
 from ..errors import DTypeError, ShapeError
 from ..expr import (Exp, ScaledExp, TransposeExp, tcast, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
-                    describe, kComplex)
+                    _is_scalar, describe, kComplex)
 from ..op import _Reducer, red, reducer_names
 from ..readers import REDUCER_BY_NAME, REDUCER_IDS, REDUCER_TABLE
 from ..shape import Shape
@@ -111,7 +116,7 @@ def _key_of(x):
 def _node(src, code, shape, form, reducer, axis, mask, where):
     node = ReduceExp.__new__(ReduceExp)
     node.key = ir.Reduce(code, form, reducer.name, axis, mask, _key_of(src))
-    node.shape = Shape(*shape)
+    node.shape = tuple.__new__(Shape, shape)   # dims of the source's checked shape
     node.code = code
     node.leaves = (src,) if isinstance(src, Tensor) else tuple(src.leaves)
     node.scale = 1 if code in _INT_CODES else 1.0
@@ -123,6 +128,8 @@ def _node(src, code, shape, form, reducer, axis, mask, where):
 
 
 def _axis(axis, nd, where, what):
+    if type(axis) is int and 0 <= axis < nd:   # the common case, without the ABC check
+        return axis
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (numbers.Integral,)):
         raise TypeError(f"{where}: {what} must be an integer, got {axis!r}")
     if not -nd <= axis < nd:
@@ -233,7 +240,9 @@ def reduce_keepdim(src, axis, reducer, mask=False):
 # ---- the engine -------------------------------------------------------------------------
 def source_devices(src):
     """The devices of every tensor a source reads (a view leaf reports its tensor's)."""
-    return _core.leaf_devices((src,) if isinstance(src, Tensor) else src.leaves)
+    if isinstance(src, Tensor):
+        return (src.device,)
+    return _core.leaf_devices(src.leaves)
 
 
 def _array(src):
@@ -264,6 +273,7 @@ def init_value(name, dtype):
     return info.min if init == "-inf" else info.max
 
 
+@functools.lru_cache(maxsize=None)   # a few (form, axis, rank) triples: one tuple each
 def _reduced_axes(form, axis, nd):
     return tuple(k for k in range(nd) if k != axis) if form == "except_dim" else (axis,)
 
@@ -289,44 +299,58 @@ def _fusable(src):
 ROWS_PER_GROUP = 64   # rows a column reduction adds in order before the next accumulator
 
 
+_FUSED = {}   # (code, reducer name) -> _fused_types(...)
+
+
+def _fused_types(code, reducer_name):
+    """(compute code, its numpy dtype, the wide dtype partials are combined in, the
+    reducer's row, its ufunc) of a fused reduction: looked up once per dtype and reducer."""
+    cc = compute_code(code)
+    row = REDUCER_BY_NAME[reducer_name]
+    cdt = np.dtype(_NP_BY_CODE[cc])
+    wide = cdt
+    if row.lanes and wide.kind == "f":   # an arithmetic fold: float partials in float64
+        wide = np.dtype(np.float64)
+    return cc, cdt, wide, row, _UFUNC[reducer_name]
+
+
 def fused_reduce(src, form, reducer_name, axis):
     """The reduction of the expression ``src`` over the reduced axes, evaluated and reduced
-    in one pass, in its compute type (float64 for float sums of partial results); None if
-    the expression holds an untraceable operator."""
-    shape, code = tuple(src.shape), src.code
-    cc = compute_code(code)
+    in one pass, in the wide type (float64 for float sums of partial results, else the
+    compute type; _finish casts it to the compute type); None if the expression holds an
+    untraceable operator."""
+    shape, code = src.shape, src.code
+    types = _FUSED.get((code, reducer_name))
+    if types is None:
+        types = _FUSED[code, reducer_name] = _fused_types(code, reducer_name)
+    cc, cdt, wide, row, ufunc = types
     nd = len(shape)
     axes = _reduced_axes(form, axis, nd)
     if not axes:         # nothing to reduce (except_dim of a 1-D source): the values themselves
         return None
-    row = REDUCER_BY_NAME[reducer_name]
-    block_saver, acc_saver, ufunc = row.block, row.acc, _UFUNC[reducer_name]
-    wide = np.dtype(_NP_BY_CODE[cc])
-    if row.lanes and wide.kind == "f":   # an arithmetic fold: float partials in float64
-        wide = np.dtype(np.float64)
-    if nd - 1 in axes:   # the last axis is reduced: per-block partial results of each row
-        plan = get_plan(src.key, code, block_saver)
+    if axes[-1] == nd - 1:   # the last axis is reduced: per-block partial results of each row
+        plan = get_plan(src.key, code, row.block)
         if not isinstance(plan, _core.Plan):
             return None
         parts = _core.run_reduce(plan, shape, src.leaves, src.scalars, True)
+        shape = tuple(shape)
         rows = ufunc.reduce(parts.reshape(shape[:-1] + (-1,)), axis=-1, dtype=wide)
-        rest = tuple(k for k in axes if k != nd - 1)
+        rest = axes[:-1]     # (ascending: the last is nd - 1)
         res = ufunc.reduce(rows, axis=rest, dtype=wide) if rest else rows
     else:                # a leading axis: accumulate rows of groups in order, then the groups
-        plan = get_plan(src.key, cc, acc_saver)
+        plan = get_plan(src.key, cc, row.acc)
         if not isinstance(plan, _core.Plan):
             return None
         first = axes[0]
         acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP,
-                                   init_value(reducer_name, np.dtype(_NP_BY_CODE[cc])))
+                                   init_value(reducer_name, cdt))
+        shape = tuple(shape)
         res = ufunc.reduce(acc, axis=2, dtype=wide)            # (A, M, cols)
         res = res.reshape(shape[:first] + shape[first + 1:])
         rest = tuple(k - 1 for k in axes[1:])                 # except_dim: the other leading axes
         if rest:
             res = ufunc.reduce(res, axis=rest, dtype=wide)
-    res = np.asarray(res).reshape(_result_shape(shape, form, axis))
-    with np.errstate(over="ignore", invalid="ignore"):
-        return res.astype(_NP_BY_CODE[cc])
+    return _Fused(np.asarray(res).reshape(_result_shape(shape, form, axis)), cdt)
 
 
 CHUNK_ELEMS = 1 << 17   # elements of a chunk of a reduction's source (512 KiB of float32)
@@ -404,7 +428,7 @@ def plan_of(exp):
     program, or the program that reduces the source in registers; None when numpy reduces
     the source in place (a tensor or a view: no plan)."""
     src = exp.src
-    if not _fusable(src) or not Shape(src.shape).size():
+    if not _fusable(src) or not math.prod(src.shape):
         return None
     src = _rows_merged(src, exp.form, exp.axis)
     shape = tuple(src.shape)
@@ -426,7 +450,7 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
     dtype = np.dtype(_NP_BY_CODE[code])
     acc = np.dtype(np.float32) if code == "f16" else dtype
     if isinstance(a, _Fused):
-        return _finish(np.ascontiguousarray(a.values), scale, acc, dtype)
+        return _finish(a.values, scale, acc, dtype, a.cdt)
     axes = _reduced_axes(form, axis, a.ndim)
     keep = form == "keepdim"
     if mask:
@@ -451,19 +475,25 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
             res = ufunc.reduce(a, axis=axes, keepdims=keep,
                                dtype=acc if REDUCER_BY_NAME[reducer_name].lanes else None, **kw)
         res = np.asarray(res, dtype=acc)
-    return _finish(np.ascontiguousarray(res), scale, acc, dtype)
+    return _finish(res, scale, acc, dtype)
 
 
 class _Fused:
-    """A reduction's values, computed in the pass over its source (fused_reduce)."""
-    __slots__ = ("values",)
+    """A reduction's values, computed in the pass over its source (fused_reduce,
+    chunked_reduce), and the compute type ``cdt`` they are cast to first (None: they are
+    in it already)."""
+    __slots__ = ("values", "cdt")
 
-    def __init__(self, values):
-        self.values = values
+    def __init__(self, values, cdt=None):
+        self.values, self.cdt = values, cdt
 
 
-def _finish(res, scale, acc, dtype):
+def _finish(res, scale, acc, dtype, cdt=None):
+    """``res`` (cast to ``cdt`` first, if given) times ``scale`` in ``acc``, as ``dtype``: a
+    fresh contiguous array. One errstate for the casts and the scale (entering one costs a
+    microsecond, a tenth of a small reduction's statement)."""
     with np.errstate(over="ignore", invalid="ignore"):   # (float16: a cast past 65504 is inf)
+        res = np.ascontiguousarray(res if cdt is None else res.astype(cdt))
         if scale != 1:
             np.multiply(res, np.asarray(scale).astype(acc), out=res)
         return res.astype(dtype, copy=False)
@@ -489,14 +519,36 @@ def _rows_merged(src, form, axis):
     reduce in registers and every leaf is a contiguous tensor: sumall_except_dim(x * 2, 1) of
     (8, 64, 56, 56) reduces rows of 3136 in registers, where rows of 56 went by chunks
     (1.7x the time numpy takes for the tensor). Else ``src`` itself."""
-    shape = tuple(src.shape)
+    shape = src.shape
     if (form != "except_dim" or axis >= len(shape) - 2 or shape[-1] >= REGISTER_ROW_MIN
             or not all(isinstance(t, Tensor) and t.check_contiguous() for t in src.leaves)):
         return src
-    n = 1
-    for k in shape[axis + 1:]:
-        n *= k
-    return reshape(src, shape[:axis + 1] + (n,))
+    merged = tuple(shape[:axis + 1]) + (math.prod(shape[axis + 1:]),)
+    fast = _merged_map(src, tuple(shape), merged)
+    return reshape(src, merged) if fast is None else fast
+
+
+def _merged_map(src, shape, merged):
+    """``src`` (of ``shape``) with each tensor viewed as ``merged`` (reshaped_view) when it
+    is an element-wise map or cast of contiguous tensors of its shape and scalars: what
+    views.reshape builds, with plain tensor leaves in place of its views of them (the same
+    values in the same order, so the same sums; views.reshape costs a third of a small
+    statement). Else None."""
+    if isinstance(src, Tensor):
+        return _core.reshaped_view(src, merged) if tuple(src.shape) == shape else None
+    if isinstance(src, _core.MapExp):
+        args = []
+        for a in src.args:
+            if not _is_scalar(a):
+                a = _merged_map(a, shape, merged)
+                if a is None:
+                    return None
+            args.append(a)
+        return _core.make_map(src.op, tuple(args))
+    if isinstance(src, _core.TypecastExp):
+        inner = _merged_map(src.src, shape, merged)
+        return None if inner is None else tcast(_NP_BY_CODE[src.code], inner)
+    return None
 
 
 def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
@@ -509,17 +561,20 @@ def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
         # bits, as in mshadow, in one pass (numpy's reduction over three axes of a
         # (32, 64, 56, 56) tensor took 2.1x torch's time)
         src = _core.make_map("identity", (src,))
-    if _fusable(src) and Shape(src.shape).size():
+    if _fusable(src) and math.prod(src.shape):
         src = _rows_merged(src, form, axis)
-        if reduce_schedule(tuple(src.shape), form, axis, mask) == "chunk":
+        if reduce_schedule(src.shape, form, axis, mask) == "chunk":
             values = chunked_reduce(src, form, reducer_name, axis, mask)
+            a = None if values is None else _Fused(values)
         else:
-            values = fused_reduce(src, form, reducer_name, axis)
-        a = None if values is None else _Fused(values)
+            a = fused_reduce(src, form, reducer_name, axis)
     if a is None:
         a = _array(src)
     res = compute(a, _code_of_src(src), form, reducer_name, axis, mask, scale)
-    assign(dst, _core.from_numpy(res), saver)
+    # saveto of a fresh array of dst's dtype and shape is a copy of its bytes: stored
+    # straight into a live, writable cpu dst (store_array), else through the engine
+    if saver != "saveto" or not _core.store_array(dst, res):
+        assign(dst, _core.from_numpy(res), saver)
 
 
 def _code_of_src(src):
