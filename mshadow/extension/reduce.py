@@ -299,9 +299,7 @@ def _fusable(src):
 ROWS_PER_GROUP = 64   # rows a column reduction adds in order before the next accumulator
 
 
-_FUSED = {}   # (code, reducer name) -> _fused_types(...)
-
-
+@functools.lru_cache(maxsize=None)   # a few (code, reducer) pairs
 def _fused_types(code, reducer_name):
     """(compute code, its numpy dtype, the wide dtype partials are combined in, the
     reducer's row, its ufunc) of a fused reduction: looked up once per dtype and reducer."""
@@ -320,10 +318,7 @@ def fused_reduce(src, form, reducer_name, axis):
     compute type; _finish casts it to the compute type); None if the expression holds an
     untraceable operator."""
     shape, code = src.shape, src.code
-    types = _FUSED.get((code, reducer_name))
-    if types is None:
-        types = _FUSED[code, reducer_name] = _fused_types(code, reducer_name)
-    cc, cdt, wide, row, ufunc = types
+    cc, cdt, wide, row, ufunc = _fused_types(code, reducer_name)
     nd = len(shape)
     axes = _reduced_axes(form, axis, nd)
     if not axes:         # nothing to reduce (except_dim of a 1-D source): the values themselves
