@@ -272,7 +272,8 @@ class BuildExt(build_ext):
             # the build there, not the import.
             ext.extra_compile_args += ["-fno-strict-aliasing", "-fwrapv", "-ffp-contract=off",
                                        "-Wno-unused-function", "-Wno-unused-variable",
-                                       "-Werror=implicit-function-declaration"]
+                                       "-Werror=implicit-function-declaration",
+                                       "-fopenmp-simd"]   # the kernels' `omp simd` loops
             if _ARCH.get(_target_machine()) == "MS_X86":
                 ext.extra_compile_args += ["-msse2"]
             if ext.name in _SERIAL:

@@ -57,6 +57,8 @@ cdef extern from "mshadow/plan_exec.h":
     enum:
         MS_OPD_REG, MS_OPD_LEAF, MS_OPD_SCALAR
     enum:
+        MS_GROUP_BYTES
+    enum:
         MS_RUN_NOMEM, MS_RUN_IDIV0, MS_RUN_GATHER_OOB
     ctypedef struct ms_inst:
         ms_loop_fn fn
@@ -64,6 +66,7 @@ cdef extern from "mshadow/plan_exec.h":
         int nin
         int gemm
         int gather
+        int rows
         int kind[10]
         int idx[10]
         npy_intp step[10]
@@ -98,6 +101,9 @@ cdef extern from "mshadow/plan_exec.h":
 DEF BLOCK = 512            # elements per block: 8 registers of doubles stay in a 32 KiB L1
 DEF RBLOCK = 4096          # a reduction's block: one partial sum each (fewer dispatches)
 DEF GATHER_BLOCK = 16384   # a program with no registers (a gather, a copy): calls cost more
+DEF GROUP_BLOCK = 2048     # a grouped run's block (a column reduction): 16 KiB a register
+# the bytes of narrow rows a grouped run's fold takes a call (plan_exec.h ms_group_rows)
+GROUP_BYTES = MS_GROUP_BYTES
                            # than the L1 saves; concat on (32, 64, 28, 28) ran 1.2x faster
 DEF MIN_PER_THREAD = 32768 # below this many elements a thread costs more than it saves
 
@@ -108,6 +114,9 @@ while ms_kernel_table[_k].name != NULL:
     _k += 1
 # gather kernels take an ms_gather, not data pointers: they are known by their tables
 cdef set _GATHER_KERNELS = set()
+# the accumulating folds (acc_<block>_<code>), which take several rows a call (ms_inst.rows)
+from .ir import ACCUMULATORS as _ACCUMULATORS
+cdef frozenset _ACC_KERNELS = frozenset(_ACCUMULATORS.values())
 
 
 cdef _load_gathers(const ms_kernel_entry *table):
@@ -410,6 +419,7 @@ cdef class Plan:
             ins.nin = len(instr.ins)
             ins.gemm = instr.kernel[1].startswith("implicit_gemm")
             ins.gather = instr.kernel[1] in _GATHER_KERNELS
+            ins.rows = instr.kernel[1].rpartition("_")[0] in _ACC_KERNELS
             for j, opd in enumerate(list(instr.ins) + [instr.out]):
                 if opd[0] == "reg":
                     ins.kind[j] = MS_OPD_REG
@@ -723,7 +733,8 @@ def run_chunks(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t k,
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
                    Py_ssize_t rows_per_group, init=0):
     """Reduce an expression of ``shape`` over ``axis`` (not the last), in one pass, with
-    ``plan`` compiled for an accumulating saver (plusto, maxto, minto) into its compute type.
+    ``plan`` compiled for an accumulating saver (ir.ACCUMULATORS: sumto, maxto, ...) into its
+    compute type.
 
     Rows of ``shape`` flattened to (A, B, M) x cols, B the reduced axis: each group of
     ``rows_per_group`` consecutive b of one (a, m) is added row by row, in order, into an

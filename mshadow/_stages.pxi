@@ -846,7 +846,12 @@ cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_s
     # Registers must fit in L1, so programs that use them go block by block; a fully
     # fused program has none and takes whole rows, one share of them per thread.
     if o.gB > 0:
-        prog.block = BLOCK if plan.nreg else max(BLOCK, prog.cols)
+        # a row's value in registers a call up to GROUP_BLOCK (a 1024-wide row in blocks of
+        # BLOCK took 4 kernel calls, 1.5x the time); with no registers a block only bounds
+        # the rows a fold takes a call
+        prog.block = (min(GROUP_BLOCK, max(BLOCK, prog.cols)) if plan.nreg
+                      else max(GATHER_BLOCK, prog.cols))
+        prog.reg_bytes = prog.block * 8
     elif per_block:   # a reduction's blocks never depend on the thread count
         prog.block = RBLOCK
     elif plan.nreg:

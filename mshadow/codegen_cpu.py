@@ -977,19 +977,103 @@ def _reduce_in_order(r, code, ctype):
     return "\n".join(out)
 
 
+# bytes of one vector of each ISA (the plain path's loops vectorise as SSE2's do)
+_VECTOR_BYTES = {"plain": 16, "sse2": 16, "avx2": 32, "avx512": 64, "neon": 16}
+
+
+def _acc_kernel(r, code, ctype):
+    """acc_<block>_<code>: out = fold(acc, value) a column at a time, for the value's nr rows
+    in order (dims[3] of them, dims[4] bytes apart: a grouped run of plan_exec.h passes
+    several narrow rows a call; else 1), into the one accumulator row (args[0], which is
+    also the output args[2]). The contiguous form keeps 8 vectors of the row in registers
+    across the rows, then one vector, then single elements (the compiler vectorises each
+    stretch once per ISA): the row is loaded and stored once a call, not once a row. Every
+    column folds its rows in order, so any number of rows a call gives the same bits. The
+    fold has no branch on the data (reducer_select: the ?: fold branched, and a maximum over
+    a leading axis of random data took 8x the sum's time)."""
+    fn = f"ms_accrows_{r.block}_{code}"
+    sig = f"({ctype} *acc, const char *v, npy_intp n, npy_intp nr, npy_intp rs)"
+    # the fold as a macro: an integer's NaN test (a == a) then raises no self-comparison warning
+    fold = "MS_ACC_FOLD(a[x], w[x])"
+    size = next(dt for c, _, dt in COMPUTE_TYPES if c == code).itemsize
+
+    def stretch(width):   # columns [x0, x0 + width) over the rows, width a constant
+        # each row's stretch MS_PREFETCH_AHEAD further on is asked for (the next rows':
+        # without it a column sum of 4096 x 1024 float32 waited on memory, 1.5x the time)
+        fetch = " ".join(f"ms_prefetch((const char *)w + MS_PREFETCH_AHEAD + {k});"
+                         for k in range(0, max(64, width * size), 64))
+        return (f"  for (; x0 + {width} <= n; x0 += {width}) {{\n"
+                f"    {ctype} a[{width}];\n"
+                f"    for (x = 0; x < {width}; ++x) a[x] = acc[x0 + x];\n"
+                "    for (y = 0; y < nr; ++y) {\n"
+                f"      const {ctype} *w = (const {ctype} *)(v + y * rs) + x0;\n"
+                f"      {fetch}\n"
+                # (gcc left a one-vector stretch as 16 scalar adds without the pragma)
+                "      _Pragma(\"omp simd\")\n"
+                f"      for (x = 0; x < {width}; ++x) a[x] = ({ctype})({fold});\n"
+                "    }\n"
+                f"    for (x = 0; x < {width}; ++x) acc[x0 + x] = a[x];\n"
+                "  }\n")
+
+    def body(isa):
+        lanes = max(1, _VECTOR_BYTES[isa] // size)
+        return ("  npy_intp x0 = 0, x, y;\n"
+                "  if (nr == 1) {   /* one row (a wide one): a plain pass, nothing to keep */\n"
+                f"    const {ctype} *w = (const {ctype} *)v;\n"
+                f"    {ctype} *a = acc;\n"
+                "    _Pragma(\"omp simd\")\n"
+                f"    for (x = 0; x < n; ++x) a[x] = ({ctype})({fold});\n"
+                "    return;\n"
+                "  }\n" + stretch(8 * lanes) + stretch(lanes)
+                + "  for (; x0 < n; ++x0) {   /* the last columns one at a time */\n"
+                f"    {ctype} t = acc[x0];\n"
+                "    for (y = 0; y < nr; ++y) {\n"
+                f"      const {ctype} *w = (const {ctype} *)(v + y * rs) + x0;\n"
+                f"      t = ({ctype})(MS_ACC_FOLD(t, w[0]));\n"
+                "    }\n"
+                "    acc[x0] = t;\n"
+                "  }")
+    out = [f"#define MS_ACC_FOLD(a, b) ({reducer_select(r, code, '(a)', '(b)')})",
+           f"static void {fn}_plain{sig} {{\n{body('plain')}\n}}"]
+    out += _per_arch(lambda isas: [
+        f"static {_TARGET[isa]}void {fn}_{isa}{sig} {{\n{body(isa)}\n}}" for isa in isas] + [
+        _level_table(f"static void (*const {fn}_tab[4]){sig}", f"{fn}_plain", isas,
+                     lambda isa: f"{fn}_{isa}")])
+    strided = f"MS_ACC_FOLD(t, *(const {ctype} *)(row + x * sv))"
+    out.append(f"""static void ms_k_acc_{r.block}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+  const npy_intp n = dims[0], nr = dims[3] > 0 ? dims[3] : 1, rs = dims[4];
+  const npy_intp sa = steps[0], sv = steps[1], so = steps[2];
+  npy_intp x, y;
+  (void)data;
+  if (sa == (npy_intp)sizeof({ctype}) && sv == (npy_intp)sizeof({ctype}) && so == sa && args[0] == args[2]) {{
+#if MS_SIMD
+    {fn}_tab[ms_isa_level](({ctype} *)args[2], args[1], n, nr, rs);
+#else
+    {fn}_plain(({ctype} *)args[2], args[1], n, nr, rs);
+#endif
+    return;
+  }}
+  for (x = 0; x < n; ++x) {{
+    {ctype} t = *(const {ctype} *)(args[0] + x * sa);
+    for (y = 0; y < nr; ++y) {{
+      const char *row = args[1] + y * rs;
+      t = ({ctype})({strided});
+    }}
+    *({ctype} *)(args[2] + x * so) = t;
+  }}
+}}
+#undef MS_ACC_FOLD""")
+    return "\n".join(out)
+
+
 def _reducer_kernels(code, ctype):
     """Per row of readers.REDUCER_TABLE: reduce_<block>_<code> (one block to one value, the
-    fused reductions' reducing saver) and, for a row with its own C fold (its accumulating
-    saver then cannot be an ordinary one: ir.ACCUMULATORS), acc_<block>_<code> (out =
-    fold(dst, value), element-wise: the column accumulation of a fused reduction)."""
+    fused reductions' reducing saver) and acc_<block>_<code> (the column accumulation of a
+    fused reduction over leading axes, ir.ACCUMULATORS: _acc_kernel)."""
     out, names = [], []
     for r in readers.REDUCER_TABLE:
-        if r.c is not None:
-            # with no branch on the data: the ?: fold branched (a maximum over a leading
-            # axis of random data took 8x the sum's time)
-            out.append(_loop_kernel(f"acc_{r.block}_{code}", 2, [ctype, ctype], ctype,
-                                    reducer_select(r, code)))
-            names.append(f"acc_{r.block}_{code}")
+        out.append(_acc_kernel(r, code, ctype))
+        names.append(f"acc_{r.block}_{code}")
         out.append(_reduce_lanes(r, code, ctype) if r.lanes else _reduce_in_order(r, code, ctype))
         names.append(f"reduce_{r.block}_{code}")
     return out, names

@@ -64,10 +64,12 @@ SAVER_BY_NAME = {s.name: s for s in SAVER_TABLE}
 # Reducing savers: the destination receives one partial result per block (mshadow/lower);
 # one per row of readers.REDUCER_TABLE, saver -> kernel.
 REDUCERS = {r.block: f"reduce_{r.block}" for r in REDUCER_TABLE}
-# Accumulating savers, internal to the fused reductions: the destination row keeps the
-# maximum (minimum) of itself and the value, NaN propagating (MXNet's red::maximum); the
-# reducers whose accumulating saver is not an ordinary one (sum accumulates with plusto).
-ACCUMULATORS = {r.acc: f"acc_{r.block}" for r in REDUCER_TABLE if r.acc not in SAVERS}
+# Accumulating savers, internal to the fused reductions over leading axes: the destination
+# row folds in the value's rows (several a call: plan_exec.h's grouped runs), e.g. keeps the
+# maximum of itself and the value, NaN propagating (MXNet's red::maximum). Never an ordinary
+# saver: a plan for ``dst += x`` and one that accumulates rows are different plans.
+ACCUMULATORS = {r.acc: f"acc_{r.block}" for r in REDUCER_TABLE}
+assert not set(ACCUMULATORS) & set(SAVERS), "an accumulating saver is an ordinary one"
 
 class Node(tuple):
     """Base of the IR's node types: immutable, equal when their structure is equal."""

@@ -45,8 +45,8 @@ from typing import Callable, Optional, Tuple
 #   ufunc    numpy's combining ufunc, by name: the oracle, and how partial results combine
 #   block    the reducing saver of the fused reduction (one partial per block: ir.REDUCERS,
 #            kernels reduce_<block>_<code>)
-#   acc      its accumulating saver (a running row: an ordinary saver of ir.SAVER_TABLE, or
-#            ir.ACCUMULATORS and kernels acc_<block>_<code>)
+#   acc      its accumulating saver (a running row, never an ordinary saver: ir.ACCUMULATORS
+#            and kernels acc_<block>_<code>, which fold several rows a call)
 #   arg      numpy's index-of function for mask=True (None: no mask form; the readers take the
 #            first value the fold keeps over every other, a NaN first of all)
 #   grad     mshadow's PartialGrad(redres, redsrc) in C, what unpool / ch_unpool multiply the
@@ -67,14 +67,14 @@ _NAN_MAX = "((a == a && !(a >= b)) ? b : a)"
 _NAN_MIN = "((a == a && !(a <= b)) ? b : a)"
 _TIED = "(redres == redsrc ? 1 : 0)"
 REDUCER_TABLE = (
-    ReducerDef("sum", 0, "plus", None, 0, "add", "sum", "plusto", None, "1", True),
+    ReducerDef("sum", 0, "plus", None, 0, "add", "sum", "sumto", None, "1", True),
     ReducerDef("maximum", 1, "maximum", _NAN_MAX, "-inf", "maximum", "max", "maxto", "argmax",
                _TIED, False, "max"),
     ReducerDef("minimum", 2, "minimum", _NAN_MIN, "+inf", "minimum", "min", "minto", "argmin",
                _TIED, False, "min"),
     # MXNet's red::product (src/operator/mshadow_op.h): dst *= src from 1. No gradient form:
     # its PartialGrad, redres / redsrc, divides by every zero input
-    ReducerDef("product", 3, "mul", None, 1, "multiply", "prod", "multo", None, None, True),
+    ReducerDef("product", 3, "mul", None, 1, "multiply", "prod", "prodto", None, None, True),
 )
 REDUCER_IDS = {r.name: r.id for r in REDUCER_TABLE}          # by ms.red name
 REDUCER_BY_NAME = {r.name: r for r in REDUCER_TABLE}

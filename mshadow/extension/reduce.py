@@ -297,6 +297,21 @@ def _fusable(src):
 
 
 ROWS_PER_GROUP = 64   # rows a column reduction adds in order before the next accumulator
+# the ordinary saver that folds as a reducer does, by its combine operator (sum: plusto)
+_FOLD_SAVER = {s.op: s.name for s in ir.SAVER_TABLE if s.op is not None}
+
+
+def _acc_saver(shape, first, row, cdt):
+    """The saver that accumulates the rows of ``shape`` over the leading axis ``first`` in
+    row ``row``'s fold: its accumulating saver (ir.ACCUMULATORS), whose fold takes several
+    narrow rows a call (plan_exec.h ms_group_rows: a group's rows consecutive, at least two
+    in _core.GROUP_BYTES); where a call takes one row, the ordinary saver of the same fold
+    (sum: plusto) when there is one, which the value's chain takes as its last step (a
+    1024-wide sum_rows(x * 2) ran 1.2-1.3x slower as a chain, then a fold). The same
+    operations in the same order either way: the same bits."""
+    if math.prod(shape[first + 1:-1]) == 1 and 2 * shape[-1] * cdt.itemsize <= _core.GROUP_BYTES:
+        return row.acc
+    return _FOLD_SAVER.get(row.combine, row.acc)
 
 
 @functools.lru_cache(maxsize=None)   # a few (code, reducer) pairs
@@ -333,10 +348,10 @@ def fused_reduce(src, form, reducer_name, axis):
         rest = axes[:-1]     # (ascending: the last is nd - 1)
         res = ufunc.reduce(rows, axis=rest, dtype=wide) if rest else rows
     else:                # a leading axis: accumulate rows of groups in order, then the groups
-        plan = get_plan(src.key, cc, row.acc)
+        first = axes[0]
+        plan = get_plan(src.key, cc, _acc_saver(shape, first, row, cdt))
         if not isinstance(plan, _core.Plan):
             return None
-        first = axes[0]
         acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP,
                                    init_value(reducer_name, cdt))
         shape = tuple(shape)
@@ -413,9 +428,8 @@ def chunked_reduce(src, form, reducer_name, axis, mask):
         at = acc[tuple(idx[::-1]) + (slice(0, 1) if whole_k else slice(i0, i1),)]
         ufunc(at, part, out=at, casting="unsafe")
 
-    with np.errstate(over="ignore", invalid="ignore"):
-        _core.run_chunks(plan, shape, src.leaves, src.scalars, k, per, consume)
-        return acc.reshape(_result_shape(shape, form, axis)).astype(_NP_BY_CODE[cc])
+    _core.run_chunks(plan, shape, src.leaves, src.scalars, k, per, consume)
+    return acc.reshape(_result_shape(shape, form, axis)).astype(_NP_BY_CODE[cc])
 
 
 def plan_of(exp):
@@ -429,10 +443,11 @@ def plan_of(exp):
     shape = tuple(src.shape)
     if reduce_schedule(shape, exp.form, exp.axis, exp.mask) == "chunk":
         return get_plan(exp.key, src.code, "saveto")
-    row = REDUCER_BY_NAME[exp.reducer.name]
-    if len(shape) - 1 in _reduced_axes(exp.form, exp.axis, len(shape)):
+    cc, cdt, _, row, _ = _fused_types(src.code, exp.reducer.name)
+    axes = _reduced_axes(exp.form, exp.axis, len(shape))
+    if len(shape) - 1 in axes:
         return get_plan(src.key, src.code, row.block)
-    return get_plan(src.key, compute_code(src.code), row.acc)
+    return get_plan(src.key, cc, _acc_saver(shape, axes[0], row, cdt))
 
 
 def compute(a, code, form, reducer_name, axis, mask, scale):
@@ -466,9 +481,8 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
         # order of its pairwise sums, and a sum of -0.0 alone stays -0.0); an arithmetic
         # fold runs in acc (float16 in float32, integers wrap in their own type)
         kw = {} if ufunc.identity is not None and ufunc.identity == init else {"initial": init}
-        with np.errstate(over="ignore", invalid="ignore"):   # silent, as the C fold is
-            res = ufunc.reduce(a, axis=axes, keepdims=keep,
-                               dtype=acc if REDUCER_BY_NAME[reducer_name].lanes else None, **kw)
+        res = ufunc.reduce(a, axis=axes, keepdims=keep,
+                           dtype=acc if REDUCER_BY_NAME[reducer_name].lanes else None, **kw)
         res = np.asarray(res, dtype=acc)
     return _finish(res, scale, acc, dtype)
 
@@ -485,13 +499,11 @@ class _Fused:
 
 def _finish(res, scale, acc, dtype, cdt=None):
     """``res`` (cast to ``cdt`` first, if given) times ``scale`` in ``acc``, as ``dtype``: a
-    fresh contiguous array. One errstate for the casts and the scale (entering one costs a
-    microsecond, a tenth of a small reduction's statement)."""
-    with np.errstate(over="ignore", invalid="ignore"):   # (float16: a cast past 65504 is inf)
-        res = np.ascontiguousarray(res if cdt is None else res.astype(cdt))
-        if scale != 1:
-            np.multiply(res, np.asarray(scale).astype(acc), out=res)
-        return res.astype(dtype, copy=False)
+    fresh contiguous array. (Under reduce_into's errstate: float16, a cast past 65504 is inf.)"""
+    res = np.ascontiguousarray(res if cdt is None else res.astype(cdt))
+    if scale != 1:
+        np.multiply(res, np.asarray(scale).astype(acc), out=res)
+    return res.astype(dtype, copy=False)
 
 
 def check_dst(dst, exp_code, devices, where, gpu_ok=False):
@@ -549,23 +561,26 @@ def _merged_map(src, shape, merged):
 def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
     """``dst <saver> scale * reduce(src)`` once every check has passed."""
     a = None
-    if (type(src) is Tensor and form == "except_dim" and REDUCER_BY_NAME[reducer_name].lanes
-            and src.device is cpu):
+    if (isinstance(src, Tensor) and form == "except_dim" and REDUCER_BY_NAME[reducer_name].lanes
+            and src.device is cpu):   # (a TensorContainer too: numpy's order was its own)
         # a tensor's sum over all axes but one goes through the fused pass as any
         # expression's: sumall_except_dim(x) and sumall_except_dim(x * 1.0) give the same
         # bits, as in mshadow, in one pass (numpy's reduction over three axes of a
         # (32, 64, 56, 56) tensor took 2.1x torch's time)
         src = _core.make_map("identity", (src,))
-    if _fusable(src) and math.prod(src.shape):
-        src = _rows_merged(src, form, axis)
-        if reduce_schedule(src.shape, form, axis, mask) == "chunk":
-            values = chunked_reduce(src, form, reducer_name, axis, mask)
-            a = None if values is None else _Fused(values)
-        else:
-            a = fused_reduce(src, form, reducer_name, axis)
-    if a is None:
-        a = _array(src)
-    res = compute(a, _code_of_src(src), form, reducer_name, axis, mask, scale)
+    # one errstate for the whole computation (entering one costs a microsecond, a tenth of a
+    # small reduction's statement): silent, as the C folds are (a NaN, an overflow)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if _fusable(src) and math.prod(src.shape):
+            src = _rows_merged(src, form, axis)
+            if reduce_schedule(src.shape, form, axis, mask) == "chunk":
+                values = chunked_reduce(src, form, reducer_name, axis, mask)
+                a = None if values is None else _Fused(values)
+            else:
+                a = fused_reduce(src, form, reducer_name, axis)
+        if a is None:
+            a = _array(src)
+        res = compute(a, _code_of_src(src), form, reducer_name, axis, mask, scale)
     # saveto of a fresh array of dst's dtype and shape is a copy of its bytes: stored
     # straight into a live, writable cpu dst (store_array), else through the engine
     if saver != "saveto" or not _core.store_array(dst, res):

@@ -26,6 +26,8 @@ typedef struct {
   int nin;
   int gemm;           /* implicit_dot: operand 0 is read along row y, operand 1 down columns */
   int gather;         /* a gather kernel: args[0] is its leaf's ms_gather, dims = {n, y, x0} */
+  int rows;           /* an accumulating fold (acc_<block>_<code>): operand 1's dims[3] rows,
+                         dims[4] bytes apart, fold into the one accumulator row */
   int kind[MS_CHAIN_MAX + 2];   /* operands 0..nin-1, then the output at index nin */
   int idx[MS_CHAIN_MAX + 2];
   npy_intp step[MS_CHAIN_MAX + 2]; /* bytes between elements for registers and scalars (0) */
@@ -84,8 +86,37 @@ static inline npy_intp ms_rows_per_block(const ms_program *p) {
   return p->block / p->cols;
 }
 
+#ifndef MS_GROUP_BYTES
+#define MS_GROUP_BYTES 4096
+#endif
+/* Rows of a group a call takes in a grouped run (ms_rows_per_block's rule for groups):
+ * several when rows are narrow and a group's rows follow one another (gM == 1), no leaf is
+ * mapped, per block or an implicit_dot's, and the accumulator row is read only by the fold
+ * (ms_inst.rows), which folds all of them into it in row order; else 1. */
+static inline npy_intp ms_group_rows(const ms_program *p) {
+  int k, j;
+  if (p->gB <= 0 || p->gM != 1 || p->x0 != 0 || p->cols <= 0 || 2 * p->cols > p->block) return 1;
+  for (k = 0; k < p->ninst; ++k) {
+    const ms_inst *in = &p->inst[k];
+    if (in->gemm) return 1;
+    for (j = 0; j <= in->nin; ++j) {
+      const ms_leaf *L;
+      if (in->kind[j] != MS_OPD_LEAF) continue;
+      L = &p->leaf[in->idx[j]];
+      if (L->nmap || L->per_block == 1 || (L->per_block == 2 && !in->rows)) return 1;
+    }
+  }
+  {   /* and at most MS_GROUP_BYTES of them: wider, and the rows read side by side were
+       * more streams than the prefetchers follow (sum_rows of 4096 x 1024 float32 took
+       * 1.4x the time of a row a call) */
+    const npy_intp nr = p->block / p->cols;
+    const npy_intp by_bytes = MS_GROUP_BYTES / (p->cols * p->leaf[0].colstep);
+    return by_bytes < 1 ? 1 : nr < by_bytes ? nr : by_bytes;
+  }
+}
+
 /* Evaluate the block of row y from column x0 with scratch `regs`; g is y's group; nr > 1:
- * rows [y, y + nr) whole (x0 = 0, ms_rows_per_block). */
+ * rows [y, y + nr) whole (x0 = 0, ms_rows_per_block or ms_group_rows). */
 static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy_intp x0,
                                 npy_intp g, npy_intp nr) {
   npy_intp n = p->cols - x0;
@@ -126,6 +157,12 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy
           args[j] = p->scalars + 16 * id;
           steps[j] = 0;
       }
+    }
+    if (in->rows) {   /* the value's nr rows, each n wide, into the accumulator row */
+      dims[3] = nr;
+      dims[4] = in->kind[1] == MS_OPD_LEAF ? p->leaf[in->idx[1]].rowstep : n * steps[1];
+      in->fn(args, dims, steps, in->data);
+      continue;
     }
     if (in->gather) {
       args[0] = (char *)p->leaf[in->idx[0]].gather;
@@ -178,9 +215,9 @@ static inline int ms_thread_flags(void) {
 }
 
 /* Run work item i: block i (row i / nbx, columns from (i % nbx) * block), or, in a grouped
- * run, every block of group i, row by row. */
+ * run, every block of group i, row by row (gr > 1: gr rows a call, ms_group_rows). */
 static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_intp nbx,
-                               npy_intp rpb) {
+                               npy_intp rpb, npy_intp gr) {
   npy_intp xb;
   if (rpb > 1) {            /* rows [i * rpb, +rpb) whole */
     const npy_intp y = i * rpb, left = p->rows - y;
@@ -195,6 +232,11 @@ static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_
   const npy_intp k = i % nch, am = i / nch, a = am / p->gM, m = am % p->gM;
   npy_intp b = k * p->gR, bend = b + p->gR;
   if (bend > p->gB) bend = p->gB;
+  if (gr > 1) {   /* whole rows (nbx == 1), consecutive (gM == 1) */
+    for (; b < bend; b += gr)
+      ms_run_block(p, regs, a * p->gB + b, 0, i, bend - b < gr ? bend - b : gr);
+    return;
+  }
   for (; b < bend; ++b) {
     const npy_intp y = (a * p->gB + b) * p->gM + m;
     for (xb = 0; xb < nbx; ++xb) ms_run_block(p, regs, y, p->x0 + xb * p->block, i, 1);
@@ -204,7 +246,7 @@ static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_
 /* Returns the MS_RUN_* flags of this run (0: done, nothing to report). */
 static int ms_run_program(const ms_program *p) {
   const npy_intp nbx = (p->cols - p->x0 + p->block - 1) / p->block;
-  const npy_intp rpb = ms_rows_per_block(p);
+  const npy_intp rpb = ms_rows_per_block(p), gr = ms_group_rows(p);
   const npy_intp total = p->gB > 0
       ? (p->rows / (p->gB * p->gM)) * p->gM * ((p->gB + p->gR - 1) / p->gR)
       : rpb > 1 ? (p->rows + rpb - 1) / rpb : p->rows * nbx;
@@ -220,7 +262,7 @@ static int ms_run_program(const ms_program *p) {
       if (regs == NULL) return MS_RUN_NOMEM;
     }
     ms_clear_thread_flags();
-    for (b = 0; b < total; ++b) ms_run_item(p, regs, b, nbx, rpb);
+    for (b = 0; b < total; ++b) ms_run_item(p, regs, b, nbx, rpb, gr);
     if (regs != stack_regs) ms_aligned_free(regs);
     return ms_thread_flags();
   }
@@ -238,7 +280,7 @@ static int ms_run_program(const ms_program *p) {
 #endif
     for (b = 0; b < total; ++b) {
       if (p->nreg && regs == NULL) continue;
-      ms_run_item(p, regs, b, nbx, rpb);
+      ms_run_item(p, regs, b, nbx, rpb, gr);
     }
     if (regs) ms_aligned_free(regs);
     failed |= ms_thread_flags();

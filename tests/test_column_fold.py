@@ -1,0 +1,146 @@
+"""Reductions that keep the last axis (sum_rows, sumall_except_dim(e, last), reduce_keepdim /
+reduce_with_axis over a leading axis) fold rows into accumulator rows: groups of
+ROWS_PER_GROUP consecutive rows in order, in the compute type, then the groups by numpy
+(docs/reduce_nn.md). Narrow rows are folded several a call (acc_<block>_<code>, plan_exec.h
+ms_group_rows), wide ones a row a call, in the value's chain when the fold is an ordinary
+saver's (sum: plusto). Every path must give the documented order's bits, for every reducer,
+dtype, row width around the kernels' stretches, layout and thread count."""
+import numpy as np
+import pytest
+
+import mshadow as ms
+from mshadow import _core
+from mshadow.extension.reduce import ROWS_PER_GROUP
+from mshadow.readers import REDUCER_TABLE
+
+
+def _fold(name, a, b):
+    """The reducers' C folds (readers.REDUCER_TABLE), element-wise in numpy."""
+    with np.errstate(all="ignore"):
+        if name == "sum":
+            return a + b
+        if name == "product":
+            return a * b
+        if name == "maximum":    # (a == a && !(a >= b)) ? b : a: a NaN held sticks
+            return np.where((a == a) & ~(a >= b), b, a)
+        return np.where((a == a) & ~(a <= b), b, a)
+
+
+def _init(name, dt):
+    if name == "sum":
+        return 0
+    if name == "product":
+        return 1
+    if dt.kind == "f":
+        return -np.inf if name == "maximum" else np.inf
+    info = np.iinfo(dt)
+    return info.min if name == "maximum" else info.max
+
+
+def _documented(v, name, cdt):
+    """Column fold of the 2-D ``v`` (already in the compute type) in the documented order."""
+    ufunc = {"sum": np.add, "product": np.multiply, "maximum": np.maximum,
+             "minimum": np.minimum}[name]
+    lanes = name in ("sum", "product")
+    wide = np.float64 if (lanes and cdt.kind == "f") else cdt
+    groups = []
+    for g in range(0, v.shape[0], ROWS_PER_GROUP):
+        acc = np.full(v.shape[1], _init(name, cdt), cdt)
+        for row in v[g:g + ROWS_PER_GROUP]:
+            acc = _fold(name, acc, row).astype(cdt)
+        groups.append(acc)
+    with np.errstate(all="ignore"):
+        return ufunc.reduce(np.stack(groups), axis=0, dtype=wide).astype(cdt)
+
+
+def _values(rng, shape, dt):
+    if dt.kind == "f":
+        v = (rng.standard_normal(shape) * 100).astype(dt)
+        flat = v.reshape(-1)
+        flat[rng.integers(0, flat.size, 3)] = np.nan
+        flat[rng.integers(0, flat.size, 3)] = 0.0
+        flat[rng.integers(0, flat.size, 3)] = -0.0
+        return v
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max, shape, dtype=dt, endpoint=True)
+
+
+REDUCERS = [r.name for r in REDUCER_TABLE]
+# around the stretches of the fold (1, 4, 8, 16 lanes; 8 vectors) and the 4 KiB a call
+WIDTHS = [1, 3, 15, 16, 17, 33, 64, 100, 129, 255, 513, 1025, 2100]
+
+
+@pytest.mark.parametrize("name", REDUCERS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.float16])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_sum_rows_of_a_tensor_and_of_an_expression(name, dtype, width):
+    rng = np.random.default_rng(width)
+    dt = np.dtype(dtype)
+    cdt = np.dtype(np.float32) if dt == np.float16 else dt
+    rows = 150 if width < 1000 else 70
+    a = _values(rng, (rows, width), dt)
+    red = getattr(ms.red, name)
+    A = ms.from_numpy(a)
+    cases = [(ms.reduce_with_axis(A * 1, 0, red), a * dt.type(1)),
+             (ms.reduce_except_dim(A * 1, 1, red), a * dt.type(1))]
+    if name in ("sum", "product"):   # a tensor's own sum runs the fused pass (as x * 1)
+        cases.append((ms.reduce_except_dim(A, 1, red), a))
+    for e, v in cases:
+        out = ms.new_tensor((width,), dtype=dt)
+        out[:] = e
+        want = _documented(v.astype(cdt), name, cdt).astype(dt)
+        np.testing.assert_array_equal(out.numpy().view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("width", [8, 64, 500, 1030])
+def test_threads_and_group_boundaries_keep_the_bits(threads, width):
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((4 * ROWS_PER_GROUP + 37, width)) * 1e3).astype(np.float32)
+    old = ms.get_num_threads()
+    ms.set_num_threads(threads)
+    try:
+        out = ms.new_tensor((width,))
+        out[:] = ms.sum_rows(ms.from_numpy(a) * 2 - 1)
+    finally:
+        ms.set_num_threads(old)
+    v = a * np.float32(2) - np.float32(1)
+    np.testing.assert_array_equal(out.numpy(), _documented(v, "sum", np.dtype(np.float32)))
+
+
+def test_a_pitched_source_and_a_pitched_destination():
+    # (a TensorContainer's own sum once took numpy's order, not x * 1's: other bits)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((200, 40)).astype(np.float32)
+    P = ms.TensorContainer((200, 40), pad=True)      # rows further apart than 40 elements
+    P[:] = ms.from_numpy(a)
+    assert P.stride > 40
+    out = ms.TensorContainer((3, 40), pad=True)
+    row = out[1]
+    row[:] = ms.sum_rows(P)
+    np.testing.assert_array_equal(row.numpy(), _documented(a, "sum", np.dtype(np.float32)))
+    row[:] = ms.sum_rows(P * 1)
+    np.testing.assert_array_equal(row.numpy(), _documented(a, "sum", np.dtype(np.float32)))
+
+
+def test_rows_of_a_middle_axis_fold_one_at_a_time():
+    # reduce over axis 0 of (A, B, M, cols) with M > 1: a group's rows are M apart, one a call
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((90, 3, 20)).astype(np.float32)
+    out = ms.new_tensor((3, 20))
+    out[:] = ms.reduce_with_axis(ms.from_numpy(a) * 1, 0, ms.red.sum)
+    want = np.stack([_documented(a[:, k], "sum", np.dtype(np.float32)) for k in range(3)])
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_narrow_rows_take_the_rows_fold_and_wide_ones_the_chain():
+    A = ms.from_numpy(np.ones((300, 64), np.float32))
+    W = ms.from_numpy(np.ones((300, 2048), np.float32))
+    narrow = ms.plan_for(ms.new_tensor((64,)), ms.sum_rows(A * 2)).disassemble()
+    wide = ms.plan_for(ms.new_tensor((2048,)), ms.sum_rows(W * 2)).disassemble()
+    assert "acc_sum_f32(dst" in narrow and "sumto" in narrow
+    assert "plus(dst, _)" in wide and "plusto" in wide
+    # a tensor's rows (its sum runs as identity(x)'s) are folded straight from it
+    plain = ms.plan_for(ms.new_tensor((64,)),
+                        ms.sum_rows(_core.make_map("identity", (A,)))).disassemble()
+    assert "dst = acc_sum_f32(dst, L0)" in plain and "0 registers" in plain
