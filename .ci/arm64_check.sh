@@ -73,6 +73,7 @@ export PYTHONUSERBASE="$work/user" MSHADOW_BUILD_QUIET=1
 "$work/bin/python3" -m pytest -q -p no:cacheprovider \
     tests/test_vmath.py tests/test_short_runs.py tests/test_reduce_fused.py tests/test_plan.py \
     tests/test_reducer_table.py tests/test_nn.py tests/test_narrow_rows.py tests/test_conv2d.py \
-    tests/test_expr_api.py tests/test_implicit_dot.py tests/test_extension_spatial.py
+    tests/test_expr_api.py tests/test_implicit_dot.py tests/test_extension_spatial.py \
+    tests/test_column_fold.py
 cd "$repo"
 echo "arm64 check: ok"
