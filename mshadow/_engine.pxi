@@ -57,8 +57,6 @@ cdef extern from "mshadow/plan_exec.h":
     enum:
         MS_OPD_REG, MS_OPD_LEAF, MS_OPD_SCALAR
     enum:
-        MS_GROUP_BYTES
-    enum:
         MS_RUN_NOMEM, MS_RUN_IDIV0, MS_RUN_GATHER_OOB
     ctypedef struct ms_inst:
         ms_loop_fn fn
@@ -89,7 +87,7 @@ cdef extern from "mshadow/plan_exec.h":
         npy_intp reg_bytes
         npy_intp rows, cols, block
         int nthreads
-        npy_intp gB, gM, gR
+        npy_intp gB, gM, gR, gN
         npy_intp y0
         npy_intp x0
     int MS_VIEW_MAXDIM
@@ -101,10 +99,8 @@ cdef extern from "mshadow/plan_exec.h":
 DEF BLOCK = 512            # elements per block: 8 registers of doubles stay in a 32 KiB L1
 DEF RBLOCK = 4096          # a reduction's block: one partial sum each (fewer dispatches)
 DEF GATHER_BLOCK = 16384   # a program with no registers (a gather, a copy): calls cost more
-DEF GROUP_BLOCK = 2048     # a grouped run's block (a column reduction): 16 KiB a register
-# the bytes of narrow rows a grouped run's fold takes a call (plan_exec.h ms_group_rows)
-GROUP_BYTES = MS_GROUP_BYTES
                            # than the L1 saves; concat on (32, 64, 28, 28) ran 1.2x faster
+DEF GROUP_BLOCK = 2048     # a grouped run's block (a column reduction): 16 KiB a register
 DEF MIN_PER_THREAD = 32768 # below this many elements a thread costs more than it saves
 
 cdef dict _KERNELS = {}
@@ -114,9 +110,6 @@ while ms_kernel_table[_k].name != NULL:
     _k += 1
 # gather kernels take an ms_gather, not data pointers: they are known by their tables
 cdef set _GATHER_KERNELS = set()
-# the accumulating folds (acc_<block>_<code>), which take several rows a call (ms_inst.rows)
-from .ir import ACCUMULATORS as _ACCUMULATORS
-cdef frozenset _ACC_KERNELS = frozenset(_ACCUMULATORS.values())
 
 
 cdef _load_gathers(const ms_kernel_entry *table):
@@ -419,7 +412,7 @@ cdef class Plan:
             ins.nin = len(instr.ins)
             ins.gemm = instr.kernel[1].startswith("implicit_gemm")
             ins.gather = instr.kernel[1] in _GATHER_KERNELS
-            ins.rows = instr.kernel[1].rpartition("_")[0] in _ACC_KERNELS
+            ins.rows = instr.kernel[0] == "fold"   # several rows a call (acc_<block>_<code>)
             for j, opd in enumerate(list(instr.ins) + [instr.out]):
                 if opd[0] == "reg":
                     ins.kind[j] = MS_OPD_REG
@@ -731,15 +724,17 @@ def run_chunks(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t k,
 
 
 def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
-                   Py_ssize_t rows_per_group, init=0):
+                   Py_ssize_t rows_per_group, init=0, Py_ssize_t rows_a_call=1):
     """Reduce an expression of ``shape`` over ``axis`` (not the last), in one pass, with
     ``plan`` compiled for an accumulating saver (ir.ACCUMULATORS: sumto, maxto, ...) into its
     compute type.
 
     Rows of ``shape`` flattened to (A, B, M) x cols, B the reduced axis: each group of
     ``rows_per_group`` consecutive b of one (a, m) is added row by row, in order, into an
-    accumulator row of its own (one thread a group). Returns the accumulators, ``init`` to
-    start, as an (A, M, ceil(B / rows_per_group), cols) array of the compute type."""
+    accumulator row of its own (one thread a group); a plan whose fold takes several rows
+    a call (ms_inst.rows) takes ``rows_a_call`` of them a call when M == 1. Returns the
+    accumulators, ``init`` to start, as an (A, M, ceil(B / rows_per_group), cols) array of
+    the compute type."""
     shape = as_shape(shape)
     nd = len(shape)
     if not 0 <= axis < nd - 1:
@@ -756,7 +751,7 @@ def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axi
             _out_at(&o, <char *> cnp.PyArray_DATA(acc), cols * acc.itemsize, acc.itemsize,
                     A * B * M, cols)
             o.leaf.per_block = 2
-            o.gB, o.gM, o.gR = B, M, R
+            o.gB, o.gM, o.gR, o.gN = B, M, R, max(1, min(rows_a_call, R))
             _exec(r.bound, &o, 0, A * B * M, 0, cols)
     except BaseException:
         _close_run(r, False)

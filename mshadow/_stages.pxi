@@ -37,7 +37,7 @@ ctypedef struct _Out:
     ms_leaf leaf            # leaf 0 of the program: where results go
     Py_ssize_t rows, cols   # the geometry evaluated (output rows x columns)
     bint contiguous         # every leaf and the output dense: rows run as one long row
-    Py_ssize_t gB, gM, gR   # a grouped run (leaf.per_block == 2): see ms_program
+    Py_ssize_t gB, gM, gR, gN   # a grouped run (leaf.per_block == 2): see ms_program
 
 
 # ---- scratch: a per-thread arena ----------------------------------------------------------
@@ -496,7 +496,7 @@ cdef void _out_at(_Out *o, char *origin, Py_ssize_t rowstep, Py_ssize_t colstep,
     _leaf_at(&o.leaf, origin, rowstep, colstep, cols)
     o.rows, o.cols = rows, cols
     o.contiguous = False
-    o.gB, o.gM, o.gR = 0, 1, 1
+    o.gB, o.gM, o.gR, o.gN = 0, 1, 1, 1
 
 
 cdef void _out_tensor(_Out *o, Tensor t, bint dense_leaves) noexcept:
@@ -832,7 +832,7 @@ cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_s
     prog.scalars = sv
     prog.nreg = plan.nreg
     prog.reg_bytes = (RBLOCK if per_block and o.gB == 0 else BLOCK) * 8
-    prog.gB, prog.gM, prog.gR = o.gB, o.gM, o.gR
+    prog.gB, prog.gM, prog.gR, prog.gN = o.gB, o.gM, o.gR, o.gN
     if o.contiguous and x0 == 0 and x1 == o.cols:
         # dense rows: one long row, its columns numbered from the band's first element
         prog.y0, prog.rows = 0, 1
@@ -847,10 +847,9 @@ cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_s
     # fused program has none and takes whole rows, one share of them per thread.
     if o.gB > 0:
         # a row's value in registers a call up to GROUP_BLOCK (a 1024-wide row in blocks of
-        # BLOCK took 4 kernel calls, 1.5x the time); with no registers a block only bounds
-        # the rows a fold takes a call
-        prog.block = (min(GROUP_BLOCK, max(BLOCK, prog.cols)) if plan.nreg
-                      else max(GATHER_BLOCK, prog.cols))
+        # BLOCK took 4 kernel calls, 1.5x the time), and the gN rows a fold takes a call
+        prog.block = (max(min(GROUP_BLOCK, max(BLOCK, prog.cols)), o.gN * prog.cols)
+                      if plan.nreg else max(GATHER_BLOCK, prog.cols, o.gN * prog.cols))
         prog.reg_bytes = prog.block * 8
     elif per_block:   # a reduction's blocks never depend on the thread count
         prog.block = RBLOCK

@@ -978,7 +978,7 @@ def _reduce_in_order(r, code, ctype):
 
 
 # bytes of one vector of each ISA (the plain path's loops vectorise as SSE2's do)
-_VECTOR_BYTES = {"plain": 16, "sse2": 16, "avx2": 32, "avx512": 64, "neon": 16}
+_VECTOR_BYTES = dict({isa: 4 * _WIDTH[isa, "f32"] for isa in ISAS}, plain=16)
 
 
 def _acc_kernel(r, code, ctype):

@@ -125,9 +125,10 @@ def test_a_pitched_source_and_a_pitched_destination():
 
 def test_rows_of_a_middle_axis_fold_one_at_a_time():
     # reduce over axis 0 of (A, B, M, cols) with M > 1: a group's rows are M apart, one a call
+    # (rows of at least REGISTER_ROW_MIN; narrower ones chunk)
     rng = np.random.default_rng(5)
-    a = rng.standard_normal((90, 3, 20)).astype(np.float32)
-    out = ms.new_tensor((3, 20))
+    a = rng.standard_normal((90, 3, 130)).astype(np.float32)
+    out = ms.new_tensor((3, 130))
     out[:] = ms.reduce_with_axis(ms.from_numpy(a) * 1, 0, ms.red.sum)
     want = np.stack([_documented(a[:, k], "sum", np.dtype(np.float32)) for k in range(3)])
     np.testing.assert_array_equal(out.numpy(), want)
@@ -144,3 +145,25 @@ def test_narrow_rows_take_the_rows_fold_and_wide_ones_the_chain():
     plain = ms.plan_for(ms.new_tensor((64,)),
                         ms.sum_rows(_core.make_map("identity", (A,)))).disassemble()
     assert "dst = acc_sum_f32(dst, L0)" in plain and "0 registers" in plain
+
+
+def test_narrow_rows_a_middle_axis_apart_are_chunked():
+    # a group's rows M > 1 apart take a call each: narrow ones chunk instead (a call a row of
+    # 14 elements made reduce_with_axis of (64, 32, 14, 14) over axis 0 9x slower)
+    e = ms.reduce_with_axis(ms.from_numpy(np.ones((64, 32, 14, 14), np.float32)) * 2, 0,
+                            ms.red.sum)
+    assert "stage 0: chunk" in ms.plan_for(ms.new_tensor((32, 14, 14)), e).disassemble()
+    e = ms.reduce_with_axis(ms.from_numpy(np.ones((64, 1, 14), np.float32)) * 2, 0,
+                            ms.red.sum)
+    assert "acc_sum_f32(dst" in ms.plan_for(ms.new_tensor((1, 14)), e).disassemble()
+
+
+@pytest.mark.parametrize("width", [100, 300, 400, 512, 513, 1024])
+def test_the_rows_a_call_rule_picks_the_fold_or_the_chain(width):
+    from mshadow.extension.reduce import GROUP_BYTES, GROUP_ROWS_MIN, rows_a_call
+    nr = rows_a_call((300, width), 0, np.dtype(np.float32))
+    fit = min(ROWS_PER_GROUP, GROUP_BYTES // (4 * width))
+    assert nr == (fit if fit >= GROUP_ROWS_MIN else 1)
+    dis = ms.plan_for(ms.new_tensor((width,)),
+                      ms.sum_rows(ms.from_numpy(np.ones((300, width), np.float32)) * 2)).disassemble()
+    assert ("sumto" in dis) == (nr > 1) and ("plusto" in dis) == (nr == 1)

@@ -301,17 +301,30 @@ ROWS_PER_GROUP = 64   # rows a column reduction adds in order before the next ac
 _FOLD_SAVER = {s.op: s.name for s in ir.SAVER_TABLE if s.op is not None}
 
 
-def _acc_saver(shape, first, row, cdt):
-    """The saver that accumulates the rows of ``shape`` over the leading axis ``first`` in
-    row ``row``'s fold: its accumulating saver (ir.ACCUMULATORS), whose fold takes several
-    narrow rows a call (plan_exec.h ms_group_rows: a group's rows consecutive, at least two
-    in _core.GROUP_BYTES); where a call takes one row, the ordinary saver of the same fold
-    (sum: plusto) when there is one, which the value's chain takes as its last step (a
-    1024-wide sum_rows(x * 2) ran 1.2-1.3x slower as a chain, then a fold). The same
-    operations in the same order either way: the same bits."""
-    if math.prod(shape[first + 1:-1]) == 1 and 2 * shape[-1] * cdt.itemsize <= _core.GROUP_BYTES:
-        return row.acc
-    return _FOLD_SAVER.get(row.combine, row.acc)
+GROUP_BYTES = 4096   # narrow rows a fold takes a call, at most (plan_exec.h ms_group_rows)
+GROUP_ROWS_MIN = 3   # fewer a call: one, the fold in the value's chain (at 2, sum_rows(x * 2)
+                     # of 4096 x 512 float32 took 1.02-1.14x the chain's time; at 3, 0.86x)
+
+
+def rows_a_call(shape, first, cdt):
+    """The rows of a group one call folds when the source of ``shape`` is reduced over the
+    leading axis ``first`` in the compute dtype ``cdt``: several narrow ones where a group's
+    rows follow one another (no axis of size > 1 between ``first`` and the last), up to
+    GROUP_BYTES of them (wider, the rows read side by side were more streams than the
+    prefetchers follow: sum_rows of 4096 x 1024 float32 took 1.4x the time); else 1."""
+    if math.prod(shape[first + 1:-1]) != 1:
+        return 1
+    nr = min(ROWS_PER_GROUP, GROUP_BYTES // (shape[-1] * cdt.itemsize))
+    return nr if nr >= GROUP_ROWS_MIN else 1
+
+
+def _acc_saver(nr, row):
+    """The saver that accumulates rows, ``nr`` a call, in row ``row``'s fold: its
+    accumulating saver (ir.ACCUMULATORS), whose fold takes several rows a call; for one
+    row a call, the ordinary saver of the same fold (sum: plusto) when there is one, which
+    the value's chain takes as its last step (a 1024-wide sum_rows(x * 2) ran 1.2-1.3x
+    slower as a chain, then a fold). The same operations in the same order either way."""
+    return row.acc if nr > 1 else _FOLD_SAVER.get(row.combine, row.acc)
 
 
 @functools.lru_cache(maxsize=None)   # a few (code, reducer) pairs
@@ -349,11 +362,12 @@ def fused_reduce(src, form, reducer_name, axis):
         res = ufunc.reduce(rows, axis=rest, dtype=wide) if rest else rows
     else:                # a leading axis: accumulate rows of groups in order, then the groups
         first = axes[0]
-        plan = get_plan(src.key, cc, _acc_saver(shape, first, row, cdt))
+        nr = rows_a_call(shape, first, cdt)
+        plan = get_plan(src.key, cc, _acc_saver(nr, row))
         if not isinstance(plan, _core.Plan):
             return None
         acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP,
-                                   init_value(reducer_name, cdt))
+                                   init_value(reducer_name, cdt), nr)
         shape = tuple(shape)
         res = ufunc.reduce(acc, axis=2, dtype=wide)            # (A, M, cols)
         res = res.reshape(shape[:first] + shape[first + 1:])
@@ -447,7 +461,7 @@ def plan_of(exp):
     axes = _reduced_axes(exp.form, exp.axis, len(shape))
     if len(shape) - 1 in axes:
         return get_plan(src.key, src.code, row.block)
-    return get_plan(src.key, cc, _acc_saver(shape, axes[0], row, cdt))
+    return get_plan(src.key, cc, _acc_saver(rows_a_call(shape, axes[0], cdt), row))
 
 
 def compute(a, code, form, reducer_name, axis, mask, scale):

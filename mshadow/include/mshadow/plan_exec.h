@@ -60,8 +60,9 @@ typedef struct {
   /* Grouped runs (gB > 0; column reductions): rows are (A, B, M) with B the reduced axis;
    * group g = (a * M + m) * nch + k, nch = ceil(B / gR), holds rows b in [k gR, (k+1) gR)
    * of (a, m), in order. One thread runs a whole group, so a per_block = 2 leaf (the
-   * group's accumulator row) is never written by two threads. */
-  npy_intp gB, gM, gR;
+   * group's accumulator row) is never written by two threads. gN: the group's rows one
+   * call folds where the program can (ms_group_rows). */
+  npy_intp gB, gM, gR, gN;
   npy_intp y0;          /* the first row: a run over rows [y0, y0 + rows) (a band) */
   npy_intp x0;          /* the first column: blocks cover columns [x0, cols) (a column band) */
 } ms_program;
@@ -86,16 +87,16 @@ static inline npy_intp ms_rows_per_block(const ms_program *p) {
   return p->block / p->cols;
 }
 
-#ifndef MS_GROUP_BYTES
-#define MS_GROUP_BYTES 4096
-#endif
-/* Rows of a group a call takes in a grouped run (ms_rows_per_block's rule for groups):
- * several when rows are narrow and a group's rows follow one another (gM == 1), no leaf is
- * mapped, per block or an implicit_dot's, and the accumulator row is read only by the fold
+/* Rows of a group a call takes in a grouped run: the caller's gN (extension/reduce.py
+ * chooses it, the one rule) where the program can take several (ms_rows_per_block's rule
+ * for groups): a group's rows follow one another (gM == 1), whole rows a block, no leaf
+ * mapped, per block or an implicit_dot's, and the accumulator row read only by the fold
  * (ms_inst.rows), which folds all of them into it in row order; else 1. */
 static inline npy_intp ms_group_rows(const ms_program *p) {
   int k, j;
-  if (p->gB <= 0 || p->gM != 1 || p->x0 != 0 || p->cols <= 0 || 2 * p->cols > p->block) return 1;
+  if (p->gB <= 0 || p->gN <= 1 || p->gM != 1 || p->x0 != 0 || p->cols <= 0 ||
+      p->gN * p->cols > p->block)
+    return 1;
   for (k = 0; k < p->ninst; ++k) {
     const ms_inst *in = &p->inst[k];
     if (in->gemm) return 1;
@@ -106,13 +107,7 @@ static inline npy_intp ms_group_rows(const ms_program *p) {
       if (L->nmap || L->per_block == 1 || (L->per_block == 2 && !in->rows)) return 1;
     }
   }
-  {   /* and at most MS_GROUP_BYTES of them: wider, and the rows read side by side were
-       * more streams than the prefetchers follow (sum_rows of 4096 x 1024 float32 took
-       * 1.4x the time of a row a call) */
-    const npy_intp nr = p->block / p->cols;
-    const npy_intp by_bytes = MS_GROUP_BYTES / (p->cols * p->leaf[0].colstep);
-    return by_bytes < 1 ? 1 : nr < by_bytes ? nr : by_bytes;
-  }
+  return p->gN;
 }
 
 /* Evaluate the block of row y from column x0 with scratch `regs`; g is y's group; nr > 1:
