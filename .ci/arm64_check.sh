@@ -51,12 +51,21 @@ site="$work/user/lib/python3.11/site-packages"
 for w in "$work"/whl/*.whl; do "$py" -m zipfile -e "$w" "$site"; done
 
 echo "+ cross-compile for aarch64"
+# with the build requirements of pyproject.toml (what pip's isolated build would take), not
+# whatever setuptools the calling environment has
+"$py" -m venv "$work/build"
+reqs=$("$py" -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires']))") \
+    || skip "reading pyproject.toml's build requirements needs Python 3.11 (tomllib)"
+# shellcheck disable=SC2086
+"$work/build/bin/python" -m pip install -q $reqs > "$work/pip-build.log" 2>&1 \
+    || { tail -5 "$work/pip-build.log"; exit 1; }
 mkdir "$work/src"
 git ls-files -co --exclude-standard | grep -v '\.so$' | tar -cf - -T - | tar -xf - -C "$work/src"
 cd "$work/src"
 env _PYTHON_SYSCONFIGDATA_NAME=_sysconfigdata__aarch64-linux-gnu _PYTHON_HOST_PLATFORM=linux-aarch64 \
     PYTHONPATH="$work/cfg" CFLAGS="-I$site/numpy/_core/include" \
-    "$py" setup.py build_ext --inplace > "$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 1; }
+    "$work/build/bin/python" setup.py build_ext --inplace > "$work/build.log" 2>&1 \
+    || { tail -30 "$work/build.log"; exit 1; }
 file mshadow/_core.cpython-311-aarch64-linux-gnu.so 2>/dev/null || ls mshadow/_core.*.so
 
 echo "+ the kernel tests, aarch64 CPython under qemu-user"
