@@ -1,6 +1,6 @@
 /* Every NEON packet function (packet/neon.h) against its scalar.h twin, bit for bit, on the
  * values where ISAs differ: signed zeros, infinities, NaNs with payloads and signs,
- * subnormals, the extremes. Built for aarch64 and run under qemu-user by
+ * subnormals, the extremes (the exponent-field helpers too). Built for aarch64 and run under qemu-user by
  * tests/test_arch_levels.py; prints each mismatch, exits 1 if there is one. */
 #include <stdint.h>
 #include <stdio.h>
@@ -79,6 +79,10 @@ SPECIALS(double, uint64_t, 0x7FF8000000000000ull, 0xFFF8000000000000ull, 0x1234u
     CHECK2(T, U, t, W, div) CHECK2(T, U, t, W, max) CHECK2(T, U, t, W, min)                  \
     CHECK2(T, U, t, W, copysign)                                                             \
     CHECK1(T, U, t, W, neg) CHECK1(T, U, t, W, abs)                                          \
+    /* the exponent-field helpers on every special too (zeros, subnormals, inf, NaN): the    \
+     * same integer steps on the same bits, whatever they mean there */                      \
+    CHECK1(T, U, t, W, pow2i) CHECK1(T, U, t, W, frexpe) CHECK1(T, U, t, W, frexpm)          \
+    CHECK2(T, U, t, W, ldexp)                                                                \
     CHECKM(T, U, t, W, lt) CHECKM(T, U, t, W, gt) CHECKM(T, U, t, W, eq)                     \
     for (i = 0; i < NSPECIAL; ++i) {   /* sqrt (scalar.h has none: C's), isnan, sum */       \
       T a[W], r[W];                                                                          \
