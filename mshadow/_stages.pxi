@@ -848,8 +848,8 @@ cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_s
     if o.gB > 0:
         # a row's value in registers a call up to GROUP_BLOCK (a 1024-wide row in blocks of
         # BLOCK took 4 kernel calls, 1.5x the time), and the gN rows a fold takes a call
-        prog.block = (max(min(GROUP_BLOCK, max(BLOCK, prog.cols)), o.gN * prog.cols)
-                      if plan.nreg else max(GATHER_BLOCK, prog.cols, o.gN * prog.cols))
+        prog.block = max(min(GROUP_BLOCK, max(BLOCK, prog.cols)) if plan.nreg
+                         else max(GATHER_BLOCK, prog.cols), o.gN * prog.cols)
         prog.reg_bytes = prog.block * 8
     elif per_block:   # a reduction's blocks never depend on the thread count
         prog.block = RBLOCK

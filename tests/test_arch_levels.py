@@ -99,3 +99,16 @@ def test_neon_packets_give_scalar_bits_on_aarch64(tmp_path):
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok: 0 mismatches" in r.stdout
+
+
+def test_the_level_names_are_the_generators():
+    # packet.h names the levels (ms_isa_names) and numbers them; codegen_cpu.ARCH_ISAS emits
+    # the kernels of each: the two must list the same ISAs in the same order
+    import mshadow as ms
+    header = (INCLUDE / "mshadow" / "packet.h").read_text()
+    for macro, isas in codegen_cpu.ARCH_ISAS:
+        block = header.split(f"#{'if' if macro == 'MS_X86' else 'elif'} {macro}\n", 1)[1]
+        names = re.search(r"ms_isa_names\[\] = \{([^}]*)\}", block).group(1)
+        assert [n.strip().strip('"') for n in names.split(",")] == ["plain", *isas, "NULL"]
+    compiled = ms.simd_info()["compiled"]
+    assert any(compiled[1:] == isas for _, isas in codegen_cpu.ARCH_ISAS) or compiled == ("plain",)

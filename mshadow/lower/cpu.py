@@ -571,9 +571,10 @@ def fuse_chains(p, single=False):
     """Replace each run of instructions where every one consumes only its predecessor's
     result by one chain instruction: the same IEEE operations in the same order, one pass.
     With ``single`` a lone instruction becomes a one-step chain too (a column reduction's
-    value: the chain asks for its leaves' lines ahead, a plain kernel does not, and a row
-    of a page, one call each, waited on memory: sum_rows(x * 2) of 4096 x 1024 float32
-    took 1.8x the time)."""
+    value ahead of its fold: the chain asks for its leaves' lines ahead, a plain kernel
+    does not, and a row of a page, one call each, waited on memory: sum_rows(x * 2) of
+    4096 x 1024 float32 took 1.8x the time as a fold; a sum of wide rows now keeps the fold
+    in the chain, plusto, but a maximum or minimum has no ordinary saver and still folds)."""
     instrs, out, i = p.instrs, [], 0
     while i < len(instrs):
         first = instrs[i]
@@ -633,6 +634,16 @@ def fuse_chains(p, single=False):
 REGISTER_ROW_MIN = 128
 
 
+def group_rows_follow(shape, first):
+    """Whether the rows a reduction of ``shape`` over the leading axis ``first`` folds into
+    one accumulator row follow one another (no axis of size > 1 between ``first`` and the
+    last): only then can a call fold several (extension/reduce.py rows_a_call)."""
+    n = 1
+    for k in shape[first + 1:len(shape) - 1]:
+        n *= k
+    return n == 1
+
+
 def reduce_schedule(shape, form, axis, mask):
     """How a reduction of an expression of ``shape`` runs: 'registers' (the source's
     values reduced where they are computed) or 'chunk' (compile_reduce). An arg-reduction
@@ -642,10 +653,7 @@ def reduce_schedule(shape, form, axis, mask):
     nd = len(shape)
     keeps_last = (axis == nd - 1) if form == "except_dim" else (axis != nd - 1)
     first = 0 if form == "except_dim" else axis       # the first reduced axis, if keeps_last
-    n_between = 1
-    for k in shape[first + 1:nd - 1]:
-        n_between *= k
-    if keeps_last and n_between == 1:
+    if keeps_last and group_rows_follow(shape, first):
         # rows folded into accumulator rows, narrow ones several a call (a group's rows
         # follow one another); rows M apart, a call each, are chunked when narrow: 6-65x
         # faster than a kernel call a row of a few elements
