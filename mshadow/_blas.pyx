@@ -18,7 +18,7 @@ from libc.math cimport isfinite
 from cython.parallel cimport prange, parallel, threadid
 from scipy.linalg.cython_blas cimport sgemm, dgemm, sgemv, dgemv, sdot, ddot
 
-from mshadow._core cimport ColumnPanels, Tensor
+from mshadow._core cimport ColumnPanels, ProductExp, Tensor
 from mshadow._tables cimport (MS_TYPEFLAG_FLOAT32, MS_TYPEFLAG_FLOAT64, MS_TYPEFLAG_FLOAT16,
                               MS_TYPEFLAG_UINT8, MS_TYPEFLAG_INT32, MS_TYPEFLAG_INT8,
                               MS_TYPEFLAG_INT64)
@@ -26,6 +26,7 @@ from .dtypes import DTYPES
 from .errors import ShapeError, DTypeError
 from .shape import Shape
 from .device import cpu as _CPU
+from .ir import SAVER_TABLE
 
 cdef extern from "mshadow/panel_gemm.h":
     int MS_PG_LEVELS
@@ -89,6 +90,9 @@ _IS_FLOAT = tuple(d.is_float for d in DTYPES)
 
 # below this many multiply-adds the integer loop stays on one thread
 DEF MIN_PARALLEL_MACS = 1 << 16
+# below this many, a product keeps the GIL (releasing and taking it back costs about as
+# much as a 16 x 16 x 16 product)
+DEF MIN_NOGIL_MACS = 1 << 15
 
 cdef struct Mat:
     char *p
@@ -331,7 +335,11 @@ cdef tuple _scalars(int flag, alpha, beta):
     """(falpha, fbeta, ialpha, ibeta): integer scales are taken modulo 2^64 (they wrap)."""
     if _IS_FLOAT[flag]:
         return float(alpha), float(beta), 0, 0
-    return 0.0, 0.0, int(alpha) & 0xFFFFFFFFFFFFFFFF, int(beta) & 0xFFFFFFFFFFFFFFFF
+    return 0.0, 0.0, _wrap64(alpha), _wrap64(beta)
+
+
+cdef uint64_t _wrap64(v) except? 0:
+    return int(v) & 0xFFFFFFFFFFFFFFFF
 
 
 cdef int _check_rc(int rc, str where, int flag) except -1:
@@ -356,6 +364,11 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
     A 1-D tensor is a (1, n) row; with its flag set it is the column op(x) = x^T. A 1-D ``c``
     holds an (m, 1) or (1, n) result. Operands that overlap ``c`` are read from a snapshot.
     """
+    _gemm(c, a, ta, b, tb, alpha, beta, nthreads)
+
+
+cdef int _gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta,
+               int nthreads) except -1:
     cdef Mat mc, ma, mb
     cdef Py_ssize_t m, n, k, k2
     cdef char *abuf = NULL
@@ -366,7 +379,7 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
     if a.type_flag != flag or b.type_flag != flag:
         raise DTypeError(f"dot: operands of dtypes {_NAMES[a.type_flag]} and "
                          f"{_NAMES[b.type_flag]} into {_NAMES[flag]}")
-    if len(a.shape) > 2 or len(b.shape) > 2 or len(c.shape) > 2:
+    if len(<tuple> a.shape) > 2 or len(<tuple> b.shape) > 2 or len(<tuple> c.shape) > 2:
         raise ShapeError(f"dot-gemm: operands must be 1-D or 2-D, got {a.shape}, {b.shape} "
                          f"-> {c.shape}")
     if c.readonly:
@@ -376,9 +389,9 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
     mc.p = c.data()
     m, k = (a.cols, a.rows) if ta else (a.rows, a.cols)
     k2, n = (b.cols, b.rows) if tb else (b.rows, b.cols)
-    if len(c.shape) == 1 and m == 1:
+    if len(<tuple> c.shape) == 1 and m == 1:
         mc.rows, mc.cols, mc.ld = 1, c.cols, c.cols
-    elif len(c.shape) == 1:
+    elif len(<tuple> c.shape) == 1:
         # an (m, 1) column of a contiguous vector: one element per row
         mc.rows, mc.cols, mc.ld = c.cols, 1, 1
     else:
@@ -390,22 +403,39 @@ def gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthrea
         for v, what in ((m, "rows"), (n, "cols"), (k, "inner size"),
                         (ma.ld, "lda"), (mb.ld, "ldb"), (mc.ld, "ldc")):
             _check_int(v, what)
-    fa, fb, ia, ib = _scalars(flag, alpha, beta)
+    if _IS_FLOAT[flag]:
+        fa, fb, ia, ib = alpha, beta, 0, 0
+    else:
+        fa, fb, ia, ib = 0.0, 0.0, _wrap64(alpha), _wrap64(beta)
     _pin3(a, b, c)   # the memory outlives a free_space or resize from another thread
     try:
-        with nogil:
-            if _overlap(mc.p, mc.rows, mc.cols, mc.ld, ma.p, ma.rows, ma.cols, ma.ld, c.itemsize):
-                rc = _snapshot(&ma, 1, 0, c.itemsize, &abuf)
-            if rc == 0 and _overlap(mc.p, mc.rows, mc.cols, mc.ld, mb.p, mb.rows, mb.cols, mb.ld,
-                                    c.itemsize):
-                rc = _snapshot(&mb, 1, 0, c.itemsize, &bbuf)
-            if rc == 0:
-                rc = _product(flag, mc, ma, mb, m, n, k, fa, fb, ia, ib, nthreads)
-            free(abuf)
-            free(bbuf)
+        if m * n * k < MIN_NOGIL_MACS:     # a few hundred ns: dropping the GIL costs more
+            rc = _gemm_run(flag, &mc, &ma, &mb, m, n, k, fa, fb, ia, ib, nthreads, c.itemsize)
+        else:
+            with nogil:
+                rc = _gemm_run(flag, &mc, &ma, &mb, m, n, k, fa, fb, ia, ib, nthreads,
+                               c.itemsize)
     finally:
         _unpin3(a, b, c)
-    _check_rc(rc, "dot", flag)
+    return _check_rc(rc, "dot", flag)
+
+
+cdef int _gemm_run(int flag, Mat *mc, Mat *ma, Mat *mb, Py_ssize_t m, Py_ssize_t n,
+                   Py_ssize_t k, double fa, double fb, uint64_t ia, uint64_t ib, int nthreads,
+                   Py_ssize_t item) noexcept nogil:
+    """_product, with an operand that overlaps c read from a snapshot of it."""
+    cdef char *abuf = NULL
+    cdef char *bbuf = NULL
+    cdef int rc = 0
+    if _overlap(mc.p, mc.rows, mc.cols, mc.ld, ma.p, ma.rows, ma.cols, ma.ld, item):
+        rc = _snapshot(ma, 1, 0, item, &abuf)
+    if rc == 0 and _overlap(mc.p, mc.rows, mc.cols, mc.ld, mb.p, mb.rows, mb.cols, mb.ld, item):
+        rc = _snapshot(mb, 1, 0, item, &bbuf)
+    if rc == 0:
+        rc = _product(flag, mc[0], ma[0], mb[0], m, n, k, fa, fb, ia, ib, nthreads)
+    free(abuf)
+    free(bbuf)
+    return rc
 
 
 def gemm_panels(Tensor c, Tensor a, bint ta, ColumnPanels b, alpha, beta, int nthreads=1):
@@ -821,22 +851,43 @@ cdef void _store_sums(floating *dw, floating *s, Py_ssize_t K, Py_ssize_t CK, Py
 
 
 def product(dst, exp, tuple sign_beta, int nthreads):
-    """``dst <saver> exp`` for a DotExp or BatchDotExp (mshadow/dot.py), ``sign_beta`` the
-    saver's (sign of alpha, beta): True when done; False, having done nothing, when ``dst``
-    is not a CPU tensor of the product's dtype and shape (dot.py then raises the error that
-    says which). The per-call path of a small product, compiled."""
+    """``dst <saver> exp`` for a DotExp or BatchDotExp of two tensors (mshadow/dot.py),
+    ``sign_beta`` the saver's (sign of alpha, beta): True when done; False, having done
+    nothing, when ``dst`` is not a CPU tensor of the product's dtype and shape (dot.py then
+    raises the error that says which)."""
+    return _product_of(dst, <ProductExp?> exp, sign_beta, nthreads) == 1
+
+
+cdef int _product_of(object dst, ProductExp e, tuple sign_beta, int nthreads) except -1:
+    """product's work: 1 when stored, 0 when refused."""
     if not isinstance(dst, Tensor):
-        return False
-    cdef Tensor d = <Tensor> dst, a = exp.lhs, b = exp.rhs
+        return 0
+    cdef Tensor d = <Tensor> dst, a = e.lhs, b = e.rhs
     if (d.type_flag != a.type_flag or d.device is not _CPU or a.device is not _CPU
-            or d.shape != exp.shape):
-        return False
-    alpha = sign_beta[0] * exp.scale
-    if exp.key[0] == "dot":      # Product's kind, as engine.assign dispatches on it
-        gemm(d, a, exp.ltrans, b, exp.rtrans, alpha, sign_beta[1], nthreads)
+            or d.shape != e.shape):
+        return 0
+    alpha = sign_beta[0] * e.scale
+    if (<tuple> e.key)[0] == "dot":      # Product's kind, as engine.assign dispatches on it
+        _gemm(d, a, e.ltrans, b, e.rtrans, alpha, sign_beta[1], nthreads)
     else:
-        batch_gemm(d, a, exp.ltrans, b, exp.rtrans, alpha, sign_beta[1], nthreads)
-    return True
+        batch_gemm(d, a, e.ltrans, b, e.rtrans, alpha, sign_beta[1], nthreads)
+    return 1
+
+
+# saver -> its (sign of alpha, beta) (ir.SAVER_TABLE's mshadow Saver::AlphaBLAS / BetaBLAS)
+cdef dict _SIGN_BETA = {s.name: s.blas for s in SAVER_TABLE if s.blas is not None}
+
+
+def assign_product(dst, exp, str saver, int nthreads):
+    """The compiled per-statement path of ``dst <saver> dot(a, b)`` (the core's entry for
+    the kComplex kinds "dot" and "batch_dot", installed by dot.py): True when stored; False,
+    having done nothing, for what dot._eval takes (a saver with no BLAS form, an expression
+    operand, a destination that is not a CPU tensor of the product's dtype and shape)."""
+    sign_beta = _SIGN_BETA.get(saver)
+    cdef ProductExp e = <ProductExp?> exp
+    if sign_beta is None or not (isinstance(e.lhs, Tensor) and isinstance(e.rhs, Tensor)):
+        return False
+    return _product_of(dst, e, sign_beta, nthreads) == 1
 
 
 def batch_gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int nthreads=1):

@@ -49,6 +49,29 @@ cdef class TensorContainer(Tensor):
     cdef _reserve(self, object shape)
 
 
+cdef class Exp:
+    # (_exp.pxi) base of every lazy expression
+    cdef public object key       # its IR node (mshadow/ir.py)
+    cdef public object shape
+    cdef public str code
+    cdef public tuple leaves
+    cdef public tuple scalars
+    cdef public int exp_type
+    cdef object site             # make_map's _Site of its key (None: not interned)
+    cdef object __weakref__
+
+
+cdef class ScaledExp(Exp):
+    # (_exp.pxi) a kComplex expression whose scale `* s` folds into
+    cdef public object scale
+
+
+cdef class ProductExp(ScaledExp):
+    # (_product.pxi) dot / batch_dot of lhs and rhs, with BLAS's transpose flags
+    cdef public object lhs, rhs
+    cdef public bint ltrans, rtrans
+
+
 cdef class ColumnPanels:
     # (_stages.pxi) a product's expression operand, a panel of columns at a time
     cdef object run                  # the open _Run (None once closed)

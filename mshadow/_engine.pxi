@@ -241,6 +241,9 @@ _plan_store = PLANS
 cdef Py_ssize_t _plan_cache_size = 2048
 cdef Py_ssize_t _plan_hits = 0, _plan_misses = 0
 cdef unsigned long long _plan_tick = 0
+# the cache's generation: bumped whenever an entry is added, replaced or dropped, so a
+# plan remembered outside it (make_map's _Site) is used only while it is still the entry
+cdef unsigned long long _plan_gen = 1
 
 
 cdef inline void _stamp(object plan) noexcept:
@@ -258,6 +261,9 @@ def _evict(Py_ssize_t keep):
     """Drop the least recently used entries until at most ``keep`` remain."""
     if len(PLANS) <= keep:
         return
+    global _plan_gen
+    _plan_gen += 1
+    _clear_sites()
     order = sorted(list(PLANS.items()), key=lambda kv: _last_use(kv[1]))
     for key, _ in order[:len(order) - keep]:
         PLANS.pop(key, None)     # another thread may have dropped it meanwhile
@@ -278,7 +284,9 @@ def cached_plan(key):
 
 def cache_plan(key, plan):
     """Keep ``plan`` under ``key``; past the bound, drop the least recently used eighth."""
+    global _plan_gen
     _stamp(plan)
+    _plan_gen += 1
     PLANS[key] = plan
     if len(PLANS) > _plan_cache_size:
         _evict(_plan_cache_size - _plan_cache_size // 8)
@@ -291,7 +299,9 @@ def plan_cache_counts():
 
 def clear_plan_cache():
     """Drop every compiled plan (they are compiled again on next use)."""
-    global _plan_hits, _plan_misses
+    global _plan_hits, _plan_misses, _plan_gen
+    _plan_gen += 1
+    _clear_sites()
     PLANS.clear()
     _plan_hits = _plan_misses = 0
 

@@ -16,8 +16,8 @@ from .ops_table import OPS_BY_NAME as _OPS_BY_NAME
 from .errors import LazyExpressionError, MissingMethodError
 
 from cpython.object cimport PyTypeObject
-from cpython.tuple cimport PyTuple_SET_ITEM, PyTuple_New
-from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_SET_ITEM, PyTuple_New, PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.ref cimport Py_INCREF, PyObject
 
 cdef extern from "Python.h":
     ctypedef object (*_allocfunc)(PyTypeObject *, Py_ssize_t)
@@ -85,6 +85,17 @@ cdef tuple _LEAF_KEY = tuple(_IR_LEAF[c] for c in _CODE_BY_FLAG)
 cdef object _SCALAR_KEY = _IR_SCALAR
 cdef dict _NP_BY_CODE = _DT_NP_BY_CODE
 cdef frozenset _FLOAT_CODES = _DT_FLOAT_CODES
+# the float codes as the dtype table's objects: the codes an expression carries are these,
+# so a float scalar's check is an identity test (the set is still asked for any other)
+cdef tuple _FLOAT_CODE_OBJS = tuple(c for c in _CODE_BY_FLAG if c in _DT_FLOAT_CODES)
+
+
+cdef inline bint _is_float_code(str code) except -1:
+    cdef Py_ssize_t i
+    for i in range(len(_FLOAT_CODE_OBJS)):
+        if PyTuple_GET_ITEM(_FLOAT_CODE_OBJS, i) == <PyObject *> code:
+            return True
+    return code in _FLOAT_CODES
 DEF kMapper = 1
 DEF kChainer = 3
 DEF kComplex = 7
@@ -144,13 +155,7 @@ cdef object _fold_fn = _fold
 
 cdef class Exp:
     """Base of every lazy expression: ``exp_type`` is kMapper, kChainer or kComplex."""
-    cdef public object key       # its IR node (mshadow/ir.py)
-    cdef public object shape
-    cdef public str code
-    cdef public tuple leaves
-    cdef public tuple scalars
-    cdef public int exp_type
-    cdef object __weakref__
+    # (its fields: key, shape, code, leaves, scalars, exp_type, in _core.pxd)
     __array_ufunc__ = None   # numpy scalars and arrays defer to our operators: stay lazy
 
     @property
@@ -206,10 +211,10 @@ cdef class Exp:
         return make_map("abs", (self,))
 
     def __matmul__(self, o):
-        return _up_dot(self, o)
+        return dot(self, o)
 
     def __rmatmul__(self, o):
-        return _up_dot(o, self)
+        return dot(o, self)
 
     def __hash__(self):   # by identity, though == builds an expression (like numpy arrays)
         return id(self) >> 4
@@ -262,6 +267,63 @@ cdef class Exp:
     def __repr__(self):
         return (f"{type(self).__name__}({_describe(self.key)}, shape={self.shape}, "
                 f"dtype={self.code})")
+
+
+def scale_value(v, str code, where, what="expression"):
+    """A scale as mshadow's ``DType scale``: a real number; for integer types an integer,
+    wrapped as C's conversion to DType wraps (so -1 scales a uint8 result by 255)."""
+    if isinstance(v, _ScalarExp):
+        if v.dtype is not None and _CODE_BY_FLAG[_type_flag(v.dtype)] != code:
+            raise DTypeError(f"{where}: scalar of dtype {v.dtype} scales a {what} of dtype "
+                             f"{np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
+        v = v.value
+    if (isinstance(v, (bool, np.bool_, complex, np.complexfloating))
+            or not isinstance(v, (numbers.Real, np.number))):
+        raise TypeError(f"{where}: a {what} can only be scaled by a real scalar, got {v!r}")
+    if code not in _FLOAT_CODES:
+        if not float(v).is_integer():
+            raise DTypeError(f"{where}: scale {v!r} is not representable in "
+                             f"{np.dtype(_NP_BY_CODE[code])} (integer {what}s take integer "
+                             f"scales)")
+        return _wrap(int(v), code)
+    return float(v)
+
+
+cdef object _wrap(object v, str code):
+    """The integer ``v`` wrapped into the range of the integer dtype ``code``."""
+    info = np.iinfo(_NP_BY_CODE[code])
+    return (v - int(info.min)) % (1 << info.bits) + int(info.min)
+
+
+cdef class ScaledExp(Exp):
+    """A kComplex expression with a scale that ``* s``, ``s *`` and ``-`` fold into (dot's
+    alpha, a reduction's scale) instead of nesting; chains multiply: ``e * 2 * 3`` has 6."""
+
+    _extra = ()              # a subclass's own fields, copied into each scaled node
+    _what = "expression"     # for messages: "product", "reduction"
+
+    def _scaled(self, s):
+        node = type(self).__new__(type(self))
+        for f in ("key", "shape", "code", "leaves", "scalars", "exp_type") + self._extra:
+            setattr(node, f, getattr(self, f))
+        s = scale_value(s, self.code, self.key[0], self._what)
+        node.scale = (_wrap(self.scale * s, self.code) if self.code not in _FLOAT_CODES
+                      else self.scale * s)
+        node.scalars = (node.scale,)
+        return node
+
+    def __mul__(self, o):
+        if isinstance(o, (numbers.Real, np.number, _ScalarExp)) and not isinstance(o, bool):
+            return self._scaled(o)
+        return Exp.__mul__(self, o)    # refuses: a kComplex operand cannot be nested
+
+    def __rmul__(self, o):
+        if isinstance(o, (numbers.Real, np.number, _ScalarExp)) and not isinstance(o, bool):
+            return self._scaled(o)
+        return Exp.__rmul__(self, o)
+
+    def __neg__(self):
+        return self._scaled(-1)
 
 
 # Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE
@@ -430,16 +492,6 @@ cdef object _operand(object a, str where):
                     f"(expected a Tensor, an expression, a numpy array or a real scalar)")
 
 
-cdef object _operand_parts(object name, object a):
-    """(code, shape) of a non-scalar operand; refuses kComplex ones."""
-    if isinstance(a, Tensor):
-        return _CODE_BY_FLAG[(<Tensor> a).type_flag], (<Tensor> a).shape
-    if (<Exp> a).exp_type == kComplex:
-        raise TypeError(f"{name}: a {_describe((<Exp> a).key)} expression (kComplex) "
-                        f"cannot be nested inside another expression; assign it to a tensor first")
-    return (<Exp> a).code, (<Exp> a).shape
-
-
 cpdef object chained(object x):
     """``x`` as an operand of another expression: a kComplex expression that has a chainer
     form (reduce_with_axis, reduce_keepdim: ``as_chainer``) becomes it; anything else is
@@ -460,101 +512,176 @@ cdef tuple _arrays_as_tensors(tuple args):
     return tuple(out)
 
 
+# ---- interned Map nodes -----------------------------------------------------------------
+# An expression's IR node keys the plan cache, and a tuple cannot cache its hash: each
+# statement's lookup hashed and compared its whole tree, and built it first (together a
+# third of `w[:] = -eta * (g + lam * w)` at n = 16). So make_map looks the node it would
+# build up in a direct-mapped table, by the identities of its parts (operator, dtype code,
+# the children's nodes): a structure built again gets the same node object, in a few
+# compares, and that node's _Site remembers the plan the last statement found for it
+# (_assign). A slot taken by another structure is overwritten: the table only saves work,
+# and nodes built apart still compare equal by their structure. The table is emptied
+# whenever the plan cache drops entries (_evict, clear_plan_cache): a node holds its
+# operator, and a defined operator must live no longer than the cache keeps it.
+DEF SITE_SLOTS = 4096           # a power of 2
+
+cdef class _Site:
+    """An interned Map node and the plan last found for it: the plan cache's entry under
+    (node, code, saver, device) while ``gen`` is the cache's generation (_plan_gen)."""
+    cdef object node
+    cdef object plan, code, saver, device
+    cdef unsigned long long gen
+
+
+cdef list _sites = [None] * SITE_SLOTS
+
+
+cdef void _clear_sites() noexcept:
+    cdef Py_ssize_t i
+    for i in range(SITE_SLOTS):
+        _sites[i] = None
+
+
+cdef inline size_t _mix(size_t h, void *p) noexcept:
+    h = (h ^ (<size_t> p >> 4)) * <size_t> 0x9E3779B97F4A7C15ULL
+    return h ^ (h >> 29)
+
+
+cdef _Site _site_of(object name, str code, Py_ssize_t n, PyObject **keys):
+    """The _Site of Map(name, code, *keys): the slot's when it holds that node, else a new
+    one in its place (the node built here, in one allocation)."""
+    cdef size_t h = _mix(_mix(0, <PyObject *> name), <PyObject *> code)
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = _mix(h, keys[i])
+    cdef Py_ssize_t slot = <Py_ssize_t> (h & (SITE_SLOTS - 1))
+    cdef _Site site = <_Site> _sites[slot]
+    cdef tuple node
+    if site is not None:
+        node = <tuple> site.node
+        if (PyTuple_GET_SIZE(node) == n + 3 and PyTuple_GET_ITEM(node, 1) == <PyObject *> name
+                and PyTuple_GET_ITEM(node, 2) == <PyObject *> code):
+            for i in range(n):
+                if PyTuple_GET_ITEM(node, i + 3) != keys[i]:
+                    break
+            else:
+                return site
+    cdef tuple kt = PyTuple_New(n)
+    for i in range(n):
+        _tuple_put(kt, i, <object> keys[i])
+    site = _Site.__new__(_Site)
+    site.node = _new_map_node(name, code, kt)
+    _sites[slot] = site
+    return site
+
+
 cpdef object make_map(object name, tuple args):
     """The node for operator ``name`` on ``args`` (TypeCheck and ShapeCheck happen here)."""
-    cdef Py_ssize_t n = len(args), i
-    cdef str code = None
-    cdef object shape = None
+    cdef Py_ssize_t n = len(args), i, j
+    cdef str code = None, c
+    cdef object shape = None, s
     cdef int exp_type = kMapper
-    cdef tuple leaves = (), scalars = (), keys = ()
     cdef Exp e
     cdef Tensor t
     cdef object device = None      # of the tensor operands: one (a run checks the rest)
+    # the leaves and scalars, in argument order (the plan's binding order): counted here,
+    # then each tuple allocated once at its size, or an operand's own tuple where that
+    # operand holds them all (concatenating a tuple per operand was a third of a node)
+    cdef Py_ssize_t nl = 0, ns = 0, il = 0, js = 0
+    cdef Py_ssize_t only_l = -1, only_s = -1     # the one Exp operand holding them all
+    if n > 3 or n == 0:
+        raise TypeError(f"{name}: an operator takes 1 to 3 operands, got {n}")
     # pass 1: operands' dtype and shape (the scalars take the dtype found here)
     for i in range(n):
         a = args[i]
         if isinstance(a, Tensor):
+            t = <Tensor> a
             if device is None:
-                device = (<Tensor> a).device
-            elif (<Tensor> a).device is not device:
+                device = t.device
+            elif t.device is not device:
                 raise DeviceError(f"{name}: operands on different devices ({device.name} and "
-                                  f"{(<Tensor> a).device.name}); use ms.copy between devices")
-        if isinstance(a, Exp) and (<Exp> a).exp_type == kComplex:
-            nested = chained(a)       # a reduction nests as mshadow's chainer
-            if nested is not a:
-                return make_map(name, args[:i] + (nested,) + args[i + 1:])
-        if isinstance(a, (Tensor, Exp)):
-            c, s = _operand_parts(name, a)
-            if code is None:
-                code = c
-                shape = s
-            elif c != code:
-                raise DTypeError(f"{name}: operands have different dtypes "
-                                 f"{np.dtype(_NP_BY_CODE[code])} and {np.dtype(_NP_BY_CODE[c])}; "
-                                 f"use ms.tcast to convert one of them")
-            elif s is not shape and s != shape:
-                k = _LEAF_KEY[(<Tensor> a).type_flag] if isinstance(a, Tensor) else (<Exp> a).key
-                raise ShapeError(f"{name}: Shapes of operands are not the same, "
-                                 f"Shape1={shape}, Shape2={s} (in {_describe(k)})")
-        elif not _is_scalar_arg(a):
-            if isinstance(a, np.ndarray):
-                return make_map(name, _arrays_as_tensors(args))
-            _operand(a, str(name))   # raises the TypeError
+                                  f"{t.device.name}); use ms.copy between devices")
+            c, s = _CODE_BY_FLAG[t.type_flag], t.shape
+            nl += 1
+            only_l = -2
+        elif isinstance(a, Exp):
+            e = <Exp> a
+            if e.exp_type == kComplex:
+                nested = chained(a)       # a reduction nests as mshadow's chainer
+                if nested is not a:
+                    return make_map(name, args[:i] + (nested,) + args[i + 1:])
+                raise TypeError(f"{name}: a {_describe(e.key)} expression (kComplex) cannot "
+                                f"be nested inside another expression; assign it to a tensor "
+                                f"first")
+            c, s = e.code, e.shape
+            if len(e.leaves):
+                only_l = i if nl == 0 else -2
+                nl += len(e.leaves)
+            if len(e.scalars):
+                only_s = i if ns == 0 else -2
+                ns += len(e.scalars)
+        else:
+            if not _is_scalar_arg(a):
+                if isinstance(a, np.ndarray):
+                    return make_map(name, _arrays_as_tensors(args))
+                _operand(a, str(name))   # raises the TypeError
+            ns += 1
+            only_s = -2
+            continue
+        if code is None:
+            code = c
+            shape = s
+        elif c != code:
+            raise DTypeError(f"{name}: operands have different dtypes "
+                             f"{np.dtype(_NP_BY_CODE[code])} and {np.dtype(_NP_BY_CODE[c])}; "
+                             f"use ms.tcast to convert one of them")
+        elif s is not shape and s != shape:
+            k = _LEAF_KEY[(<Tensor> a).type_flag] if isinstance(a, Tensor) else (<Exp> a).key
+            raise ShapeError(f"{name}: Shapes of operands are not the same, "
+                             f"Shape1={shape}, Shape2={s} (in {_describe(k)})")
     if code is None:
         return _fold_fn(name, args)
-    # pass 2: key, leaves and scalars in argument order (the plan's binding order), each
-    # tuple allocated once at its size (concatenating a tuple per operand was a third of
-    # building a node)
-    cdef Py_ssize_t nl = 0, ns = 0, il = 0, js = 0, j
-    for i in range(n):
-        a = args[i]
-        if isinstance(a, Tensor):
-            nl += 1
-        elif isinstance(a, Exp):
-            nl += len((<Exp> a).leaves)
-            ns += len((<Exp> a).scalars)
-        else:
-            ns += 1
-    keys = PyTuple_New(n)
-    leaves = PyTuple_New(nl)
-    scalars = PyTuple_New(ns) if ns else ()
+    # pass 2: the children's nodes, the leaves and the scalars
+    cdef PyObject *kp[3]            # (borrowed: args holds them)
+    cdef tuple leaves = (<Exp> args[only_l]).leaves if only_l >= 0 else PyTuple_New(nl)
+    cdef tuple scalars = (<Exp> args[only_s]).scalars if only_s >= 0 else (
+        PyTuple_New(ns) if ns else ())
     for i in range(n):
         a = args[i]
         if isinstance(a, Tensor):
             t = <Tensor> a
-            _tuple_put(keys, i, _LEAF_KEY[t.type_flag])
+            kp[i] = PyTuple_GET_ITEM(_LEAF_KEY, t.type_flag)
             _tuple_put(leaves, il, t)
             il += 1
         elif isinstance(a, Exp):
             e = <Exp> a
-            _tuple_put(keys, i, e.key)
-            for j in range(len(e.leaves)):
-                _tuple_put(leaves, il, e.leaves[j])
-                il += 1
-            for j in range(len(e.scalars)):
-                _tuple_put(scalars, js, e.scalars[j])
-                js += 1
+            kp[i] = <PyObject *> e.key
             exp_type |= e.exp_type
+            if only_l < 0:
+                for j in range(len(e.leaves)):
+                    _tuple_put(leaves, il, e.leaves[j])
+                    il += 1
+            if only_s < 0:
+                for j in range(len(e.scalars)):
+                    _tuple_put(scalars, js, e.scalars[j])
+                    js += 1
         else:
-            if isinstance(a, _ScalarExp):
+            if type(a) is not float and isinstance(a, _ScalarExp):
                 if a.dtype is not None and _CODE_BY_FLAG[_type_flag(a.dtype)] != code:
                     raise DTypeError(f"{name}: scalar of dtype {a.dtype} meets an expression of "
                                      f"dtype {np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
                 a = a.value
-            _tuple_put(keys, i, _SCALAR_KEY)
-            if type(a) is float and code in _FLOAT_CODES:
+            kp[i] = <PyObject *> _SCALAR_KEY
+            if type(a) is float and _is_float_code(code):
                 _tuple_put(scalars, js, a)
             else:
                 _tuple_put(scalars, js, _scalar_value(a, code, str(name)))
             js += 1
-    cdef MapExp node
-    if n == 2:
-        node = BinaryMapExp.__new__(BinaryMapExp)
-    elif n == 1:
-        node = UnaryMapExp.__new__(UnaryMapExp)
-    else:
-        node = TernaryMapExp.__new__(TernaryMapExp)
-    node.key = _new_map_node(name, code, keys)
+    cdef MapExp node = <MapExp> _new_exp(
+        BinaryMapExp if n == 2 else UnaryMapExp if n == 1 else TernaryMapExp)
+    cdef _Site site = _site_of(name, code, n, kp)
+    node.key = site.node
+    node.site = site
     node.shape = shape
     node.code = code
     node.leaves = leaves

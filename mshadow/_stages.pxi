@@ -388,10 +388,15 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
         if dst is not None and _overlaps(lf, dst) and (
                 not top or plan.leaf_t[k] or not _same_elements(lf, dst)):
             alias[0] = True
+    cdef int a
     for k in range(plan.nscalar):
         a = plan.scalar_arg[k]
-        _store_scalar(sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
-                      plan.const_value[k] if a < 0 else scalars[s0 + a])
+        if a < 0:
+            _store_scalar(sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
+                          plan.const_value[k])
+        else:
+            _store_scalar(sv + 16 * k, plan.scalar_code[k], plan.scalar_ccode[k],
+                          scalars[s0 + a])
     return 0
 
 

@@ -747,10 +747,10 @@ cdef class Tensor:
         return make_map("abs", (self,))
 
     def __matmul__(self, o):
-        return _up_dot(self, o)
+        return dot(self, o)
 
     def __rmatmul__(self, o):
-        return _up_dot(o, self)
+        return dot(o, self)
 
     def __pos__(self):
         return self
@@ -788,29 +788,30 @@ cdef class Tensor:
 
 # ---- the layers above the core ------------------------------------------------------------
 # The core imports nothing above it. The few operations of a tensor that the layers above
-# implement (an assignment the fast path does not run, .T, @, binary I/O) are entry points
+# implement (an assignment the fast path does not run, .T, binary I/O) are entry points
 # those layers install when they are imported (mshadow/__init__.py imports them all).
 cdef object _up_assign = None      # engine.assign(dst, value, saver)
 cdef object _up_transpose = None   # expr.transpose(exp)
-cdef object _up_dot = None         # dot.dot(lhs, rhs)
 cdef object _up_io = None          # the io module: save_binary, load_into_container
 cdef object _gather_class = None   # extension/build.py's GatherExp: what gather() makes
+# (and _product.pxi's _dot_class, _batch_dot_class: dot.py's DotExp, BatchDotExp)
 cdef dict _plan_store = None       # PLANS (_engine.pxi), read at C speed by the fast path
 
 
-def install_layer(*, assign=None, transpose=None, dot=None, io=None, gather_class=None):
+def install_layer(*, assign=None, transpose=None, io=None, gather_class=None,
+                  product_classes=None):
     """Install the entry points of a layer above the core (called by that layer at import)."""
-    global _up_assign, _up_transpose, _up_dot, _up_io, _gather_class
+    global _up_assign, _up_transpose, _up_io, _gather_class, _dot_class, _batch_dot_class
     if assign is not None:
         _up_assign = assign
     if transpose is not None:
         _up_transpose = transpose
-    if dot is not None:
-        _up_dot = dot
     if io is not None:
         _up_io = io
     if gather_class is not None:
         _gather_class = gather_class
+    if product_classes is not None:
+        _dot_class, _batch_dot_class = product_classes
 
 
 cdef bint _is_itself(Tensor t, Tensor v) except -1:
@@ -824,17 +825,32 @@ cdef _assign(Tensor dst, object value, str saver):
     """Route ``dst <saver> value`` to the expression engine.
 
     This is the engine's fast path, compiled: a cached plan (the core's PLANS) for an
-    element-wise expression of the right dtype and shape runs from here. Everything else
-    (first use of a structure, dot, scalars, aliasing, errors) goes to the assignment the
-    engine installed (mshadow.engine.assign), which checks, lowers and caches.
+    element-wise expression of the right dtype and shape runs from here, and a kComplex
+    one goes to its kind's compiled entry (_product.pxi's _complex_fast) where it has one.
+    Everything else (first use of a structure, scalars, aliasing, errors) goes to the
+    assignment the engine installed (mshadow.engine.assign), which checks, lowers and
+    caches.
     """
     cdef Exp e
     if type(value) is not Tensor and isinstance(value, Exp):
         e = <Exp> value
-        if e.exp_type != 7 and e.shape == dst.shape:
-            ck = (e.key, _CODE_BY_FLAG[dst.type_flag], saver, dst.device)
-            plan = _plan_store.get(ck)
-            if type(plan) is Plan and e.code == _CODE_BY_FLAG[dst.type_flag]:
+        if e.exp_type == 7:
+            fast = _complex_fast.get((<tuple> e.key)[0])   # (an IR node is a tuple)
+            if fast is not None and fast(dst, value, saver,
+                                         _num_threads if ms_have_openmp() else 1):
+                return
+        elif e.shape is dst.shape or e.shape == dst.shape:
+            code = _CODE_BY_FLAG[dst.type_flag]
+            site = <_Site> e.site
+            if (site is not None and site.gen == _plan_gen and site.saver is saver
+                    and site.code is code and site.device is dst.device):
+                plan = site.plan        # the entry the last statement of e's structure found
+            else:
+                plan = _plan_store.get((e.key, code, saver, dst.device))
+                if site is not None and type(plan) is Plan:
+                    site.plan, site.code, site.saver, site.device = plan, code, saver, dst.device
+                    site.gen = _plan_gen
+            if type(plan) is Plan and e.code == code:
                 _stamp(plan)
                 if run_plan(<Plan> plan, dst, e.leaves, e.scalars):
                     return

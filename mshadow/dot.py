@@ -1,6 +1,9 @@
 """Matrix products: DotExp, BatchDotExp, dot, batch_dot, vector_dot, batch_gemm and their engine.
 
 Owns mshadow's kComplex DotEngine: products stay lazy until assigned, then go to BLAS (mshadow._blas).
+dot's forms and the construction of a product node are compiled (mshadow/_product.pxi), as
+is the per-statement path of a product of tensors (_blas.assign_product); this module holds
+the node classes, batch_dot's forms and the full evaluation with its errors.
 """
 
 
@@ -11,13 +14,9 @@ import importlib
 from .device import check_devices
 from .engine import get_plan, register_complex
 from .errors import DTypeError, ShapeError
-from .expr import (ScaledExp, TransposeExp, scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
-                   _as_operand, describe, kComplex)
-from .shape import Shape
+from .expr import scale_value, _CODE_BY_FLAG, _NP_BY_CODE, _as_operand, describe
 
 Tensor = _core.Tensor
-
-from .dtypes import INT_CODES as _INT_CODES
 
 # saver -> (sign of alpha, beta): mshadow's Saver::AlphaBLAS / BetaBLAS (ir.SAVER_TABLE)
 _BLAS_CONSTANTS = {s.name: s.blas for s in ir.SAVER_TABLE if s.blas is not None}
@@ -31,91 +30,25 @@ def _blas():
     global _blas_module
     if _blas_module is None:
         _blas_module = importlib.import_module("mshadow._blas")
+        for kind in ("dot", "batch_dot"):      # the compiled per-statement path
+            _core.install_complex_fast(kind, _blas_module.assign_product)
         _core.cap_blas_threads()      # scipy's BLAS was not loaded when the cap was set
     return _blas_module
-
-
-def _name(t, trans):
-    return f"{'Tensor' if isinstance(t, Tensor) else type(t).__name__}{tuple(t.shape)}" + \
-        (".T" if trans else "")
-
-
-def _operand(x, where):
-    """(tensor, transposed) for a Tensor, ``t.T`` or a numpy array, or (expression, False)
-    for any other expression that is not kComplex; anything else is refused.
-
-    mshadow's DotExp takes ``Tensor`` or ``Tensor.T()`` only. Here a 2-D product also takes
-    a 2-D expression operand (``dot(w, unpack_patch2col(pad(x, 1), 3, 3, 1))``, cxxnet's
-    convolution): the engine evaluates it a panel of columns at a time (_eval_expression).
-    """
-    x = _as_operand(x, where)
-    if isinstance(x, Tensor):
-        return x, False
-    if isinstance(x, TransposeExp) and type(x.key) is ir.Leaf and len(x.leaves) == 1:
-        return x.leaves[0], True
-    if isinstance(x, _core.Exp) and x.exp_type != kComplex:
-        return x, False
-    raise TypeError(f"{where}: operands must be tensors, transposed tensors (t.T) or "
-                    f"expressions, got the expression {describe(x.key)}; assign it to a "
-                    f"tensor first")
 
 
 def _is_expression(x):
     return not isinstance(x, Tensor)
 
 
+_name = _core.product_name       # an operand as messages name it
+_common = _core.product_code     # TypeCheck and the device check of two operands
+
+
 def _scale_value(v, code, where):
     return scale_value(v, code, where, "product")
 
 
-class _ProductExp(ScaledExp):
-    """What DotExp and BatchDotExp share: operands, flags, and a scale that folds."""
-
-    __slots__ = ("lhs", "rhs", "ltrans", "rtrans")
-    _extra = ("lhs", "rhs", "ltrans", "rtrans", "scale")
-    _what = "product"
-
-    def __repr__(self):
-        lhs, rhs = _name(self.lhs, self.ltrans), _name(self.rhs, self.rtrans)
-        scale = "" if self.scale == 1 else f" * {self.scale!r}"
-        return f"{type(self).__name__}({lhs}, {rhs}{scale}, shape={self.shape}, dtype={self.code})"
-
-
-def _init(node, tag, lhs, ltrans, rhs, rtrans, shape, code):
-    # an expression operand's structure is part of the node (ir.Product's lsrc, rsrc)
-    node.key = ir.Product(tag, code, ltrans, rtrans, len(lhs.shape), len(rhs.shape),
-                          lhs.key if _is_expression(lhs) else None,
-                          rhs.key if _is_expression(rhs) else None)
-    # the dims come from validated tensor shapes: skip Shape's per-dim checks (per-call path)
-    node.shape = tuple.__new__(Shape, shape)
-    node.code = code
-    node.leaves = _leaves_of(lhs) + _leaves_of(rhs)
-    node.scale = scale = 1 if code in _INT_CODES else 1.0
-    node.scalars = (scale,)
-    node.exp_type = kComplex
-    node.lhs, node.rhs, node.ltrans, node.rtrans = lhs, rhs, ltrans, rtrans
-    return node
-
-
-def _leaves_of(x):
-    return x.leaves if _is_expression(x) else (x,)
-
-
-def _code_of(x):
-    return x.code if _is_expression(x) else _CODE_BY_FLAG[x.type_flag]
-
-
-def _common(a, b, where):
-    ca, cb = _code_of(a), _code_of(b)
-    if ca != cb:
-        raise DTypeError(f"{where}: operands have different dtypes {np.dtype(_NP_BY_CODE[ca]).name} and "
-                         f"{np.dtype(_NP_BY_CODE[cb]).name}; use ms.tcast to convert one of them")
-    check_devices(where, None, _core.leaf_devices(_leaves_of(a) + _leaves_of(b)),
-                  gpu_ok=True)   # (evaluated: _eval)
-    return ca
-
-
-class DotExp(_ProductExp):
+class DotExp(_core.ProductExp):
     """``dot(lhs, rhs)``: a lazy matrix product (mshadow's DotExp, kComplex).
 
     ``ltrans``/``rtrans`` are the BLAS transpose flags actually used: a 1-D right operand
@@ -125,59 +58,14 @@ class DotExp(_ProductExp):
     __slots__ = ()
 
 
-class BatchDotExp(_ProductExp):
+class BatchDotExp(_core.ProductExp):
     """``batch_dot(lhs, rhs, transpose_left, transpose_right)``: one gemm per batch (kComplex)."""
 
     __slots__ = ()
 
 
-def dot(lhs, rhs):
-    """``dot(a, b)``: the matrix product, evaluated by BLAS when assigned.
-
-    Forms: 2-D[.T] x 2-D[.T] (gemm), 1-D x 2-D[.T] and 2-D[.T] x 1-D (gemv), 1-D x 1-D
-    (inner product, shape (1,)), ``u.T`` x 1-D (outer product). Scale with ``* s``/``-``.
-    """
-    a, ta = _operand(lhs, "dot")
-    b, tb = _operand(rhs, "dot")
-    code = _common(a, b, "dot")
-    na, nb = len(a.shape), len(b.shape)
-    if (_is_expression(a) or _is_expression(b)) and not na == nb == 2:
-        x = a if _is_expression(a) else b
-        raise TypeError(f"dot: an expression operand ({describe(x.key)}) takes part in a 2-D "
-                        f"product only, got {_name(a, ta)} x {_name(b, tb)}; assign it to a "
-                        f"tensor first")
-    if na > 2 or nb > 2:
-        raise ShapeError(f"dot: operands must be 1-D or 2-D, got {_name(a, ta)} and "
-                         f"{_name(b, tb)}; use batch_dot for 3-D batches")
-    if na == 2 and nb == 2:
-        m, k = (a.shape[1], a.shape[0]) if ta else (a.shape[0], a.shape[1])
-        k2, n = (b.shape[1], b.shape[0]) if tb else (b.shape[0], b.shape[1])
-        if k != k2:
-            raise ShapeError(f"dot-gemm: matrix shape mismatch: {_name(a, ta)} x {_name(b, tb)} "
-                             f"(inner sizes {k} and {k2})")
-        return _init(DotExp.__new__(DotExp), "dot", a, ta, b, tb, (m, n), code)
-    if na == 1 and nb == 2 and not ta:
-        k = a.shape[0]
-        k2, n = (b.shape[1], b.shape[0]) if tb else (b.shape[0], b.shape[1])
-        if k != k2:
-            raise ShapeError(f"dot-gemv: matrix shape mismatch: {_name(a, ta)} x {_name(b, tb)}")
-        return _init(DotExp.__new__(DotExp), "dot", a, False, b, tb, (n,), code)
-    if na == 2 and nb == 1 and not tb:
-        m, k = (a.shape[1], a.shape[0]) if ta else (a.shape[0], a.shape[1])
-        if k != b.shape[0]:
-            raise ShapeError(f"dot-gemv: matrix shape mismatch: {_name(a, ta)} x {_name(b, tb)}")
-        # the vector is a (1, k) row in memory: read it transposed, as a column
-        return _init(DotExp.__new__(DotExp), "dot", a, ta, b, True, (m,), code)
-    if na == 1 and nb == 1 and not ta and not tb:
-        if a.shape[0] != b.shape[0]:
-            raise ShapeError(f"VectorDot: Shape mismatch: {_name(a, ta)} x {_name(b, tb)}")
-        return _init(DotExp.__new__(DotExp), "dot", a, False, b, True, (1,), code)
-    if na == 1 and nb == 1 and ta and not tb:
-        # outer product: (m, 1) x (1, n), a gemm with k = 1
-        return _init(DotExp.__new__(DotExp), "dot", a, True, b, False,
-                     (a.shape[0], b.shape[0]), code)
-    raise TypeError(f"dot: unsupported operand form {_name(a, ta)} x {_name(b, tb)} (supported: "
-                    f"2-D[.T] x 2-D[.T], 1-D x 2-D[.T], 2-D[.T] x 1-D, 1-D x 1-D, 1-D.T x 1-D)")
+# dot(a, b): its forms' shape rules and the node's construction are compiled (_product.pxi)
+dot = _core.dot
 
 
 def _batch_shapes(a, ta, b, tb, where):
@@ -214,7 +102,7 @@ def batch_dot(lhs, rhs, transpose_left=False, transpose_right=False):
     code = _common(a, b, "batch_dot")
     ta, tb = bool(transpose_left), bool(transpose_right)
     nbatch, m, n = _batch_shapes(a, ta, b, tb, "batch_dot")
-    return _init(BatchDotExp.__new__(BatchDotExp), "batch_dot", a, ta, b, tb, (nbatch, m, n), code)
+    return _core.product_node("batch_dot", a, ta, b, tb, (nbatch, m, n), code)
 
 
 def _check_dst(dst, exp, where):
@@ -285,7 +173,7 @@ def _eval_expression(dst, exp, saver, sign_beta):
                                     sign_beta[1], _core.get_num_threads())
             return
     a, b = (_temporary(x, dst.device) for x in (a, b))
-    node = _init(DotExp.__new__(DotExp), "dot", a, exp.ltrans, b, exp.rtrans, exp.shape, code)
+    node = _core.product_node("dot", a, exp.ltrans, b, exp.rtrans, tuple(exp.shape), code)
     node.scale = exp.scale
     node.scalars = (exp.scale,)
     _eval(dst, node, saver)
@@ -351,7 +239,7 @@ def batch_gemm(dst, lhs, rhs, alpha, beta, transpose_left=False, transpose_right
     if (d.shape[1], d.shape[2]) != (m, n):
         raise ShapeError(f"BatchGEMM: matrix shape mismatch: dst {tuple(d.shape)}, lhs "
                          f"{tuple(a.shape)} x rhs {tuple(b.shape)} gives {(nbatch, m, n)}")
-    exp = _init(BatchDotExp.__new__(BatchDotExp), "batch_dot", a, ta, b, tb, (nbatch, m, n), code)
+    exp = _core.product_node("batch_dot", a, ta, b, tb, (nbatch, m, n), code)
     _check_dst(d, exp, "BatchGEMM")
     alpha = _scale_value(alpha, code, "BatchGEMM alpha")
     beta = _scale_value(beta, code, "BatchGEMM beta")
@@ -362,4 +250,4 @@ def batch_gemm(dst, lhs, rhs, alpha, beta, transpose_left=False, transpose_right
     _blas().batch_gemm(d, a, ta, b, tb, alpha, beta, _core.get_num_threads())
 
 
-_core.install_layer(dot=dot)
+_core.install_layer(product_classes=(DotExp, BatchDotExp))

@@ -6,13 +6,11 @@ its IR node (mshadow/ir.py: the structure, which keys the plan cache), shape and
 scalar values in binding order. The node classes, ``make_map`` and ``ScalarExp`` are
 compiled (mshadow/_exp.pxi): building a node is on the per-assignment path.
 """
-import numbers
-
 import numpy as np
 
 from . import _core, ir
 from .dtypes import CODE_BY_FLAG as _CODE_BY_FLAG, NP_BY_CODE as _NP_BY_CODE, INT_CODES
-from .errors import DTypeError, OperatorError, ShapeError
+from .errors import OperatorError, ShapeError
 from .ops_table import OPS_BY_NAME
 from .shape import Shape
 
@@ -41,60 +39,9 @@ def scalar(value, dtype=None):
 _INT_CODES = INT_CODES
 
 
-def scale_value(v, code, where, what="expression"):
-    """A scale as mshadow's ``DType scale``: a real number; for integer types an integer,
-    wrapped as C's conversion to DType wraps (so -1 scales a uint8 result by 255)."""
-    if isinstance(v, ScalarExp):
-        if v.dtype is not None and _code_of_dtype(v.dtype) != code:
-            raise DTypeError(f"{where}: scalar of dtype {v.dtype} scales a {what} of dtype "
-                             f"{np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
-        v = v.value
-    if (isinstance(v, (bool, np.bool_, complex, np.complexfloating))
-            or not isinstance(v, (numbers.Real, np.number))):
-        raise TypeError(f"{where}: a {what} can only be scaled by a real scalar, got {v!r}")
-    if code in _INT_CODES:
-        if not float(v).is_integer():
-            raise DTypeError(f"{where}: scale {v!r} is not representable in "
-                             f"{np.dtype(_NP_BY_CODE[code])} (integer {what}s take integer "
-                             f"scales)")
-        return _wrap(int(v), code)
-    return float(v)
-
-
-def _wrap(v, code):
-    info = np.iinfo(_NP_BY_CODE[code])
-    return (v - int(info.min)) % (1 << info.bits) + int(info.min)
-
-
-class ScaledExp(Exp):
-    """A kComplex expression with a scale that ``* s``, ``s *`` and ``-`` fold into (dot's
-    alpha, a reduction's scale) instead of nesting; chains multiply: ``e * 2 * 3`` has 6."""
-
-    __slots__ = ("scale",)
-    _extra = ()              # a subclass's own slots, copied into each scaled node
-    _what = "expression"     # for messages: "product", "reduction"
-
-    def _scaled(self, s):
-        node = type(self).__new__(type(self))
-        for f in ("key", "shape", "code", "leaves", "scalars", "exp_type") + self._extra:
-            setattr(node, f, getattr(self, f))
-        s = scale_value(s, self.code, self.key[0], self._what)
-        node.scale = _wrap(self.scale * s, self.code) if self.code in _INT_CODES else self.scale * s
-        node.scalars = (node.scale,)
-        return node
-
-    def __mul__(self, o):
-        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
-            return self._scaled(o)
-        return Exp.__mul__(self, o)    # refuses: a kComplex operand cannot be nested
-
-    def __rmul__(self, o):
-        if isinstance(o, (numbers.Real, np.number, ScalarExp)) and not isinstance(o, bool):
-            return self._scaled(o)
-        return Exp.__rmul__(self, o)
-
-    def __neg__(self):
-        return self._scaled(-1)
+scale_value = _core.scale_value
+# a kComplex node whose scale `* s` folds (dot's alpha, a reduction's scale): compiled
+ScaledExp = _core.ScaledExp
 
 
 def _code_of_dtype(dtype):

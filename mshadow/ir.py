@@ -34,9 +34,11 @@ before the leaves of its sources; a View with a source binds its view before the
 
 Every node is a tuple whose first item is its tag: hashing and equality (one cache lookup
 per assignment) run at C speed, and the compiled core builds a node in one allocation.
-Nodes are not interned: a tuple cannot cache its hash, so interning at construction hashes
-every subtree once more per node, which doubled the cost of building an expression
-(``b * c + d``: 1.9 us -> 3.8 us); equal structures are found equal by the cache instead.
+A tuple cannot cache its hash, so the Map nodes of element-wise expressions are interned
+by the identities of their parts, not by hashing: make_map (mshadow/_exp.pxi) finds the
+node it would build in a direct-mapped table keyed by the operator, the dtype code and the
+children's node objects, and that node's site remembers the plan last found for it. The
+table only saves work: a node built elsewhere is a new tuple, equal by its structure.
 Walks over the tree are the visitors below (``describe``, ``transposed``, ``leaves``) and
 the backends' lowerings (mshadow/lower/cpu.py); none of them index a node by position.
 """

@@ -692,3 +692,41 @@ def test_what_the_compiled_product_path_refuses_raises_the_layers_errors():
     c = ms.new_tensor((3, 5))
     c[:] = ms.dot(a, b) * 2                                 # and the path itself
     np.testing.assert_allclose(c.numpy(), 2 * a.numpy() @ b.numpy(), rtol=1e-6)
+
+
+def test_a_product_of_tensors_takes_the_compiled_statement_path(monkeypatch):
+    """`c[:] = dot(a, b)` of tensors runs from the core's entry for its kind
+    (_blas.assign_product), not through engine.assign; what that entry refuses (a saver
+    with no BLAS form, an expression operand) still reaches dot._eval and its errors."""
+    a, b = _mats()
+    c = ms.new_tensor((3, 5))
+    c[:] = ms.dot(a, b)                 # the first product loads _blas and installs the entry
+    calls = []
+    full = ms.engine._complex_engines["dot"]
+    monkeypatch.setitem(ms.engine._complex_engines, "dot",
+                        lambda *args: (calls.append(args[2]), full(*args)))
+    for saver, sign, beta in (("saveto", 1, 0), ("plusto", 1, 1), ("minusto", -1, 1)):
+        old = c.numpy().copy()
+        _assign(c, ms.dot(a, b) * 3, saver)
+        np.testing.assert_allclose(c.numpy(), sign * 3 * (a.numpy() @ b.numpy()) + beta * old,
+                                   rtol=1e-5)
+    assert calls == []
+    with pytest.raises(TypeError, match="has no BLAS form"):
+        c *= ms.dot(a, b)
+    assert calls == ["multo"]
+    c[:] = ms.dot(a * 1, b)
+    assert calls == ["multo", "saveto"]
+    np.testing.assert_allclose(c.numpy(), a.numpy() @ b.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+def test_an_integer_product_holds_an_integer_scale(dtype):
+    # the scale of a product node is a Python int for integer dtypes: a float 1.0 made
+    # `* 3` wrap through float arithmetic (int64: 0.0)
+    a = ms.from_numpy(np.arange(4, dtype=dtype).reshape(2, 2))
+    e = ms.dot(a, a)
+    assert type(e.scale) is int and e.scale == 1 and e.scalars == (1,)
+    assert type((e * 3).scale) is int and (e * 3).scale == 3
+    c = ms.new_tensor((2, 2), dtype=dtype)
+    c[:] = e * 3
+    np.testing.assert_array_equal(c.numpy(), (3 * (a.numpy() @ a.numpy())).astype(dtype))

@@ -166,6 +166,8 @@ def test_the_device_check_is_made_in_one_place():
     allowed = {
         "mshadow/device.py": "the check itself",
         "mshadow/_exp.pxi": "an operand's device, per node built (hot path: one identity test)",
+        "mshadow/_product.pxi": "dot's per-call path: two tensors' devices, identity tests; "
+                                "check_devices otherwise",
         "mshadow/_tensor.pxi": "__getbuffer__, _export, _host_array: host views of cpu "
                                "tensors only; gpu allocation; a view's cached identity",
         "mshadow/blob.py": "TBlob.dev_mask, mshadow's own field",

@@ -1,0 +1,158 @@
+"""The per-statement path of a small element-wise statement: interned Map nodes and the
+plan each node's site remembers (mshadow/_exp.pxi make_map, _tensor.pxi _assign).
+
+numpy is the oracle for values; the plan cache's counters say whether a statement went
+back to the cache or ran a remembered plan."""
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import mshadow as ms
+from mshadow import _core
+
+
+def _vec(vals, dtype=np.float32):
+    return ms.from_numpy(np.asarray(vals, dtype=dtype))
+
+
+@pytest.fixture
+def small_cache():
+    """A plan cache bounded at 1 plan for the test, restored after it."""
+    _, _, size, _ = _core.plan_cache_counts()
+    yield
+    _core.set_plan_cache_size(size)
+
+
+def test_a_structure_built_again_gets_the_same_node():
+    a, b = _vec([1, 2, 3]), _vec([4, 5, 6])
+    k1 = (-0.5 * (a + 2.0 * b)).key
+    k2 = (-0.25 * (b + 3.0 * a)).key          # other tensors and scalars: the same structure
+    assert k1 is k2
+    assert (a - 2.0 * b).key is not k1 and (a - 2.0 * b).key != k1
+    # a node built apart from the table is still equal to it (the cache compares structure)
+    assert ms.ir.Map("plus", "f32", ms.ir.LEAF["f32"], ms.ir.LEAF["f32"]) == (a + b).key
+
+
+def test_values_bind_in_argument_order_whichever_operand_holds_them():
+    # a node reuses an operand's leaves or scalars tuple when that operand holds them all
+    a_np, b_np = np.array([1.0, 2.0, 3.0]), np.array([-4.0, 0.5, 8.0])
+    a, b = ms.from_numpy(a_np), ms.from_numpy(b_np)
+    out = ms.new_tensor((3,), dtype=np.float64)
+    cases = [
+        (lambda: 2.0 * (a - 3.0), 2.0 * (a_np - 3.0)),
+        (lambda: (a * 5.0) - 7.0, a_np * 5.0 - 7.0),
+        (lambda: 7.0 - (a * 5.0), 7.0 - a_np * 5.0),
+        (lambda: (a * 2.0) / (b * 3.0), (a_np * 2.0) / (b_np * 3.0)),
+        (lambda: (a * 2.0) / (b - a), (a_np * 2.0) / (b_np - a_np)),
+        (lambda: (b - a) / (a * 2.0), (b_np - a_np) / (a_np * 2.0)),
+        (lambda: ms.where(a - 2.0, b * 3.0, a / 4.0),
+         np.where(a_np - 2.0 != 0, b_np * 3.0, a_np / 4.0)),
+        (lambda: -(b / (a + 0.5)), -(b_np / (a_np + 0.5))),
+    ]
+    for build, want in cases:
+        for _ in range(2):                    # the second statement runs the remembered plan
+            out[:] = build()
+            np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_an_evicted_plan_is_not_run_from_a_site(small_cache):
+    """A site remembers its plan only while the cache still holds it: once evicted, the next
+    statement asks the cache again (a miss, compiled anew), so the cache's bound holds."""
+    a, b = _vec([1, 2, 3]), _vec([4, 5, 6])
+    out = ms.new_tensor((3,))
+    _core.set_plan_cache_size(1)
+    out[:] = a * 2.0 + b                      # structure P
+    out[:] = a * 2.0 + b                      # P from its site
+    _, misses, _, _ = _core.plan_cache_counts()
+    out[:] = a - b * 3.0                      # structure Q evicts P
+    np.testing.assert_array_equal(out.numpy(), [-11, -13, -15])
+    assert _core.plan_cache_counts()[1] == misses + 1
+    out[:] = a * 2.0 + b                      # P again: back through the cache
+    np.testing.assert_array_equal(out.numpy(), [6, 9, 12])
+    assert _core.plan_cache_counts()[1] == misses + 2
+    assert _core.plan_cache_counts()[3] <= 1
+
+
+def test_a_cleared_cache_is_asked_again():
+    a = _vec([1, 2, 3])
+    out = ms.new_tensor((3,))
+    out[:] = a * 4.0 - 1.0
+    _core.clear_plan_cache()
+    out[:] = a * 4.0 - 1.0
+    assert _core.plan_cache_counts()[:2] == (0, 1)
+    np.testing.assert_array_equal(out.numpy(), [3, 7, 11])
+
+
+def test_a_site_tells_savers_and_destination_dtypes_apart():
+    a_np = np.array([1.0, 2.0, 3.0], np.float32)
+    a = ms.from_numpy(a_np)
+    out = ms.new_tensor((3,), init=10)
+    out[:] = a * 2.0
+    out += a * 2.0
+    out -= a * 2.0
+    out *= a * 2.0
+    np.testing.assert_array_equal(out.numpy(), (a_np * 2.0) * (a_np * 2.0))
+    ai = ms.from_numpy(np.array([1, 2, 3], np.int32))
+    oi = ms.new_tensor((3,), dtype=np.int32)
+    out[:] = a * 2.0
+    oi[:] = ai * 2                            # another code: another node and plan
+    out += a * 2.0
+    np.testing.assert_array_equal(oi.numpy(), [2, 4, 6])
+    np.testing.assert_array_equal(out.numpy(), a_np * 4.0)
+
+
+def test_structures_that_share_the_tables_slots():
+    # a thousand-odd nodes in a direct-mapped table: slots are taken over by other
+    # structures, and every statement still evaluates its own
+    a_np = np.linspace(-1, 1, 8)
+    a = ms.from_numpy(a_np)
+    out = ms.new_tensor((8,), dtype=np.float64)
+    ops = [lambda e: e + 1.0, lambda e: e * 0.5, lambda e: ms.F("tanh", e),
+           lambda e: e - a, lambda e: ms.F("abs", e)]
+    ref = [lambda x: x + 1.0, lambda x: x * 0.5, np.tanh, lambda x: x - a_np, np.abs]
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        picks = rng.integers(0, len(ops), size=rng.integers(1, 6))
+        e, want = a, a_np
+        for p in picks:
+            e, want = ops[p](e), ref[p](want)
+        out[:] = e
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("n", [0, 4])
+def test_an_operator_takes_one_to_three_operands(n):
+    a = _vec([1, 2])
+    with pytest.raises(TypeError, match="takes 1 to 3 operands, got %d" % n):
+        _core.make_map("plus", (a,) * n)
+
+
+def _closure_op():
+    class Held:
+        pass
+    held = Held()
+
+    @ms.op.define
+    def shift(a):
+        return a + 0.5
+
+    shift.held = held              # only the operator holds it
+    return shift, weakref.ref(held)
+
+
+def test_an_evicted_structure_releases_its_defined_operator(small_cache):
+    """A site holds its node, and the node its operator: the table is emptied whenever the
+    cache drops entries, so a deleted operator lives no longer than the cache keeps it."""
+    op, held = _closure_op()
+    a = _vec([1, 2, 3])
+    out = ms.new_tensor((3,))
+    out[:] = ms.F(op, a) * 2.0
+    out[:] = ms.F(op, a) * 2.0
+    np.testing.assert_array_equal(out.numpy(), [3, 5, 7])
+    del op
+    _core.set_plan_cache_size(1)
+    out[:] = a - 1.0                 # another structure: the operator's plan is evicted
+    gc.collect()
+    assert held() is None, "an evicted structure's site keeps its defined operator alive"
