@@ -331,15 +331,16 @@ cdef int _snapshot(Mat *x, Py_ssize_t nmat, Py_ssize_t mat_stride, Py_ssize_t it
     return 0
 
 
-cdef tuple _scalars(int flag, alpha, beta):
-    """(falpha, fbeta, ialpha, ibeta): integer scales are taken modulo 2^64 (they wrap)."""
+cdef int _scalars(int flag, alpha, beta, double *fa, double *fb, uint64_t *ia,
+                  uint64_t *ib) except -1:
+    """alpha and beta as a product of dtype ``flag`` takes them: floats, or integers taken
+    modulo 2^64 (they wrap); the others 0."""
     if _IS_FLOAT[flag]:
-        return float(alpha), float(beta), 0, 0
-    return 0.0, 0.0, _wrap64(alpha), _wrap64(beta)
-
-
-cdef uint64_t _wrap64(v) except? 0:
-    return int(v) & 0xFFFFFFFFFFFFFFFF
+        fa[0], fb[0], ia[0], ib[0] = float(alpha), float(beta), 0, 0
+    else:
+        fa[0], fb[0] = 0.0, 0.0
+        ia[0], ib[0] = int(alpha) & 0xFFFFFFFFFFFFFFFF, int(beta) & 0xFFFFFFFFFFFFFFFF
+    return 0
 
 
 cdef int _check_rc(int rc, str where, int flag) except -1:
@@ -403,10 +404,7 @@ cdef int _gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta,
         for v, what in ((m, "rows"), (n, "cols"), (k, "inner size"),
                         (ma.ld, "lda"), (mb.ld, "ldb"), (mc.ld, "ldc")):
             _check_int(v, what)
-    if _IS_FLOAT[flag]:
-        fa, fb, ia, ib = alpha, beta, 0, 0
-    else:
-        fa, fb, ia, ib = 0.0, 0.0, _wrap64(alpha), _wrap64(beta)
+    _scalars(flag, alpha, beta, &fa, &fb, &ia, &ib)
     _pin3(a, b, c)   # the memory outlives a free_space or resize from another thread
     try:
         if m * n * k < MIN_NOGIL_MACS:     # a few hundred ns: dropping the GIL costs more
@@ -470,7 +468,7 @@ def gemm_panels(Tensor c, Tensor a, bint ta, ColumnPanels b, alpha, beta, int nt
     ma.p, ma.rows, ma.cols, ma.ld, ma.trans = a.data(), a.rows, a.cols, a.stride, ta
     mb.rows, mb.trans = k, False
     mc.rows, mc.ld = m, c.stride
-    fa, fb, ia, ib = _scalars(flag, alpha, beta)
+    _scalars(flag, alpha, beta, &fa, &fb, &ia, &ib)
     cp = c.data()
     a.mem.pin()
     c.mem.pin()
@@ -570,8 +568,8 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
     cdef char *ap
     cdef int flag = c.type_flag, rc = 0
     cdef bint first = True
-    cdef double fa, fb, f1
-    cdef uint64_t ia, ib, i1
+    cdef double fa, fb, f0, f1
+    cdef uint64_t ia, ib, i0, i1
     if a.type_flag != flag:
         raise DTypeError(f"conv2d: tensors of dtypes {_NAMES[a.type_flag]} and {_NAMES[flag]}")
     if c.readonly:
@@ -584,8 +582,8 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
                          f"elements over {nimg} images, got {a.shape} and {c.shape}")
     for v, what in ((K, "rows"), (CK, "inner size"), (per_image, "cols")):
         _check_int(v, what)
-    fa, fb, ia, ib = _scalars(flag, alpha, beta)
-    _, f1, _, i1 = _scalars(flag, alpha, 1)
+    _scalars(flag, alpha, beta, &fa, &fb, &ia, &ib)
+    _scalars(flag, alpha, 1, &f0, &f1, &i0, &i1)
     cp, ap = c.data(), a.data()
     cdef int lvl = _pg_level(level, flag)
     cdef char *wp = NULL if grad_weight or not (K and CK) else _pg_pack(lvl, flag, ap, CK, 1, K, CK)
@@ -712,7 +710,8 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
         raise ShapeError(f"conv_direct: data {x.shape}, weight {w.shape} (pad {py}, {px}) "
                          f"into {y.shape}")
     cdef double fa, fb
-    fa, fb, _, _ = _scalars(flag, alpha, beta)
+    cdef uint64_t ia, ib
+    _scalars(flag, alpha, beta, &fa, &fb, &ia, &ib)
     cdef char *wsrc = w.data()
     cdef char *xs
     cdef char *ys
@@ -793,7 +792,8 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
     KP = ms_pg_kpad(lvl, item, K)
     ncol = (oh - 1) * Wp + ow
     cdef double fa, fb
-    fa, fb, _, _ = _scalars(flag, alpha, beta)
+    cdef uint64_t ia, ib
+    _scalars(flag, alpha, beta, &fa, &fb, &ia, &ib)
     cdef char *xs = x.data()
     cdef char *gs = g.data()
     cdef char *ds = dw.data()
@@ -866,8 +866,11 @@ cdef int _product_of(object dst, ProductExp e, tuple sign_beta, int nthreads) ex
     if (d.type_flag != a.type_flag or d.device is not _CPU or a.device is not _CPU
             or d.shape != e.shape):
         return 0
+    key = e.key
+    if not isinstance(key, tuple) or not len(<tuple> key):
+        return 0
     alpha = sign_beta[0] * e.scale
-    if (<tuple> e.key)[0] == "dot":      # Product's kind, as engine.assign dispatches on it
+    if (<tuple> key)[0] == "dot":        # Product's kind, as engine.assign dispatches on it
         _gemm(d, a, e.ltrans, b, e.rtrans, alpha, sign_beta[1], nthreads)
     else:
         batch_gemm(d, a, e.ltrans, b, e.rtrans, alpha, sign_beta[1], nthreads)
@@ -923,7 +926,7 @@ def batch_gemm(Tensor c, Tensor a, bint ta, Tensor b, bint tb, alpha, beta, int 
     ma.p, mb.p, mc.p = a.data(), b.data(), c.data()
     # elements from one matrix of the batch to the next
     sa, sb, sc = ma.rows * ma.ld, mb.rows * mb.ld, mc.rows * mc.ld
-    fa, fb, ia, ib = _scalars(flag, alpha, beta)
+    _scalars(flag, alpha, beta, &fa, &fb, &ia, &ib)
     _pin3(a, b, c)
     try:
         _batch_run(&mc, &ma, &mb, nb, sa, sb, sc, item, m, n, k, fa, fb, ia, ib, nthreads, flag,

@@ -262,11 +262,11 @@ def _evict(Py_ssize_t keep):
     if len(PLANS) <= keep:
         return
     global _plan_gen
-    _plan_gen += 1
-    _clear_sites()
     order = sorted(list(PLANS.items()), key=lambda kv: _last_use(kv[1]))
     for key, _ in order[:len(order) - keep]:
         PLANS.pop(key, None)     # another thread may have dropped it meanwhile
+    _plan_gen += 1
+    _clear_sites()
 
 
 def cached_plan(key):
@@ -286,8 +286,8 @@ def cache_plan(key, plan):
     """Keep ``plan`` under ``key``; past the bound, drop the least recently used eighth."""
     global _plan_gen
     _stamp(plan)
-    _plan_gen += 1
     PLANS[key] = plan
+    _plan_gen += 1
     if len(PLANS) > _plan_cache_size:
         _evict(_plan_cache_size - _plan_cache_size // 8)
 
@@ -300,9 +300,9 @@ def plan_cache_counts():
 def clear_plan_cache():
     """Drop every compiled plan (they are compiled again on next use)."""
     global _plan_hits, _plan_misses, _plan_gen
+    PLANS.clear()
     _plan_gen += 1
     _clear_sites()
-    PLANS.clear()
     _plan_hits = _plan_misses = 0
 
 

@@ -23,6 +23,8 @@ cdef extern from "Python.h":
     ctypedef object (*_allocfunc)(PyTypeObject *, Py_ssize_t)
     ctypedef void *_PyObjectPtr "PyObject *"
     ctypedef object (*_newfunc)(PyTypeObject *, object, _PyObjectPtr)
+    void _incref "Py_INCREF"(PyObject *)
+    void _decref "Py_DECREF"(PyObject *)
     ctypedef struct _TypeAlloc "PyTypeObject":
         _allocfunc tp_alloc
         _newfunc tp_new
@@ -97,6 +99,9 @@ cdef inline bint _is_float_code(str code) except -1:
             return True
     return code in _FLOAT_CODES
 DEF kMapper = 1
+DEF OPD_TENSOR = 0     # make_map's kinds of operand
+DEF OPD_EXP = 1
+DEF OPD_SCALAR = 2
 DEF kChainer = 3
 DEF kComplex = 7
 
@@ -520,9 +525,10 @@ cdef tuple _arrays_as_tensors(tuple args):
 # the children's nodes): a structure built again gets the same node object, in a few
 # compares, and that node's _Site remembers the plan the last statement found for it
 # (_assign). A slot taken by another structure is overwritten: the table only saves work,
-# and nodes built apart still compare equal by their structure. The table is emptied
-# whenever the plan cache drops entries (_evict, clear_plan_cache): a node holds its
-# operator, and a defined operator must live no longer than the cache keeps it.
+# and nodes built apart still compare equal by their structure. Only nodes of built-in
+# operators over leaves, scalars and interned nodes enter it: a defined operator lives no
+# longer than the expressions and plans that use it. The table is emptied whenever the
+# plan cache drops entries (_evict, clear_plan_cache), with the plans the sites remember.
 DEF SITE_SLOTS = 4096           # a power of 2
 
 cdef class _Site:
@@ -566,13 +572,19 @@ cdef _Site _site_of(object name, str code, Py_ssize_t n, PyObject **keys):
                     break
             else:
                 return site
-    cdef tuple kt = PyTuple_New(n)
-    for i in range(n):
-        _tuple_put(kt, i, <object> keys[i])
     site = _Site.__new__(_Site)
-    site.node = _new_map_node(name, code, kt)
+    site.node = _map_node_of(name, code, n, keys)
     _sites[slot] = site
     return site
+
+
+cdef object _map_node_of(object name, str code, Py_ssize_t n, PyObject **keys):
+    """ir.Map(name, code, *keys)."""
+    cdef tuple kt = PyTuple_New(n)
+    cdef Py_ssize_t i
+    for i in range(n):
+        _tuple_put(kt, i, <object> keys[i])
+    return _new_map_node(name, code, kt)
 
 
 cpdef object make_map(object name, tuple args):
@@ -589,12 +601,15 @@ cpdef object make_map(object name, tuple args):
     # operand holds them all (concatenating a tuple per operand was a third of a node)
     cdef Py_ssize_t nl = 0, ns = 0, il = 0, js = 0
     cdef Py_ssize_t only_l = -1, only_s = -1     # the one Exp operand holding them all
+    cdef char kind[3]              # each operand's: OPD_TENSOR, OPD_EXP or OPD_SCALAR
+    cdef PyObject *a
     if n > 3 or n == 0:
         raise TypeError(f"{name}: an operator takes 1 to 3 operands, got {n}")
     # pass 1: operands' dtype and shape (the scalars take the dtype found here)
     for i in range(n):
-        a = args[i]
-        if isinstance(a, Tensor):
+        a = PyTuple_GET_ITEM(args, i)
+        if isinstance(<object> a, Tensor):
+            kind[i] = OPD_TENSOR
             t = <Tensor> a
             if device is None:
                 device = t.device
@@ -604,11 +619,12 @@ cpdef object make_map(object name, tuple args):
             c, s = _CODE_BY_FLAG[t.type_flag], t.shape
             nl += 1
             only_l = -2
-        elif isinstance(a, Exp):
+        elif isinstance(<object> a, Exp):
+            kind[i] = OPD_EXP
             e = <Exp> a
             if e.exp_type == kComplex:
-                nested = chained(a)       # a reduction nests as mshadow's chainer
-                if nested is not a:
+                nested = chained(e)       # a reduction nests as mshadow's chainer
+                if nested is not e:
                     return make_map(name, args[:i] + (nested,) + args[i + 1:])
                 raise TypeError(f"{name}: a {_describe(e.key)} expression (kComplex) cannot "
                                 f"be nested inside another expression; assign it to a tensor "
@@ -621,10 +637,11 @@ cpdef object make_map(object name, tuple args):
                 only_s = i if ns == 0 else -2
                 ns += len(e.scalars)
         else:
-            if not _is_scalar_arg(a):
-                if isinstance(a, np.ndarray):
+            kind[i] = OPD_SCALAR
+            if not _is_scalar_arg(<object> a):
+                if isinstance(<object> a, np.ndarray):
                     return make_map(name, _arrays_as_tensors(args))
-                _operand(a, str(name))   # raises the TypeError
+                _operand(<object> a, str(name))   # raises the TypeError
             ns += 1
             only_s = -2
             continue
@@ -636,51 +653,75 @@ cpdef object make_map(object name, tuple args):
                              f"{np.dtype(_NP_BY_CODE[code])} and {np.dtype(_NP_BY_CODE[c])}; "
                              f"use ms.tcast to convert one of them")
         elif s is not shape and s != shape:
-            k = _LEAF_KEY[(<Tensor> a).type_flag] if isinstance(a, Tensor) else (<Exp> a).key
+            k = _LEAF_KEY[t.type_flag] if kind[i] == OPD_TENSOR else e.key
             raise ShapeError(f"{name}: Shapes of operands are not the same, "
                              f"Shape1={shape}, Shape2={s} (in {_describe(k)})")
     if code is None:
         return _fold_fn(name, args)
-    # pass 2: the children's nodes, the leaves and the scalars
-    cdef PyObject *kp[3]            # (borrowed: args holds them)
-    cdef tuple leaves = (<Exp> args[only_l]).leaves if only_l >= 0 else PyTuple_New(nl)
-    cdef tuple scalars = (<Exp> args[only_s]).scalars if only_s >= 0 else (
-        PyTuple_New(ns) if ns else ())
+    # the children's nodes, held from here until the node is made: converting a scalar
+    # (pass 2) and any allocation (a collection) may run Python code that drops an
+    # operand's node. The node is interned where every child is a leaf, a scalar or an
+    # interned node
+    cdef PyObject *kp[3]
+    cdef bint interned = type(name) is str
     for i in range(n):
-        a = args[i]
-        if isinstance(a, Tensor):
-            t = <Tensor> a
-            kp[i] = PyTuple_GET_ITEM(_LEAF_KEY, t.type_flag)
-            _tuple_put(leaves, il, t)
-            il += 1
-        elif isinstance(a, Exp):
+        a = PyTuple_GET_ITEM(args, i)
+        if kind[i] == OPD_TENSOR:
+            kp[i] = PyTuple_GET_ITEM(_LEAF_KEY, (<Tensor> a).type_flag)
+        elif kind[i] == OPD_EXP:
             e = <Exp> a
             kp[i] = <PyObject *> e.key
-            exp_type |= e.exp_type
-            if only_l < 0:
-                for j in range(len(e.leaves)):
-                    _tuple_put(leaves, il, e.leaves[j])
-                    il += 1
-            if only_s < 0:
-                for j in range(len(e.scalars)):
-                    _tuple_put(scalars, js, e.scalars[j])
-                    js += 1
+            interned = interned and e.site is not None and (<_Site> e.site).node is e.key
         else:
-            if type(a) is not float and isinstance(a, _ScalarExp):
-                if a.dtype is not None and _CODE_BY_FLAG[_type_flag(a.dtype)] != code:
-                    raise DTypeError(f"{name}: scalar of dtype {a.dtype} meets an expression of "
-                                     f"dtype {np.dtype(_NP_BY_CODE[code])}; use ms.tcast")
-                a = a.value
             kp[i] = <PyObject *> _SCALAR_KEY
-            if type(a) is float and _is_float_code(code):
-                _tuple_put(scalars, js, a)
+        _incref(kp[i])
+    cdef _Site site = None
+    cdef MapExp node
+    cdef tuple leaves, scalars
+    try:
+        # pass 2: the leaves and the scalars
+        leaves = (<Exp> args[only_l]).leaves if only_l >= 0 else PyTuple_New(nl)
+        scalars = (<Exp> args[only_s]).scalars if only_s >= 0 else (
+            PyTuple_New(ns) if ns else ())
+        for i in range(n):
+            a = PyTuple_GET_ITEM(args, i)
+            if kind[i] == OPD_TENSOR:
+                _tuple_put(leaves, il, <object> a)
+                il += 1
+            elif kind[i] == OPD_EXP:
+                e = <Exp> a
+                exp_type |= e.exp_type
+                if only_l < 0:
+                    for j in range(len(e.leaves)):
+                        _tuple_put(leaves, il, e.leaves[j])
+                        il += 1
+                if only_s < 0:
+                    for j in range(len(e.scalars)):
+                        _tuple_put(scalars, js, e.scalars[j])
+                        js += 1
             else:
-                _tuple_put(scalars, js, _scalar_value(a, code, str(name)))
-            js += 1
-    cdef MapExp node = <MapExp> _new_exp(
-        BinaryMapExp if n == 2 else UnaryMapExp if n == 1 else TernaryMapExp)
-    cdef _Site site = _site_of(name, code, n, kp)
-    node.key = site.node
+                v = <object> a
+                if type(v) is not float and isinstance(v, _ScalarExp):
+                    if v.dtype is not None and _CODE_BY_FLAG[_type_flag(v.dtype)] != code:
+                        raise DTypeError(f"{name}: scalar of dtype {v.dtype} meets an "
+                                         f"expression of dtype {np.dtype(_NP_BY_CODE[code])}; "
+                                         f"use ms.tcast")
+                    v = v.value
+                if type(v) is float and _is_float_code(code):
+                    _tuple_put(scalars, js, v)
+                else:
+                    _tuple_put(scalars, js, _scalar_value(v, code, str(name)))
+                js += 1
+        node = <MapExp> _new_exp(
+            BinaryMapExp if n == 2 else UnaryMapExp if n == 1 else TernaryMapExp)
+        if interned:
+            site = _site_of(name, code, n, kp)
+            node.key = site.node
+        else:
+            node.key = _map_node_of(name, code, n, kp)
+    finally:
+        for i in range(n):
+            _decref(kp[i])
     node.site = site
     node.shape = shape
     node.code = code

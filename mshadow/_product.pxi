@@ -30,8 +30,8 @@ cdef frozenset _INT_CODES = frozenset(_DT_INT_CODES)
 
 # The Product node of two tensors, one per (kind, dtype, flags, ranks): a few dozen in a
 # program, so built once each (a node is a tuple: equal nodes are interchangeable)
-DEF _NKINDS = 2
-cdef list _tensor_products = [None] * (_NKINDS * 8 * 2 * 2 * 3 * 3)
+cdef Py_ssize_t _NFLAGS = len(_CODE_BY_FLAG)
+cdef list _tensor_products = [None] * (2 * _NFLAGS * 2 * 2 * 3 * 3)   # kind x flag x ...
 
 
 cdef str _product_name(object x, bint trans):
@@ -101,8 +101,8 @@ cdef object _product_key(str kind, str code, bint ta, bint tb, object a, object 
     cdef Py_ssize_t na = len(_shape_of(a)), nb = len(_shape_of(b)), i
     cdef bint tensors = isinstance(a, Tensor) and isinstance(b, Tensor)
     if tensors and na <= 3 and nb <= 3:
-        i = (((((kind == "batch_dot") * 8 + (<Tensor> a).type_flag) * 2 + ta) * 2 + tb) * 3
-             + na - 1) * 3 + nb - 1
+        i = (((((kind == "batch_dot") * _NFLAGS + (<Tensor> a).type_flag) * 2 + ta) * 2
+              + tb) * 3 + na - 1) * 3 + nb - 1
         key = _tensor_products[i]
         if key is None:
             key = _tensor_products[i] = _IRProduct(kind, code, ta, tb, na, nb, None, None)

@@ -835,21 +835,24 @@ cdef _assign(Tensor dst, object value, str saver):
     if type(value) is not Tensor and isinstance(value, Exp):
         e = <Exp> value
         if e.exp_type == 7:
-            fast = _complex_fast.get((<tuple> e.key)[0])   # (an IR node is a tuple)
+            key = e.key                 # (an IR node is a tuple whose first item is its kind)
+            fast = (_complex_fast.get((<tuple> key)[0])
+                    if isinstance(key, tuple) and len(<tuple> key) else None)
             if fast is not None and fast(dst, value, saver,
                                          _num_threads if ms_have_openmp() else 1):
                 return
         elif e.shape is dst.shape or e.shape == dst.shape:
             code = _CODE_BY_FLAG[dst.type_flag]
             site = <_Site> e.site
-            if (site is not None and site.gen == _plan_gen and site.saver is saver
-                    and site.code is code and site.device is dst.device):
+            if (site is not None and site.gen == _plan_gen and site.node is e.key
+                    and site.saver is saver and site.code is code and site.device is dst.device):
                 plan = site.plan        # the entry the last statement of e's structure found
             else:
+                gen = _plan_gen         # (the generation the lookup sees)
                 plan = _plan_store.get((e.key, code, saver, dst.device))
-                if site is not None and type(plan) is Plan:
+                if site is not None and site.node is e.key and type(plan) is Plan:
                     site.plan, site.code, site.saver, site.device = plan, code, saver, dst.device
-                    site.gen = _plan_gen
+                    site.gen = gen
             if type(plan) is Plan and e.code == code:
                 _stamp(plan)
                 if run_plan(<Plan> plan, dst, e.leaves, e.scalars):

@@ -156,3 +156,67 @@ def test_an_evicted_structure_releases_its_defined_operator(small_cache):
     out[:] = a - 1.0                 # another structure: the operator's plan is evicted
     gc.collect()
     assert held() is None, "an evicted structure's site keeps its defined operator alive"
+
+
+def test_a_defined_operator_never_assigned_is_not_kept():
+    # only built-in structures enter the table: an expression of a defined operator that
+    # was built but never assigned (or whose assignment raised) does not keep it alive
+    a = _vec([0, 1, 2, 3])
+    op, held = _closure_op()
+    e = ms.F(op, a) * 2.0             # the parent is built-in, its child is not
+    del e, op
+    gc.collect()
+    assert held() is None
+    op, held = _closure_op()
+    with pytest.raises(ms.ShapeError):
+        ms.new_tensor((5,))[:] = ms.F(op, a) - 1.0
+    del op
+    gc.collect()
+    assert held() is None
+
+
+def test_scalar_conversion_that_drops_an_operands_node():
+    """A scalar's conversion runs Python code (``__float__`` of an int subclass); the
+    children's nodes are taken after it and held while the node is found: dropping an
+    operand's node meanwhile cannot leave the node pointing at freed memory."""
+    x64 = ms.from_numpy(np.ones(4, np.float64))
+    victim = ms.tcast(np.float32, x64 * 2.0)
+
+    class Dropping(int):
+        def __float__(self):
+            victim.key = None
+            gc.collect()
+            [tuple(range(i % 9)) for i in range(20000)]     # reuse the freed memory
+            return 3.0
+
+    e = victim + Dropping(3)
+    assert ms.ir.describe(e.key) == "plus(tcast<f32>(mul(Tensor<f64>, scalar)), scalar)"
+    out = ms.new_tensor((4,))
+    out[:] = e
+    np.testing.assert_array_equal(out.numpy(), [5, 5, 5, 5])
+
+
+def test_a_kcomplex_node_whose_key_is_not_a_node_raises():
+    class Odd(ms.expr.ScaledExp):
+        pass
+
+    out = ms.new_tensor((3,))
+    for key in (None, [], ["dot"], ()):
+        k = Odd.__new__(Odd)
+        k.exp_type, k.key, k.shape, k.code, k.leaves, k.scalars = 7, key, out.shape, "f32", (), ()
+        with pytest.raises((TypeError, KeyError, IndexError, AttributeError)):
+            out[:] = k
+
+
+def test_a_site_checks_the_expressions_key():
+    # Exp.key is writable: a remembered plan runs only for the node it was found for
+    a_np = np.arange(1, 5, dtype=np.float32)
+    a, b = ms.from_numpy(a_np), ms.from_numpy(a_np[::-1].copy())
+    out = ms.new_tensor((4,))
+    out[:] = a * b
+    e = a + b
+    out[:] = e
+    out[:] = e
+    e.key = (a * b).key
+    out[:] = e
+    np.testing.assert_array_equal(out.numpy(), a_np * a_np[::-1])
