@@ -92,6 +92,23 @@ cdef frozenset _FLOAT_CODES = _DT_FLOAT_CODES
 cdef tuple _FLOAT_CODE_OBJS = tuple(c for c in _CODE_BY_FLAG if c in _DT_FLOAT_CODES)
 
 
+cdef inline bint _same_shape(object a, object b) except -1:
+    """a == b for two shapes: equal dims are mostly the same int objects (ints up to 256
+    are shared), so compare items by identity first; a tuple compare otherwise."""
+    cdef Py_ssize_t i, n
+    if a is b:
+        return True
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        n = PyTuple_GET_SIZE(a)
+        if n != PyTuple_GET_SIZE(b):
+            return False
+        for i in range(n):
+            if PyTuple_GET_ITEM(a, i) != PyTuple_GET_ITEM(b, i):
+                return a == b
+        return True
+    return a == b
+
+
 cdef inline bint _is_float_code(str code) except -1:
     cdef Py_ssize_t i
     for i in range(len(_FLOAT_CODE_OBJS)):
@@ -652,7 +669,7 @@ cpdef object make_map(object name, tuple args):
             raise DTypeError(f"{name}: operands have different dtypes "
                              f"{np.dtype(_NP_BY_CODE[code])} and {np.dtype(_NP_BY_CODE[c])}; "
                              f"use ms.tcast to convert one of them")
-        elif s is not shape and s != shape:
+        elif not _same_shape(s, shape):
             k = _LEAF_KEY[t.type_flag] if kind[i] == OPD_TENSOR else e.key
             raise ShapeError(f"{name}: Shapes of operands are not the same, "
                              f"Shape1={shape}, Shape2={s} (in {_describe(k)})")

@@ -841,7 +841,7 @@ cdef _assign(Tensor dst, object value, str saver):
             if fast is not None and fast(dst, value, saver,
                                          _num_threads if ms_have_openmp() else 1):
                 return
-        elif e.shape is dst.shape or e.shape == dst.shape:
+        elif _same_shape(e.shape, dst.shape):
             code = _CODE_BY_FLAG[dst.type_flag]
             site = <_Site> e.site
             if (site is not None and site.gen == _plan_gen and site.node is e.key

@@ -220,3 +220,17 @@ def test_a_site_checks_the_expressions_key():
     e.key = (a * b).key
     out[:] = e
     np.testing.assert_array_equal(out.numpy(), a_np * a_np[::-1])
+
+
+def test_shapes_compared_by_their_dims():
+    # equal dims above 256 are distinct int objects: the identity fast path falls back to
+    # comparing values, and unequal shapes still raise
+    a = ms.new_tensor((3, 1000), init=1.0)
+    b = ms.from_numpy(np.full((3, 1000), 2.0, np.float32))
+    out = ms.new_tensor((3, 1000))
+    out[:] = a * 2.0 + b
+    np.testing.assert_array_equal(out.numpy(), 4.0)
+    with pytest.raises(ms.ShapeError, match="Shapes of operands are not the same"):
+        a + ms.new_tensor((3, 1001))
+    with pytest.raises(ms.ShapeError):
+        ms.new_tensor((1000, 3))[:] = a * 2.0

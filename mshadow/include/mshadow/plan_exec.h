@@ -240,6 +240,15 @@ static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_
 
 /* Returns the MS_RUN_* flags of this run (0: done, nothing to report). */
 static int ms_run_program(const ms_program *p) {
+  if (p->rows == 1 && p->gB <= 0 && p->cols > p->x0 && p->cols - p->x0 <= p->block &&
+      MS_REGS_BYTES(p) <= MS_STACK_REGS * 4096) {
+    /* one row in one block (a small statement): the one item, without the walks that
+       choose how items are cut */
+    char stack_regs[MS_STACK_REGS * 4096] __attribute__((aligned(64)));
+    ms_clear_thread_flags();
+    ms_run_block(p, stack_regs, p->y0, p->x0, 0, 1);
+    return ms_thread_flags();
+  }
   const npy_intp nbx = (p->cols - p->x0 + p->block - 1) / p->block;
   const npy_intp rpb = ms_rows_per_block(p), gr = ms_group_rows(p);
   const npy_intp total = p->gB > 0
