@@ -26,7 +26,7 @@ from .dtypes import DTYPES
 from .errors import ShapeError, DTypeError
 from .shape import Shape
 from .device import cpu as _CPU
-from .ir import SAVER_TABLE
+from .ir import SAVER_BLAS
 
 cdef extern from "mshadow/panel_gemm.h":
     int MS_PG_LEVELS
@@ -877,8 +877,8 @@ cdef int _product_of(object dst, ProductExp e, tuple sign_beta, int nthreads) ex
     return 1
 
 
-# saver -> its (sign of alpha, beta) (ir.SAVER_TABLE's mshadow Saver::AlphaBLAS / BetaBLAS)
-cdef dict _SIGN_BETA = {s.name: s.blas for s in SAVER_TABLE if s.blas is not None}
+# saver -> its (sign of alpha, beta) (mshadow's Saver::AlphaBLAS / BetaBLAS)
+cdef dict _SIGN_BETA = SAVER_BLAS
 
 
 def assign_product(dst, exp, str saver, int nthreads):

@@ -8,7 +8,6 @@
 # products' evaluation. This file imports only the layers below it.
 
 from .ir import Product as _IRProduct, Leaf as _IRLeaf
-from .dtypes import INT_CODES as _DT_INT_CODES
 
 cdef class ProductExp(ScaledExp):
     """What DotExp and BatchDotExp (mshadow/dot.py) share: operands (tensors, or a 2-D
@@ -18,7 +17,7 @@ cdef class ProductExp(ScaledExp):
     _what = "product"
 
     def __repr__(self):
-        lhs, rhs = _product_name(self.lhs, self.ltrans), _product_name(self.rhs, self.rtrans)
+        lhs, rhs = product_name(self.lhs, self.ltrans), product_name(self.rhs, self.rtrans)
         scale = "" if self.scale == 1 else f" * {self.scale!r}"
         return (f"{type(self).__name__}({lhs}, {rhs}{scale}, shape={self.shape}, "
                 f"dtype={self.code})")
@@ -26,7 +25,6 @@ cdef class ProductExp(ScaledExp):
 
 cdef object _dot_class = None         # dot.DotExp
 cdef object _batch_dot_class = None   # dot.BatchDotExp
-cdef frozenset _INT_CODES = frozenset(_DT_INT_CODES)
 
 # The Product node of two tensors, one per (kind, dtype, flags, ranks): a few dozen in a
 # program, so built once each (a node is a tuple: equal nodes are interchangeable)
@@ -34,14 +32,10 @@ cdef Py_ssize_t _NFLAGS = len(_CODE_BY_FLAG)
 cdef list _tensor_products = [None] * (2 * _NFLAGS * 2 * 2 * 3 * 3)   # kind x flag x ...
 
 
-cdef str _product_name(object x, bint trans):
+cpdef str product_name(object x, bint trans):
     """An operand as messages name it: Tensor(3, 4).T"""
     return (f"{'Tensor' if isinstance(x, Tensor) else type(x).__name__}{tuple(x.shape)}"
             + (".T" if trans else ""))
-
-
-def product_name(x, trans):
-    return _product_name(x, trans)
 
 
 cdef tuple _product_operand(object x, str where):
@@ -125,7 +119,7 @@ cpdef object product_node(str kind, object a, bint ta, object b, bint tb, tuple 
     node.shape = _tuple_of(Shape, shape)
     node.code = code
     node.leaves = _leaves_of(a) + _leaves_of(b)
-    cdef object scale = 1 if code in _INT_CODES else 1.0   # (an int for integer dtypes)
+    cdef object scale = 1.0 if _is_float_code(code) else 1   # (an int for integer dtypes)
     node.scalars = (scale,)
     node.exp_type = kComplex
     node.scale = scale
@@ -150,42 +144,42 @@ def dot(lhs, rhs):
     if not (isinstance(a, Tensor) and isinstance(b, Tensor)) and not na == nb == 2:
         x = b if isinstance(a, Tensor) else a
         raise TypeError(f"dot: an expression operand ({_describe((<Exp> x).key)}) takes part "
-                        f"in a 2-D product only, got {_product_name(a, ta)} x "
-                        f"{_product_name(b, tb)}; assign it to a tensor first")
+                        f"in a 2-D product only, got {product_name(a, ta)} x "
+                        f"{product_name(b, tb)}; assign it to a tensor first")
     if na > 2 or nb > 2:
-        raise ShapeError(f"dot: operands must be 1-D or 2-D, got {_product_name(a, ta)} and "
-                         f"{_product_name(b, tb)}; use batch_dot for 3-D batches")
+        raise ShapeError(f"dot: operands must be 1-D or 2-D, got {product_name(a, ta)} and "
+                         f"{product_name(b, tb)}; use batch_dot for 3-D batches")
     if na == 2 and nb == 2:
         m, k = (sa[1], sa[0]) if ta else (sa[0], sa[1])
         k2, n = (sb[1], sb[0]) if tb else (sb[0], sb[1])
         if k != k2:
-            raise ShapeError(f"dot-gemm: matrix shape mismatch: {_product_name(a, ta)} x "
-                             f"{_product_name(b, tb)} (inner sizes {k} and {k2})")
+            raise ShapeError(f"dot-gemm: matrix shape mismatch: {product_name(a, ta)} x "
+                             f"{product_name(b, tb)} (inner sizes {k} and {k2})")
         return product_node("dot", a, ta, b, tb, (m, n), code)
     if na == 1 and nb == 2 and not ta:
         k = sa[0]
         k2, n = (sb[1], sb[0]) if tb else (sb[0], sb[1])
         if k != k2:
-            raise ShapeError(f"dot-gemv: matrix shape mismatch: {_product_name(a, ta)} x "
-                             f"{_product_name(b, tb)}")
+            raise ShapeError(f"dot-gemv: matrix shape mismatch: {product_name(a, ta)} x "
+                             f"{product_name(b, tb)}")
         return product_node("dot", a, False, b, tb, (n,), code)
     if na == 2 and nb == 1 and not tb:
         m, k = (sa[1], sa[0]) if ta else (sa[0], sa[1])
         if k != sb[0]:
-            raise ShapeError(f"dot-gemv: matrix shape mismatch: {_product_name(a, ta)} x "
-                             f"{_product_name(b, tb)}")
+            raise ShapeError(f"dot-gemv: matrix shape mismatch: {product_name(a, ta)} x "
+                             f"{product_name(b, tb)}")
         # the vector is a (1, k) row in memory: read it transposed, as a column
         return product_node("dot", a, ta, b, True, (m,), code)
     if na == 1 and nb == 1 and not ta and not tb:
         if sa[0] != sb[0]:
-            raise ShapeError(f"VectorDot: Shape mismatch: {_product_name(a, ta)} x "
-                             f"{_product_name(b, tb)}")
+            raise ShapeError(f"VectorDot: Shape mismatch: {product_name(a, ta)} x "
+                             f"{product_name(b, tb)}")
         return product_node("dot", a, False, b, True, (1,), code)
     if na == 1 and nb == 1 and ta and not tb:
         # outer product: (m, 1) x (1, n), a gemm with k = 1
         return product_node("dot", a, True, b, False, (sa[0], sb[0]), code)
-    raise TypeError(f"dot: unsupported operand form {_product_name(a, ta)} x "
-                    f"{_product_name(b, tb)} (supported: 2-D[.T] x 2-D[.T], 1-D x 2-D[.T], "
+    raise TypeError(f"dot: unsupported operand form {product_name(a, ta)} x "
+                    f"{product_name(b, tb)} (supported: 2-D[.T] x 2-D[.T], 1-D x 2-D[.T], "
                     f"2-D[.T] x 1-D, 1-D x 1-D, 1-D.T x 1-D)")
 
 

@@ -19,7 +19,7 @@ from .expr import scale_value, _CODE_BY_FLAG, _NP_BY_CODE, _as_operand, describe
 Tensor = _core.Tensor
 
 # saver -> (sign of alpha, beta): mshadow's Saver::AlphaBLAS / BetaBLAS (ir.SAVER_TABLE)
-_BLAS_CONSTANTS = {s.name: s.blas for s in ir.SAVER_TABLE if s.blas is not None}
+_BLAS_CONSTANTS = ir.SAVER_BLAS
 
 
 _blas_module = None

@@ -63,6 +63,7 @@ SAVER_TABLE = (
 )
 SAVERS = {s.name: s.op for s in SAVER_TABLE}       # name -> combining operator
 SAVER_BY_NAME = {s.name: s for s in SAVER_TABLE}
+SAVER_BLAS = {s.name: s.blas for s in SAVER_TABLE if s.blas is not None}   # -> (sign, beta)
 # Reducing savers: the destination receives one partial result per block (mshadow/lower);
 # one per row of readers.REDUCER_TABLE, saver -> kernel.
 REDUCERS = {r.block: f"reduce_{r.block}" for r in REDUCER_TABLE}

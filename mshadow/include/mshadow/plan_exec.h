@@ -240,17 +240,10 @@ static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_
 
 /* Returns the MS_RUN_* flags of this run (0: done, nothing to report). */
 static int ms_run_program(const ms_program *p) {
-  if (p->rows == 1 && p->gB <= 0 && p->cols > p->x0 && p->cols - p->x0 <= p->block &&
-      MS_REGS_BYTES(p) <= MS_STACK_REGS * 4096) {
-    /* one row in one block (a small statement): the one item, without the walks that
-       choose how items are cut */
-    char stack_regs[MS_STACK_REGS * 4096] __attribute__((aligned(64)));
-    ms_clear_thread_flags();
-    ms_run_block(p, stack_regs, p->y0, p->x0, 0, 1);
-    return ms_thread_flags();
-  }
   const npy_intp nbx = (p->cols - p->x0 + p->block - 1) / p->block;
-  const npy_intp rpb = ms_rows_per_block(p), gr = ms_group_rows(p);
+  /* one row in one block (a small statement) is one item: no walk to choose how to cut */
+  const int one = p->rows == 1 && nbx == 1 && p->gB <= 0;
+  const npy_intp rpb = one ? 1 : ms_rows_per_block(p), gr = one ? 1 : ms_group_rows(p);
   const npy_intp total = p->gB > 0
       ? (p->rows / (p->gB * p->gM)) * p->gM * ((p->gB + p->gR - 1) / p->gR)
       : rpb > 1 ? (p->rows + rpb - 1) / rpb : p->rows * nbx;
