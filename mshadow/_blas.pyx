@@ -30,7 +30,6 @@ from .ir import SAVER_BLAS
 
 cdef extern from "mshadow/panel_gemm.h":
     int MS_PG_LEVELS
-    int ms_cpu_fma() nogil
     int ms_pg_mr(int level) nogil
     void ms_pg_pack_f32(const float *w, Py_ssize_t rs, Py_ssize_t cs, float *wp, Py_ssize_t K,
                         Py_ssize_t CK, int mr) nogil
@@ -497,8 +496,7 @@ cdef int _pg_level(str level, int flag):
     AVX-512), or 0: BLAS's product."""
     cdef int lvl = _LEVELS.index(level) if level in _LEVELS else 0
     if (not MS_PG_LEVELS or lvl < 2 or
-            not (flag == MS_TYPEFLAG_FLOAT32 or flag == MS_TYPEFLAG_FLOAT64)
-            or (lvl == 2 and not ms_cpu_fma())):
+            not (flag == MS_TYPEFLAG_FLOAT32 or flag == MS_TYPEFLAG_FLOAT64)):
         return 0
     return lvl
 

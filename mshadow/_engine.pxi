@@ -133,8 +133,10 @@ def _isa_names():
 
 
 _ISA_NAMES = _isa_names()
-# the CPU feature that names each level in MSHADOW_DISABLE_CPU_FEATURES
-_ISA_FEATURE = {"sse2": "SSE2", "avx2": "AVX2", "avx512": "AVX512F", "neon": "NEON"}
+# the CPU features that name each level in MSHADOW_DISABLE_CPU_FEATURES (the AVX2 level is
+# AVX2 + FMA, so either name turns it off)
+_ISA_FEATURE = {"sse2": ("SSE2",), "avx2": ("AVX2", "FMA"), "avx512": ("AVX512F",),
+                "neon": ("NEON",)}
 
 from .codegen_cpu import fingerprint as _fingerprint, GENERATOR_SOURCES as _GEN_SOURCES
 if _fingerprint() != MS_KERNELS_FINGERPRINT.decode():
@@ -155,12 +157,12 @@ cdef int _detected_isa = ms_detect_isa()
 
 
 def _initial_isa():
-    """The detected level, lowered by MSHADOW_DISABLE_CPU_FEATURES=AVX512F,AVX2,SSE2 (NEON
+    """The detected level, lowered by MSHADOW_DISABLE_CPU_FEATURES=AVX512F,AVX2,FMA,SSE2 (NEON
     on arm64): below the lowest level named."""
     level = _detected_isa
     off = {f.strip().upper() for f in os.environ.get("MSHADOW_DISABLE_CPU_FEATURES", "").split(",")}
     for lvl in range(len(_ISA_NAMES) - 1, 0, -1):
-        if _ISA_FEATURE[_ISA_NAMES[lvl]] in off and level >= lvl:
+        if off.intersection(_ISA_FEATURE[_ISA_NAMES[lvl]]) and level >= lvl:
             level = lvl - 1
     return level
 

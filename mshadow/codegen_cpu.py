@@ -28,7 +28,7 @@ else:  # loaded by path from setup.py, before the package is importable
 # its macro (_per_arch), so one header serves every target.
 ARCH_ISAS = (("MS_X86", ("sse2", "avx2", "avx512")), ("MS_ARM64", ("neon",)))
 ISAS = tuple(isa for _, isas in ARCH_ISAS for isa in isas)
-_TARGET = {"sse2": "", "avx2": '__attribute__((target("avx2"))) ',
+_TARGET = {"sse2": "", "avx2": '__attribute__((target("avx2,fma"))) ',
            "avx512": '__attribute__((target("avx512f"))) ', "neon": ""}
 
 
@@ -154,21 +154,27 @@ def _loop_kernel(name, n_in, ctypes_in, ctype_out, expr, packet_tab=None):
     return "\n".join(L)
 
 
-_VMATH_PRIMS = ("add", "sub", "mul", "div", "max", "min", "abs", "neg", "lt", "gt", "eq",
+_VMATH_PRIMS = ("add", "sub", "mul", "div", "fma", "max", "min", "abs", "neg", "lt", "gt", "eq",
                 "isnan", "sel", "mor", "pow2i", "ldexp", "frexpe", "frexpm", "copysign",
                 "bucket", "tab")
-_VMATH_TARGET = dict(_TARGET, s="")
+_VMATH_TARGET = dict(_TARGET, s="", sw="", sf='__attribute__((target("fma"))) ')
 
 
 def _vmath_fn(name, arity, body, code, ctype, isa):
-    """One vmath body (mshadow/vmath.py) as C for one ISA and type."""
-    V, M = f"ms_{isa}_v_{code}", f"ms_{isa}_m_{code}"
-    fns = _VMATH_PRIMS + tuple(f[0] for f in vmath.FUNCTIONS)
+    """One vmath body (mshadow/vmath.py) as C for one ISA and type. The scalar member comes
+    in two variants on x86 (_vmath_scalar): ``sw`` computes fma in software (scalar.h) and
+    ``sf`` is compiled for the FMA instruction; both call scalar.h's other primitives."""
+    prim = "s" if isa in ("sw", "sf") else isa
+    V, M = f"ms_{prim}_v_{code}", f"ms_{prim}_m_{code}"
+    fns = tuple(f[0] for f in vmath.FUNCTIONS)
 
     def c(expr):
-        expr = re.sub(r"\bk\(", f"ms_{isa}_set1_{code}(({ctype})", expr)
+        expr = re.sub(r"\bk\(", f"ms_{prim}_set1_{code}(({ctype})", expr)
         expr = re.sub(r"\btab\((\w+),", lambda m: f"tab({_table_name(m.group(1), code)},", expr)
-        return re.sub(r"\b(" + "|".join(fns) + r")\(", lambda m: f"ms_{isa}_{m.group(1)}_{code}(", expr)
+        expr = re.sub(r"\b(" + "|".join(fns) + r")\(", lambda m: f"ms_{isa}_{m.group(1)}_{code}(", expr)
+        if isa == "sf":
+            expr = re.sub(r"\bfma\(", f"ms_sf_fma_{code}(", expr)
+        return re.sub(r"\b(" + "|".join(_VMATH_PRIMS) + r")\(", lambda m: f"ms_{prim}_{m.group(1)}_{code}(", expr)
     params = ", ".join(f"{V} {a}" for a in "xy"[:arity])
     L = [f"static inline {_VMATH_TARGET[isa]}{V} ms_{isa}_{name}_{code}({params}) {{"]
     declared = set()
@@ -177,12 +183,34 @@ def _vmath_fn(name, arity, body, code, ctype, isa):
             L.append(f"  return {c(line[7:])};")
             continue
         var, expr = (t.strip() for t in line.split("=", 1))
-        kind = {"m_": M, "i_": f"ms_{isa}_i_{code}"}.get(var[:2], V)
+        kind = {"m_": M, "i_": f"ms_{prim}_i_{code}"}.get(var[:2], V)
         decl = "" if var in declared else kind + " "
         declared.add(var)
         L.append(f"  {decl}{var} = {c(expr)};")
     L.append("}")
     return "\n".join(L)
+
+
+def _vmath_scalar(fns):
+    """The scalar member ms_s_<fn>_<code>, which the plain loops, the strided and gathering
+    kernels and the SIMD loops' tails call. On x86 it is a switch between two compilations
+    of one body: at the AVX2 and AVX-512 levels (whose CPUs have FMA) the one compiled for
+    the FMA instruction, else the one with scalar.h's exact software fma (the C library's
+    fmaf is a call per fma: it cost a strided exp 3.6x its time). Both round each fma once,
+    so they give the same bits. Elsewhere (arm64: fmaf is an instruction) the body itself."""
+    out = ["#if MS_X86",
+           "static inline __attribute__((target(\"fma\"))) float ms_sf_fma_f32(float a, float b, float c) "
+           "{ return __builtin_fmaf(a, b, c); }",
+           "static inline __attribute__((target(\"fma\"))) double ms_sf_fma_f64(double a, double b, double c) "
+           "{ return __builtin_fma(a, b, c); }"]
+    out += fns("sw") + fns("sf")
+    for name, arity, bodies in vmath.FUNCTIONS:
+        for code, ctype in (("f32", "float"), ("f64", "double")):
+            params = ", ".join(f"{ctype} {a}" for a in "xy"[:arity])
+            args = ", ".join("xy"[:arity])
+            out.append(f"static inline {ctype} ms_s_{name}_{code}({params}) {{ return ms_isa_level >= 2 "
+                       f"? ms_sf_{name}_{code}({args}) : ms_sw_{name}_{code}({args}); }}")
+    return out + ["#else"] + fns("s") + ["#endif"]
 
 
 def _is_f32(v):
@@ -201,11 +229,11 @@ def _vmath():
         assert len(values) == 16 and all(_is_f32(v) for v in values), name
         out.append(f"static const float {_table_name(name, 'f32')}[16] = {{"
                    + ", ".join(f"{v.hex()}f" for v in values) + "};")
-    def fns(isas):
+    def fns(*isas):
         return [_vmath_fn(name, arity, bodies[code], code, ctype, isa) for isa in isas
                 for name, arity, bodies in vmath.FUNCTIONS
                 for code, ctype in (("f32", "float"), ("f64", "double"))]
-    return "\n".join(out + fns(("s",)) + _per_arch(fns))
+    return "\n".join(out + _vmath_scalar(fns) + _per_arch(lambda isas: fns(*isas)))
 
 
 def _int_helpers(code, ctype):
@@ -714,9 +742,7 @@ static void ms_softmax_rows_{code}(const char *e, npy_intp es, char *d, npy_intp
                                    npy_intp rows, npy_intp cols, int nt) {{
   npy_intp y;
 #if MS_SIMD
-  /* AVX2's row divides with FMA instructions, which a few AVX2 CPUs lack */
-  void (*row)(const {ctype} *, {ctype} *, npy_intp) = ms_softmax_row_{code}_tab[
-      ms_isa_level == 2 && !ms_cpu_fma() ? 1 : ms_isa_level];
+  void (*row)(const {ctype} *, {ctype} *, npy_intp) = ms_softmax_row_{code}_tab[ms_isa_level];
 #else
   void (*row)(const {ctype} *, {ctype} *, npy_intp) = ms_softmax_row_{code}_plain;
 #endif
@@ -763,8 +789,7 @@ def _softmax_row(code, ctype, isa):
     _QUOTIENT_FLOOR, or a row whose sum is not finite, divides. vdivps took a fifth of a
     row's time (256 x 1000 float32: 1.31x torch's)."""
     L = REDUCE_LANES
-    target = ('__attribute__((target("avx2,fma"))) ' if isa == "avx2" else
-              _TARGET[isa] if isa else "")
+    target = _TARGET[isa] if isa else ""
     head = (f"static {target}void ms_softmax_row_{code}_{isa or 'plain'}"
             f"(const {ctype} *e, {ctype} *d, npy_intp n) {{")
     decl = [f"  {ctype} m = ({ctype})-INFINITY, tot[{L}], s;", "  npy_intp i = 0;", "  int l, w;"]

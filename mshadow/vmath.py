@@ -1,7 +1,7 @@
 """The vectorised transcendentals, each written ONCE and compiled for every ISA.
 
 A body is a few lines of a tiny C-like language over the packet vocabulary of
-``include/mshadow/packet/*.h``: ``add sub mul div max min abs neg`` on values,
+``include/mshadow/packet/*.h``: ``add sub mul div max min abs neg`` and ``fma(a, b, c)`` (a * b + c rounded once) on values,
 ``lt gt eq isnan`` giving masks, ``sel(m, a, b)`` (a where m is set), ``mor`` (mask or),
 ``pow2i(n)`` (2**n for an integral n), ``ldexp(p, n)`` (p * 2**n rounded once),
 ``frexpe``/``frexpm`` (x = m * 2**e, m in [0.5, 1)), ``copysign(a, b)``, ``k(c)`` (a
@@ -11,8 +11,12 @@ v >= 0 is in, counted from the float whose bits are BASE; 0..15 after the caller
 ``tab(NAME, i_j)`` (entry i_j of the 16 of TABLES[NAME]); both are exact. ``codegen_cpu``
 emits each body as ``ms_<isa>_<fn>_<type>`` for isa in s (one scalar), sse2, avx2 and avx512.
 The scalar member is what the plain path and the tails of SIMD loops call, so every ISA
-level gives the same bits: only IEEE add/sub/mul/div and exact bit manipulations are used,
-in the same order, and FMA contraction is off.
+level gives the same bits: only IEEE add/sub/mul/div, fused multiply-add and exact bit
+manipulations are used, in the same order, and the compiler's own contraction is off. A
+fused multiply-add is IEEE 754's fusedMultiplyAdd at every level: one instruction at AVX2
+(the level is AVX2 + FMA), AVX-512, NEON and on the GPU (fmaf / fma), C99's fmaf / fma in
+the scalar member and, lane by lane, at SSE2 (which has no fused multiply-add). Each Horner
+step is one fma: half the operations and one rounding instead of two.
 
 The algorithms are Cephes' (expf, exp, logf, tanh) and fdlibm's (log) with their published
 coefficients, and for float32 tanh a polynomial per slice of the argument range (coefficients
@@ -31,29 +35,31 @@ The last line is ``return expr``.
 # 0 or inf, so the scaling exponent stays in range; NaN passes through.
 _EXP_F32 = """
 xc = min(max(x, k(-104.0)), k(89.0))
-n = sub(add(mul(xc, k(1.44269504088896341)), k(12582912.0)), k(12582912.0))
-r = sub(sub(xc, mul(n, k(0.693359375))), mul(n, k(-2.12194440e-4)))
+n = sub(fma(xc, k(1.44269504088896341), k(12582912.0)), k(12582912.0))
+r = fma(n, k(-0.693359375), xc)
+r = fma(n, k(2.12194440e-4), r)
 z = mul(r, r)
-p = add(mul(r, k(1.9875691500E-4)), k(1.3981999507E-3))
-p = add(mul(p, r), k(8.3334519073E-3))
-p = add(mul(p, r), k(4.1665795894E-2))
-p = add(mul(p, r), k(1.6666665459E-1))
-p = add(mul(p, r), k(5.0000001201E-1))
-p = add(add(mul(p, z), r), k(1.0))
+p = fma(r, k(1.9875691500E-4), k(1.3981999507E-3))
+p = fma(p, r, k(8.3334519073E-3))
+p = fma(p, r, k(4.1665795894E-2))
+p = fma(p, r, k(1.6666665459E-1))
+p = fma(p, r, k(5.0000001201E-1))
+p = add(fma(p, z, r), k(1.0))
 return sel(isnan(x), x, ldexp(p, n))
 """
 
 _EXP_F64 = """
 xc = min(max(x, k(-746.0)), k(710.0))
-n = sub(add(mul(xc, k(1.4426950408889634073599)), k(6755399441055744.0)), k(6755399441055744.0))
-r = sub(sub(xc, mul(n, k(6.93145751953125E-1))), mul(n, k(1.42860682030941723212E-6)))
+n = sub(fma(xc, k(1.4426950408889634073599), k(6755399441055744.0)), k(6755399441055744.0))
+r = fma(n, k(-6.93145751953125E-1), xc)
+r = fma(n, k(-1.42860682030941723212E-6), r)
 z = mul(r, r)
-px = add(mul(z, k(1.26177193074810590878E-4)), k(3.02994407707441961300E-2))
-px = mul(r, add(mul(px, z), k(9.99999999999999999910E-1)))
-qx = add(mul(z, k(3.00198505138664455042E-6)), k(2.52448340349684104192E-3))
-qx = add(mul(qx, z), k(2.27265548208155028766E-1))
-qx = add(mul(qx, z), k(2.00000000000000000009E0))
-p = add(k(1.0), mul(k(2.0), div(px, sub(qx, px))))
+px = fma(z, k(1.26177193074810590878E-4), k(3.02994407707441961300E-2))
+px = mul(r, fma(px, z, k(9.99999999999999999910E-1)))
+qx = fma(z, k(3.00198505138664455042E-6), k(2.52448340349684104192E-3))
+qx = fma(qx, z, k(2.27265548208155028766E-1))
+qx = fma(qx, z, k(2.00000000000000000009E0))
+p = fma(k(2.0), div(px, sub(qx, px)), k(1.0))
 return sel(isnan(x), x, ldexp(p, n))
 """
 
@@ -77,18 +83,18 @@ return sel(isnan(x), x, y)
 
 _LOG_F32 = _LOG_HEAD.format(tiny="1.17549435e-38", scale="33554432.0", scale_bits="25.0") + """
 z = mul(f, f)
-p = add(mul(f, k(7.0376836292E-2)), k(-1.1514610310E-1))
-p = add(mul(p, f), k(1.1676998740E-1))
-p = add(mul(p, f), k(-1.2420140846E-1))
-p = add(mul(p, f), k(1.4249322787E-1))
-p = add(mul(p, f), k(-1.6668057665E-1))
-p = add(mul(p, f), k(2.0000714765E-1))
-p = add(mul(p, f), k(-2.4999993993E-1))
-p = add(mul(p, f), k(3.3333331174E-1))
+p = fma(f, k(7.0376836292E-2), k(-1.1514610310E-1))
+p = fma(p, f, k(1.1676998740E-1))
+p = fma(p, f, k(-1.2420140846E-1))
+p = fma(p, f, k(1.4249322787E-1))
+p = fma(p, f, k(-1.6668057665E-1))
+p = fma(p, f, k(2.0000714765E-1))
+p = fma(p, f, k(-2.4999993993E-1))
+p = fma(p, f, k(3.3333331174E-1))
 y = mul(mul(p, f), z)
-y = add(y, mul(e, k(-2.12194440e-4)))
-y = add(y, mul(z, k(-0.5)))
-y = add(add(f, y), mul(e, k(0.693359375)))
+y = fma(e, k(-2.12194440e-4), y)
+y = fma(z, k(-0.5), y)
+y = fma(e, k(0.693359375), add(f, y))
 """ + _LOG_TAIL
 
 _LOG_F64 = _LOG_HEAD.format(tiny="2.2250738585072014e-308", scale="18014398509481984.0",
@@ -97,10 +103,10 @@ hfsq = mul(mul(k(0.5), f), f)
 s = div(f, add(k(2.0), f))
 z = mul(s, s)
 w = mul(z, z)
-t1 = mul(w, add(k(3.999999999940941908e-01), mul(w, add(k(2.222219843214978396e-01), mul(w, k(1.531383769920937332e-01))))))
-t2 = mul(z, add(k(6.666666666666735130e-01), mul(w, add(k(2.857142874366239149e-01), mul(w, add(k(1.818357216161805012e-01), mul(w, k(1.479819860511658591e-01))))))))
+t1 = mul(w, fma(w, fma(w, k(1.531383769920937332e-01), k(2.222219843214978396e-01)), k(3.999999999940941908e-01)))
+t2 = mul(z, fma(w, fma(w, fma(w, k(1.479819860511658591e-01), k(1.818357216161805012e-01)), k(2.857142874366239149e-01)), k(6.666666666666735130e-01)))
 R = add(t2, t1)
-y = sub(mul(e, k(6.93147180369123816490e-01)), sub(sub(hfsq, add(mul(s, add(hfsq, R)), mul(e, k(1.90821492927058770002e-10)))), f))
+y = sub(mul(e, k(6.93147180369123816490e-01)), sub(sub(hfsq, fma(s, add(hfsq, R), mul(e, k(1.90821492927058770002e-10)))), f))
 """ + _LOG_TAIL
 
 # log1p(x) = log(u) - ((u - 1) - x) / u with u = 1 + x: the division restores what the
@@ -129,27 +135,28 @@ return sel(eq(x, k(0.0)), x, y)
 # takes all below), and tanh(b + t) = c0 + c1 t + t^2 (c2 + ... + c6 t^4) with t = |x| - b,
 # exact. The small c1 t and t^2 q terms are added to c0 last, so the result rounds about
 # once. Slice 0 has b = c0 = 0, c1 = 1: tiny x and +-0 come back as x. NaN: min(a, 9.5)
-# gives 9.5 (a valid index), min(9.5, a) gives NaN, which every later step passes on (one
-# NaN, so the operand order of add and mul cannot change its bits). Tables: TANHF_* below.
+# gives 9.5 (a valid index), min(9.5, a) gives NaN, which every later step passes on (every
+# NaN operand is that one, so the operand order of add, mul and fma cannot change its
+# bits). Tables: TANHF_* below.
 _TANH_F32 = """
 a = abs(x)
 i_j = bucket(max(min(a, k(9.5)), k(0.0390625)), 0x3D200000)
 t = sub(min(k(9.5), a), tab(TANHF_B, i_j))
-q = add(mul(tab(TANHF_C6, i_j), t), tab(TANHF_C5, i_j))
-q = add(mul(q, t), tab(TANHF_C4, i_j))
-q = add(mul(q, t), tab(TANHF_C3, i_j))
-q = add(mul(q, t), tab(TANHF_C2, i_j))
-y = add(tab(TANHF_C0, i_j), add(mul(tab(TANHF_C1, i_j), t), mul(t, mul(t, q))))
+q = fma(tab(TANHF_C6, i_j), t, tab(TANHF_C5, i_j))
+q = fma(q, t, tab(TANHF_C4, i_j))
+q = fma(q, t, tab(TANHF_C3, i_j))
+q = fma(q, t, tab(TANHF_C2, i_j))
+y = add(tab(TANHF_C0, i_j), fma(tab(TANHF_C1, i_j), t, mul(t, mul(t, q))))
 return copysign(y, x)
 """
 
 _TANH_F64 = """
 z = mul(x, x)
-p = add(mul(z, k(-9.64399179425052238628E-1)), k(-9.92877231001918586564E1))
-p = add(mul(p, z), k(-1.61468768441708447952E3))
+p = fma(z, k(-9.64399179425052238628E-1), k(-9.92877231001918586564E1))
+p = fma(p, z, k(-1.61468768441708447952E3))
 q = add(z, k(1.12811678491632931402E2))
-q = add(mul(q, z), k(2.23548839060100448583E3))
-q = add(mul(q, z), k(4.84406305325125486048E3))
+q = fma(q, z, k(2.23548839060100448583E3))
+q = fma(q, z, k(4.84406305325125486048E3))
 small = add(x, div(mul(mul(x, z), p), q))
 """ + _TANH_BIG
 

@@ -74,6 +74,21 @@ def tables():
     return {n: np.array(v, F32) for n, v in out.items()}
 
 
+def fma32(a, b, c):
+    """float32 a * b + c rounded once, as vmath.py's fma: in float64 the product is exact,
+    the sum is rounded to odd (TwoSum's error sets the last bit), then rounded to float32
+    (scalar.h's ms_fmaf_exact)."""
+    p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+    q = np.asarray(c, np.float64)
+    s = p + q
+    v = s - p
+    e = (p - (s - v)) + (q - v)
+    u = s.view(np.uint64)
+    below = ((u ^ e.view(np.uint64)) >> np.uint64(63)).astype(np.uint64)
+    odd = (u - below) | np.uint64(1)
+    return np.where((e != 0) & (e == e), odd, u).view(np.float64).astype(F32)
+
+
 def tanhf(x, T):
     """vmath.py's float32 tanh, in numpy float32 (the same operations in the same order; min
     as the packets take it, a < b ? a : b, so NaN clamps the index and passes through t)."""
@@ -83,8 +98,8 @@ def tanhf(x, T):
     t = np.where(TOP < a, TOP, a) - T["TANHF_B"][i]
     q = T[f"TANHF_C{DEG}"][i]
     for j in range(DEG - 1, 1, -1):
-        q = q * t + T[f"TANHF_C{j}"][i]
-    y = T["TANHF_C0"][i] + (T["TANHF_C1"][i] * t + t * (t * q))
+        q = fma32(q, t, T[f"TANHF_C{j}"][i])
+    y = T["TANHF_C0"][i] + fma32(T["TANHF_C1"][i], t, t * (t * q))
     return np.copysign(y, x)
 
 

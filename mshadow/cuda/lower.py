@@ -178,6 +178,7 @@ _VMATH_PRIMS = """static __device__ __forceinline__ T ms_s_add_t(T a, T b) { ret
 static __device__ __forceinline__ T ms_s_sub_t(T a, T b) { return a - b; }
 static __device__ __forceinline__ T ms_s_mul_t(T a, T b) { return a * b; }
 static __device__ __forceinline__ T ms_s_div_t(T a, T b) { return a / b; }
+static __device__ __forceinline__ T ms_s_fma_t(T a, T b, T c) { return FMA(a, b, c); }
 static __device__ __forceinline__ T ms_s_max_t(T a, T b) { return a > b ? a : b; }
 static __device__ __forceinline__ T ms_s_min_t(T a, T b) { return a < b ? a : b; }
 static __device__ __forceinline__ T ms_s_neg_t(T a) { return -a; }
@@ -206,9 +207,9 @@ static __device__ __forceinline__ T ms_s_copysign_t(T a, T b) {
   const U s = (U)1 << (SIGN);
   return ms_bits_t((ms_t_bits(a) & ~s) | (ms_t_bits(b) & s)); }"""
 _PRIM_PARAMS = {"f32": dict(T="float", U="uint32_t", SIGN="31", IBITS="23", EBIAS="127",
-                            MAGIC="0x4B400000u"),
+                            MAGIC="0x4B400000u", FMA="fmaf"),
                 "f64": dict(T="double", U="uint64_t", SIGN="63", IBITS="52", EBIAS="1023",
-                            MAGIC="0x4338000000000000ull")}
+                            MAGIC="0x4338000000000000ull", FMA="fma")}
 # what the readers' C (mshadow/readers.py) uses besides its macros, and the view map
 _GATHER = """typedef long long npy_intp;
 static __device__ __forceinline__ npy_intp ms_imin(npy_intp a, npy_intp b) { return a < b ? a : b; }
@@ -260,7 +261,7 @@ static __device__ __forceinline__ float ms_s_tab_f32(const float *t, int32_t i) 
 
 def _prims(code):
     p = _PRIM_PARAMS[code]
-    text = re.sub(r"\b(T|U|SIGN|IBITS|EBIAS|MAGIC)\b", lambda m: p[m.group(1)], _VMATH_PRIMS)
+    text = re.sub(r"\b(T|U|SIGN|IBITS|EBIAS|MAGIC|FMA)\b", lambda m: p[m.group(1)], _VMATH_PRIMS)
     text = re.sub(r"\bms_(\w+?)_t\b", lambda m: f"ms_{m.group(1)}_{code}", text)
     text = text.replace("ms_t_bits", f"ms_{code}_bits")
     return text + ("\n" + _TABLE_PRIMS if code == "f32" else "")

@@ -71,7 +71,8 @@ static inline int ms_detect_isa(void) {
 #if MS_X86 && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return MS_ISA_AVX512;
-  if (__builtin_cpu_supports("avx2")) return MS_ISA_AVX2;
+  /* the AVX2 level is x86-64-v3's AVX2 + FMA: vmath's bodies use fused multiply-adds */
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return MS_ISA_AVX2;
   return MS_ISA_SSE2;
 #elif MS_X86
   return MS_ISA_SSE2;
@@ -79,17 +80,6 @@ static inline int ms_detect_isa(void) {
   return MS_ISA_NEON;   /* every AArch64 CPU has it */
 #else
   return MS_ISA_PLAIN;
-#endif
-}
-
-/* Whether the CPU has FMA: softmax's division uses it at the AVX2 level (every AVX-512F
- * CPU has it; a few AVX2 ones do not). */
-static inline int ms_cpu_fma(void) {
-#if MS_X86 && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("fma");
-#else
-  return 0;
 #endif
 }
 

@@ -1,11 +1,11 @@
 /* AVX2 packets: 8 floats / 4 doubles; compiled under a target attribute, used only when
- * the CPU reports avx2 (ms_detect_isa). */
+ * the CPU reports avx2 and fma (ms_detect_isa: the level is x86-64-v3's AVX2 + FMA). */
 #ifndef MS_PACKET_INSIDE
 #error "include mshadow/packet.h, not packet/avx2.h"
 #endif
 #include <immintrin.h>
 
-#define MS_AVX2_FN static inline __attribute__((target("avx2")))
+#define MS_AVX2_FN static inline __attribute__((target("avx2,fma")))
 typedef __m256 ms_avx2_v_f32;
 typedef __m256d ms_avx2_v_f64;
 #define ms_avx2_W_f32 8
@@ -22,6 +22,7 @@ typedef __m256d ms_avx2_v_f64;
   MS_AVX2_FN V ms_avx2_sub_##t(V a, V b) { return _mm256_sub_##s(a, b); }                      \
   MS_AVX2_FN V ms_avx2_mul_##t(V a, V b) { return _mm256_mul_##s(a, b); }                      \
   MS_AVX2_FN V ms_avx2_div_##t(V a, V b) { return _mm256_div_##s(a, b); }                      \
+  MS_AVX2_FN V ms_avx2_fma_##t(V a, V b, V c) { return _mm256_fmadd_##s(a, b, c); }             \
   MS_AVX2_FN V ms_avx2_max_##t(V a, V b) { return _mm256_max_##s(a, b); }                      \
   MS_AVX2_FN V ms_avx2_min_##t(V a, V b) { return _mm256_min_##s(a, b); }                      \
   MS_AVX2_FN V ms_avx2_sqrt_##t(V a) { return _mm256_sqrt_##s(a); }                            \

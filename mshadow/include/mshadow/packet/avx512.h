@@ -23,6 +23,7 @@ typedef __m512d ms_avx512_v_f64;
   MS_AVX512_FN V ms_avx512_sub_##t(V a, V b) { return _mm512_sub_##s(a, b); }                  \
   MS_AVX512_FN V ms_avx512_mul_##t(V a, V b) { return _mm512_mul_##s(a, b); }                  \
   MS_AVX512_FN V ms_avx512_div_##t(V a, V b) { return _mm512_div_##s(a, b); }                  \
+  MS_AVX512_FN V ms_avx512_fma_##t(V a, V b, V c) { return _mm512_fmadd_##s(a, b, c); }         \
   MS_AVX512_FN V ms_avx512_max_##t(V a, V b) { return _mm512_max_##s(a, b); }                  \
   MS_AVX512_FN V ms_avx512_min_##t(V a, V b) { return _mm512_min_##s(a, b); }                  \
   MS_AVX512_FN V ms_avx512_sqrt_##t(V a) { return _mm512_sqrt_##s(a); }                        \

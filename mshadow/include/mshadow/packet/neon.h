@@ -27,6 +27,7 @@ typedef float64x2_t ms_neon_v_f64;
   static inline V ms_neon_sub_##t(V a, V b) { return vsubq_##s(a, b); }                      \
   static inline V ms_neon_mul_##t(V a, V b) { return vmulq_##s(a, b); }                      \
   static inline V ms_neon_div_##t(V a, V b) { return vdivq_##s(a, b); }                      \
+  static inline V ms_neon_fma_##t(V a, V b, V c) { return vfmaq_##s(c, a, b); }              \
   static inline V ms_neon_max_##t(V a, V b) { return vbslq_##s(vcgtq_##s(a, b), a, b); }     \
   static inline V ms_neon_min_##t(V a, V b) { return vbslq_##s(vcltq_##s(a, b), a, b); }     \
   static inline V ms_neon_sqrt_##t(V a) { return vsqrtq_##s(a); }                            \

@@ -5,6 +5,7 @@
 #ifndef MS_PACKET_INSIDE
 #error "include mshadow/packet.h, not packet/scalar.h"
 #endif
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -13,12 +14,47 @@ typedef double ms_s_v_f64;
 typedef int ms_s_m_f32;
 typedef int ms_s_m_f64;
 
-#define MS_SCALAR_DEF(T, t, U, ibits, ebias, magic_bits)                                       \
+/* a * b + c rounded once, for float, without an FMA instruction: in double, a * b is exact
+ * and the sum s rounds once; rounding s to float then rounds correctly unless s landed exactly
+ * on a midpoint between two floats (the 29 bits below float's precision 1000...0) or in
+ * float's subnormal range, where the midpoints sit lower. Those rare sums are rounded to odd
+ * instead (TwoSum's error: the rounding undone towards zero, the last bit set where inexact),
+ * which keeps a sticky bit, so the float rounding is right (53 >= 2 * 24 + 2 bits). The
+ * check is off the common path's latency: a Horner step costs a multiply, an add and two
+ * conversions. */
+static inline float ms_fmaf_exact(float a, float b, float c) {
+#ifdef FP_FAST_FMAF
+  return fmaf(a, b, c);
+#else
+  const double p = (double)a * (double)b, q = (double)c, s = p + q;
+  uint64_t u;
+  memcpy(&u, &s, sizeof u);
+  if ((u & 0x1FFFFFFFu) == 0x10000000u || (u & 0x7FF0000000000000ull) < 0x3810000000000000ull) {
+    const double v = s - p, e = (p - (s - v)) + (q - v);   /* s + e = p + q exactly */
+    uint64_t w;
+    double r;
+    memcpy(&w, &e, sizeof w);
+    if (e != 0 && e == e) {   /* inexact; a NaN or inf sum is already the answer */
+      u -= (u ^ w) >> 63;     /* e against s's sign: |p + q| < |s|, truncate */
+      u |= 1;
+    }
+    memcpy(&r, &u, sizeof r);
+    return (float)r;
+  }
+  return (float)s;
+#endif
+}
+
+/* fma_fn: a * b + c rounded once, so a scalar fma is the SIMD levels' one: for float
+ * ms_fmaf_exact, for double C99's fma (an instruction where the compiler targets one, else
+ * the C library's exact emulation) */
+#define MS_SCALAR_DEF(T, t, U, ibits, ebias, magic_bits, fma_fn)                                       \
   static inline T ms_s_set1_##t(T x) { return x; }                                             \
   static inline T ms_s_add_##t(T a, T b) { return a + b; }                                     \
   static inline T ms_s_sub_##t(T a, T b) { return a - b; }                                     \
   static inline T ms_s_mul_##t(T a, T b) { return a * b; }                                     \
   static inline T ms_s_div_##t(T a, T b) { return a / b; }                                     \
+  static inline T ms_s_fma_##t(T a, T b, T c) { return fma_fn(a, b, c); }                      \
   static inline T ms_s_max_##t(T a, T b) { return a > b ? a : b; }                             \
   static inline T ms_s_min_##t(T a, T b) { return a < b ? a : b; }                             \
   static inline T ms_s_neg_##t(T a) { return -a; }                                             \
@@ -51,8 +87,8 @@ typedef int ms_s_m_f64;
     memcpy(&u, &a, sizeof u); memcpy(&v, &b, sizeof v); u = (u & ~s) | (v & s);             \
     memcpy(&a, &u, sizeof a); return a; }
 
-MS_SCALAR_DEF(float, f32, uint32_t, 23, 127, 0x4B400000u)
-MS_SCALAR_DEF(double, f64, uint64_t, 52, 1023, 0x4338000000000000ull)
+MS_SCALAR_DEF(float, f32, uint32_t, 23, 127, 0x4B400000u, ms_fmaf_exact)
+MS_SCALAR_DEF(double, f64, uint64_t, 52, 1023, 0x4338000000000000ull, fma)
 
 /* Table lookups (float only): bucket(v, base) = (bits(v) - base) >> 22 counts runs of 2**22
  * consecutive floats (half a binade) from the float whose bits are base; the caller clamps v

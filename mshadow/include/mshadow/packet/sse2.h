@@ -3,6 +3,7 @@
 #error "include mshadow/packet.h, not packet/sse2.h"
 #endif
 #include <emmintrin.h>
+#include <math.h>
 
 typedef __m128 ms_sse2_v_f32;
 typedef __m128d ms_sse2_v_f64;
@@ -28,6 +29,49 @@ typedef __m128d ms_sse2_v_f64;
 
 MS_SSE2_DEF(float, f32, __m128, ps)
 MS_SSE2_DEF(double, f64, __m128d, pd)
+
+/* a * b + c rounded once. SSE2 has no fused multiply-add, and a multiply then an add would
+ * round twice (other bits than the other levels). float: scalar.h's ms_fmaf_exact two lanes
+ * at a time in double (the rare midpoint or subnormal sums rounded to odd); double: C99's
+ * fma lane by lane. The level is for CPUs without AVX2 + FMA, and this is its price. */
+static inline __m128d ms_sse2_fma_half_pd(__m128d a, __m128d b, __m128d c, int *rare) {
+  const __m128d s = _mm_add_pd(_mm_mul_pd(a, b), c);
+  const __m128i u = _mm_castpd_si128(s);
+  /* 64-bit compares from 32-bit ones: the low word's 29 bits, the high word's exponent */
+  const __m128i mid = _mm_cmpeq_epi32(_mm_and_si128(u, _mm_set_epi32(0, 0x1FFFFFFF, 0, 0x1FFFFFFF)),
+                                      _mm_set_epi32(0, 0x10000000, 0, 0x10000000));
+  const __m128i low = _mm_cmplt_epi32(_mm_and_si128(u, _mm_set_epi32(0x7FF00000, 0, 0x7FF00000, 0)),
+                                      _mm_set_epi32(0x38100000, 0, 0x38100000, 0));
+  *rare |= (_mm_movemask_epi8(mid) & 0x0F0F) | (_mm_movemask_epi8(low) & 0xF0F0);
+  return s;
+}
+static inline __m128d ms_sse2_fma_odd_pd(__m128d a, __m128d b, __m128d c) {
+  const __m128d p = _mm_mul_pd(a, b), s = _mm_add_pd(p, c), v = _mm_sub_pd(s, p);
+  const __m128d e = _mm_add_pd(_mm_sub_pd(p, _mm_sub_pd(s, v)), _mm_sub_pd(c, v));
+  const __m128i u = _mm_castpd_si128(s);
+  const __m128i odd = _mm_or_si128(
+      _mm_sub_epi64(u, _mm_srli_epi64(_mm_castpd_si128(_mm_xor_pd(s, e)), 63)),
+      _mm_set_epi32(0, 1, 0, 1));
+  const __m128d inexact = _mm_and_pd(_mm_cmpneq_pd(e, _mm_setzero_pd()), _mm_cmpord_pd(e, e));
+  return _mm_or_pd(_mm_and_pd(inexact, _mm_castsi128_pd(odd)), _mm_andnot_pd(inexact, s));
+}
+static inline __m128 ms_sse2_fma_f32(__m128 a, __m128 b, __m128 c) {
+  const __m128d al = _mm_cvtps_pd(a), bl = _mm_cvtps_pd(b), cl = _mm_cvtps_pd(c);
+  const __m128d ah = _mm_cvtps_pd(_mm_movehl_ps(a, a)), bh = _mm_cvtps_pd(_mm_movehl_ps(b, b)),
+                ch = _mm_cvtps_pd(_mm_movehl_ps(c, c));
+  int rare = 0;
+  __m128d lo = ms_sse2_fma_half_pd(al, bl, cl, &rare), hi = ms_sse2_fma_half_pd(ah, bh, ch, &rare);
+  if (rare) {
+    lo = ms_sse2_fma_odd_pd(al, bl, cl);
+    hi = ms_sse2_fma_odd_pd(ah, bh, ch);
+  }
+  return _mm_movelh_ps(_mm_cvtpd_ps(lo), _mm_cvtpd_ps(hi));
+}
+static inline __m128d ms_sse2_fma_f64(__m128d a, __m128d b, __m128d c) {
+  double x[2], y[2], z[2];
+  _mm_storeu_pd(x, a); _mm_storeu_pd(y, b); _mm_storeu_pd(z, c);
+  return _mm_set_pd(fma(x[1], y[1], z[1]), fma(x[0], y[0], z[0]));
+}
 
 /* max(a, b) of SSE returns b when either is NaN: the same as the plain a > b ? a : b. */
 static inline float ms_sse2_sum_f32(__m128 v) {
