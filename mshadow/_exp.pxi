@@ -557,12 +557,17 @@ cdef class _Site:
 
 
 cdef list _sites = [None] * SITE_SLOTS
+# gather nodes over interned expressions, in a table of their own (_gather.pxi _GatherSite)
+DEF GATHER_SITE_SLOTS = 1024    # a power of 2
+cdef list _gather_sites = [None] * GATHER_SITE_SLOTS
 
 
 cdef void _clear_sites() noexcept:
     cdef Py_ssize_t i
     for i in range(SITE_SLOTS):
         _sites[i] = None
+    for i in range(GATHER_SITE_SLOTS):
+        _gather_sites[i] = None
 
 
 cdef inline size_t _mix(size_t h, void *p) noexcept:

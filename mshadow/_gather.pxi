@@ -203,19 +203,77 @@ def gather(str reader, srcs, shape, str code, tuple params=None, index=None, cls
                         _gather_class if cls is None else cls)
 
 
+# ---- interned gather nodes --------------------------------------------------------------
+# make_map's interning (_exp.pxi), one level up: a gather whose sources are all interned
+# expressions (pool(F(relu, x * 2)), ...) is built again with the same parameters by every
+# statement of a small nested loop, and its GatherArgs and IR node are the same each time
+# (an expression source is staged: nothing of it is snapshotted). Its _GatherSite keeps
+# them, found by the identities of the row, the dtype code, the class, each source's node
+# and shape, and the parameters' values; the site also remembers the plan (_Site's fields,
+# read by _tensor.pxi _assign). A slot taken by another structure is overwritten; the table
+# is emptied with make_map's (_clear_sites).
+cdef class _GatherSite(_Site):
+    cdef _Row row
+    cdef object cls
+    cdef tuple src_keys, src_shapes, params
+    cdef GatherArgs args
+
+
+cdef inline bint _interned_exp(object s):
+    return (isinstance(s, Exp) and (<Exp> s).site is not None
+            and (<_Site> (<Exp> s).site).node is (<Exp> s).key)
+
+
+cdef Py_ssize_t _gather_slot(_Row row, tuple srcs, str code, tuple params, object cls):
+    """The slot of the gather site of these parts, or -1 where its sources are not all
+    interned expressions (or it has none, or more than 3)."""
+    cdef Py_ssize_t n = len(srcs), k
+    if n == 0 or n > 3:
+        return -1
+    cdef size_t h = _mix(_mix(_mix(0, <PyObject *> row), <PyObject *> code), <PyObject *> cls)
+    for k in range(n):
+        s = srcs[k]
+        if not _interned_exp(s):
+            return -1
+        h = _mix(_mix(h, <PyObject *> (<Exp> s).key), <PyObject *> (<Exp> s).shape)
+    for k in range(len(params)):
+        h = _mix(h, <void *> <size_t> hash(params[k]))
+    return <Py_ssize_t> (h & (GATHER_SITE_SLOTS - 1))
+
+
+cdef _GatherSite _gather_site_at(Py_ssize_t slot, _Row row, tuple srcs, str code,
+                                 tuple params, object cls):
+    """The site in ``slot`` when it is these parts', else None."""
+    cdef _GatherSite site = <_GatherSite> _gather_sites[slot]
+    cdef Py_ssize_t k, n = len(srcs)
+    if (site is None or site.row is not row or site.cls is not cls or site.args.kernel is not
+            row.kernels.get(code) or len(site.src_keys) != n or site.params != params):
+        return None
+    for k in range(n):
+        if (PyTuple_GET_ITEM(site.src_keys, k) != <PyObject *> (<Exp> srcs[k]).key
+                or PyTuple_GET_ITEM(site.src_shapes, k) != <PyObject *> (<Exp> srcs[k]).shape):
+            return None
+    return site
+
+
 cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple params,
                          object index, object cls):
     """gather()'s node, its sources and parameters counted (the compiled constructors'
-    common end). Its leaves: the GatherArgs, then each source's, in one tuple."""
-    cdef Py_ssize_t n = len(srcs), k, j, nl = 1, il = 1, ns = 0, js = 0
+    common end). Its leaves: the GatherArgs, then each source's, in one tuple. A gather of
+    interned expressions takes its GatherArgs and IR node from its site (above)."""
+    cdef Py_ssize_t slot = _gather_slot(row, srcs, code, params, cls) if index is None else -1
+    cdef _GatherSite site = None
+    if slot >= 0:
+        site = _gather_site_at(slot, row, srcs, code, params, cls)
+        if site is not None:
+            return _gather_exp(site.args, site.node, srcs, code, cls, site)
+    cdef Py_ssize_t n = len(srcs), k
     cdef tuple keys = PyTuple_New(n)
-    cdef Exp e
     cdef ViewLeaf vl
     for k in range(n):
         s = srcs[k]
         if isinstance(s, Tensor):
             key = _LEAF_KEY[(<Tensor> s).type_flag]
-            nl += 1
         elif isinstance(s, ViewLeaf):
             if not row.views:
                 raise TypeError(f"reader {row.name} reads tensors only (its row has "
@@ -223,17 +281,36 @@ cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple par
             vl = <ViewLeaf> s
             key = _new_ir_node(_IRView, "V", _CODE_BY_FLAG[vl.src.type_flag],
                                view_step_kind(vl.strides[-1], vl.itemsize), ())
-            nl += 1
         else:
-            e = <Exp?> s
-            key = e.key
-            nl += len(e.leaves)
-            ns += len(e.scalars)
+            key = (<Exp?> s).key
         _tuple_put(keys, k, key)
     kernel = row.kernels.get(code)
     if kernel is None:
         raise ValueError(f"reader {row.name} has no kernel for storage code {code!r}")
     args = _gather_args(kernel, srcs, params, shape, index)
+    key = _new_ir_node(_IRGather, "X", row.name, code, keys)
+    if slot >= 0:
+        site = _GatherSite.__new__(_GatherSite)
+        site.node, site.row, site.cls, site.args, site.params = key, row, cls, args, params
+        site.src_keys = tuple([(<Exp> s).key for s in srcs])
+        site.src_shapes = tuple([(<Exp> s).shape for s in srcs])
+        _gather_sites[slot] = site
+    return _gather_exp(args, key, srcs, code, cls, site)
+
+
+cdef object _gather_exp(GatherArgs args, object key, tuple srcs, str code, object cls,
+                        _Site site):
+    """The node of gather ``key`` over ``srcs`` with ``args``: its leaves the GatherArgs,
+    then each source's, in one tuple; its scalars its sources'."""
+    cdef Py_ssize_t n = len(srcs), k, j, nl = 1, il = 1, ns = 0, js = 0
+    for k in range(n):
+        s = srcs[k]
+        if isinstance(s, Exp):
+            nl += len((<Exp> s).leaves)
+            ns += len((<Exp> s).scalars)
+        else:
+            nl += 1
+    cdef Exp e
     cdef tuple leaves = PyTuple_New(nl)
     cdef tuple scalars
     if n == 1 and isinstance(srcs[0], Exp):     # one source's scalars: its own tuple
@@ -256,7 +333,8 @@ cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple par
             _tuple_put(leaves, il, s)
             il += 1
     cdef Exp node = <Exp?> _new_exp(cls)
-    node.key = _new_ir_node(_IRGather, "X", row.name, code, keys)
+    node.key = key
+    node.site = site
     node.shape = args.shape
     node.code = code
     node.leaves = leaves       # (GatherExp.args is leaves[0])
@@ -295,8 +373,14 @@ def pool_node(src, ky, kx, sy, sx, int red):
     cdef Py_ssize_t oh = (H - cky) // csy + 1, ow = (W - ckx) // csx + 1
     if _POOL is None:
         _POOL = _row("pool")
-    return _gather_node(_POOL, (src,), _last_two(shape, nd, oh, ow), code,
-                        (red, H, W, ky, kx, sy, sx, oh), None, _gather_class)
+    cdef tuple srcs = (src,), params = (red, H, W, ky, kx, sy, sx, oh)
+    cdef Py_ssize_t slot = _gather_slot(_POOL, srcs, code, params, _gather_class)
+    cdef _GatherSite site = (_gather_site_at(slot, _POOL, srcs, code, params, _gather_class)
+                             if slot >= 0 else None)
+    if site is not None:        # (before the output's Shape is made)
+        return _gather_exp(site.args, site.node, srcs, code, _gather_class, site)
+    return _gather_node(_POOL, srcs, _last_two(shape, nd, oh, ow), code, params, None,
+                        _gather_class)
 
 
 cdef object _last_two(object shape, Py_ssize_t nd, Py_ssize_t a, Py_ssize_t b):

@@ -234,3 +234,72 @@ def test_shapes_compared_by_their_dims():
         a + ms.new_tensor((3, 1001))
     with pytest.raises(ms.ShapeError):
         ms.new_tensor((1000, 3))[:] = a * 2.0
+
+
+# ---- interned gather nodes (_gather.pxi _GatherSite) -------------------------------------
+
+def _pool_ref(x, k, s):
+    """numpy's max pool of the last two axes, windows k x k at stride s (no clipping)."""
+    oh, ow = (x.shape[-2] - k) // s + 1, (x.shape[-1] - k) // s + 1
+    out = np.full(x.shape[:-2] + (oh, ow), -np.inf, x.dtype)
+    for i in range(k):
+        for j in range(k):
+            out = np.maximum(out, x[..., i:i + s * (oh - 1) + 1:s, j:j + s * (ow - 1) + 1:s])
+    return out
+
+
+def test_a_gather_of_interned_expressions_built_again_shares_its_args_and_node():
+    x_np = np.random.default_rng(0).uniform(-1, 1, (1, 2, 8, 8)).astype(np.float32)
+    x = ms.from_numpy(x_np)
+    a = ms.pool(ms.F(ms.op.relu, x * 2.0), 2, 2, 2, 2)
+    b = ms.pool(ms.F(ms.op.relu, x * 3.0), 2, 2, 2, 2)   # another scalar: the same structure
+    assert a.key is b.key and a.leaves[0] is b.leaves[0]
+    # other parameters, another source structure, another source shape: not shared
+    c = ms.pool(ms.F(ms.op.relu, x * 2.0), 2, 2, 1, 1)
+    d = ms.pool(ms.F(ms.op.sigmoid, x * 2.0), 2, 2, 2, 2)
+    x2 = ms.from_numpy(np.zeros((1, 2, 6, 6), np.float32))
+    e = ms.pool(ms.F(ms.op.relu, x2 * 2.0), 2, 2, 2, 2)
+    assert c.leaves[0] is not a.leaves[0] and c.leaves[0].params != a.leaves[0].params
+    assert d.key is not a.key and d.key != a.key
+    assert e.leaves[0] is not a.leaves[0] and e.shape == (1, 2, 3, 3)
+    # and each computes its own values, two of them in one statement too
+    y = ms.new_tensor((1, 2, 4, 4))
+    y[:] = a
+    np.testing.assert_array_equal(y.numpy(), _pool_ref(np.maximum(x_np * 2, 0), 2, 2))
+    y[:] = b + ms.pool(ms.F(ms.op.relu, x * 2.0), 2, 2, 2, 2)
+    want = _pool_ref(np.maximum(x_np * 3, 0), 2, 2) + _pool_ref(np.maximum(x_np * 2, 0), 2, 2)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
+    z = ms.new_tensor((1, 2, 7, 7))
+    z[:] = c
+    np.testing.assert_array_equal(z.numpy(), _pool_ref(np.maximum(x_np * 2, 0), 2, 1))
+
+
+def test_a_gather_site_remembers_its_plan_until_the_cache_is_cleared():
+    x_np = np.arange(2 * 8 * 8, dtype=np.float32).reshape(1, 2, 8, 8) - 60
+    x = ms.from_numpy(x_np)
+    y = ms.new_tensor((1, 2, 4, 4))
+    y[:] = ms.pool(ms.F(ms.op.relu, x * 2.0), 2, 2, 2, 2)
+    hits, misses, _, _ = _core.plan_cache_counts()
+    y[:] = ms.pool(ms.F(ms.op.relu, x * 2.0), 2, 2, 2, 2)   # the site's plan: no lookup
+    assert _core.plan_cache_counts()[:2] == (hits, misses)
+    args = ms.pool(ms.F(ms.op.relu, x * 2.0), 2, 2, 2, 2).leaves[0]
+    _core.clear_plan_cache()
+    again = ms.pool(ms.F(ms.op.relu, x * 2.0), 2, 2, 2, 2)
+    assert again.leaves[0] is not args          # the sites went with the plans
+    y[:] = again
+    assert _core.plan_cache_counts()[:2] == (0, 1)
+    np.testing.assert_array_equal(y.numpy(), _pool_ref(np.maximum(x_np * 2, 0), 2, 2))
+
+
+def test_a_gather_of_a_defined_operator_is_not_interned_and_releases_it():
+    op, held = _closure_op()
+    x = ms.from_numpy(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+    y = ms.new_tensor((1, 1, 2, 2))
+    a = ms.pool(ms.F(op, x), 2, 2, 2, 2)
+    assert ms.pool(ms.F(op, x), 2, 2, 2, 2).leaves[0] is not a.leaves[0]
+    y[:] = a
+    np.testing.assert_array_equal(y.numpy(), [[[[5.5, 7.5], [13.5, 15.5]]]])   # op: x + 0.5
+    del a, op
+    _core.clear_plan_cache()
+    gc.collect()
+    assert held() is None, "a gather site keeps a defined operator alive"
