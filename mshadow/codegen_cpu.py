@@ -543,19 +543,28 @@ def _chain_packet(code, ctype, isa, total=False):
 _VMATH_NAMES = frozenset(name for name, arity, _ in vmath.FUNCTIONS if arity == 1)
 
 
+# vectors of a chain's vmath step evaluated interleaved, by ISA (CHAIN_UNROLL where absent)
+VMATH_GROUP = {"sse2": 4, "avx2": 4, "neon": 8}
+
+
 def _chain_vmath_steps(code, isa):
     """A vmath step (exp, log, ...) of a chain applies to the iteration's vectors through
     memory, in a function of its own: inlined, its temporaries would push the chain's
     vectors and lane accumulators out of registers for every step (a sum of squares ran at
     half speed beside an unused exp case)."""
     V = f"ms_{isa}_v_{code}"
-    # straight-line, not a loop: the 8 evaluations interleave (each alone is latency-bound);
-    # and a one-vector form for the tails
+    # straight-line, not a loop: the evaluations of a group interleave (each alone is
+    # latency-bound), VMATH_GROUP[isa] at a time: with 16 vector registers (SSE2, AVX2) 8
+    # interleaved bodies spilled; and a one-vector form for the tails
+    g = VMATH_GROUP.get(isa, CHAIN_UNROLL)
+    def group(op, u0):
+        us = range(u0, u0 + g)
+        return (" ".join(f"const {V} a{u} = ms_{isa}_{op}_{code}(t[{u}]);" for u in us)
+                + " " + " ".join(f"t[{u}] = a{u};" for u in us))
     return "\n".join(
         f"static {_TARGET[isa]}__attribute__((noinline)) void "
         f"ms_{isa}_{op}{CHAIN_UNROLL}_{code}({V} *t) {{ "
-        + " ".join(f"const {V} a{u} = ms_{isa}_{op}_{code}(t[{u}]);" for u in range(CHAIN_UNROLL))
-        + " " + " ".join(f"t[{u}] = a{u};" for u in range(CHAIN_UNROLL)) + " }\n"
+        + " ".join(group(op, u0) for u0 in range(0, CHAIN_UNROLL, g)) + " }\n"
         f"static {_TARGET[isa]}__attribute__((noinline)) void "
         f"ms_{isa}_{op}1_{code}({V} *t) {{ *t = ms_{isa}_{op}_{code}(*t); }}"
         for op in sorted(_VMATH_NAMES & set(CHAIN_UNARY)))
