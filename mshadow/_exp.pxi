@@ -556,6 +556,12 @@ cdef class _Site:
     cdef unsigned long long gen
 
 
+cdef inline bint _interned_exp(object s):
+    """``s`` is an expression whose node is its site's (interned)."""
+    return (isinstance(s, Exp) and (<Exp> s).site is not None
+            and (<_Site> (<Exp> s).site).node is (<Exp> s).key)
+
+
 cdef list _sites = [None] * SITE_SLOTS
 # gather nodes over interned expressions, in a table of their own (_gather.pxi _GatherSite)
 DEF GATHER_SITE_SLOTS = 1024    # a power of 2
@@ -693,7 +699,7 @@ cpdef object make_map(object name, tuple args):
         elif kind[i] == OPD_EXP:
             e = <Exp> a
             kp[i] = <PyObject *> e.key
-            interned = interned and e.site is not None and (<_Site> e.site).node is e.key
+            interned = interned and _interned_exp(e)
         else:
             kp[i] = <PyObject *> _SCALAR_KEY
         _incref(kp[i])

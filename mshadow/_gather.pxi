@@ -219,11 +219,6 @@ cdef class _GatherSite(_Site):
     cdef GatherArgs args
 
 
-cdef inline bint _interned_exp(object s):
-    return (isinstance(s, Exp) and (<Exp> s).site is not None
-            and (<_Site> (<Exp> s).site).node is (<Exp> s).key)
-
-
 cdef Py_ssize_t _gather_slot(_Row row, tuple srcs, str code, tuple params, object cls):
     """The slot of the gather site of these parts, or -1 where its sources are not all
     interned expressions (or it has none, or more than 3)."""
@@ -256,17 +251,28 @@ cdef _GatherSite _gather_site_at(Py_ssize_t slot, _Row row, tuple srcs, str code
     return site
 
 
+cdef object _interned_gather(_Row row, tuple srcs, str code, tuple params, object cls,
+                             Py_ssize_t *slot):
+    """The node of this gather from its site, or None; ``slot``: the site's slot (-1: the
+    gather is not one to intern)."""
+    slot[0] = _gather_slot(row, srcs, code, params, cls)
+    if slot[0] < 0:
+        return None
+    cdef _GatherSite site = _gather_site_at(slot[0], row, srcs, code, params, cls)
+    return None if site is None else _gather_exp(site.args, site.node, srcs, code, cls, site)
+
+
 cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple params,
                          object index, object cls):
     """gather()'s node, its sources and parameters counted (the compiled constructors'
     common end). Its leaves: the GatherArgs, then each source's, in one tuple. A gather of
     interned expressions takes its GatherArgs and IR node from its site (above)."""
-    cdef Py_ssize_t slot = _gather_slot(row, srcs, code, params, cls) if index is None else -1
+    cdef Py_ssize_t slot = -1
     cdef _GatherSite site = None
-    if slot >= 0:
-        site = _gather_site_at(slot, row, srcs, code, params, cls)
-        if site is not None:
-            return _gather_exp(site.args, site.node, srcs, code, cls, site)
+    if index is None:
+        node = _interned_gather(row, srcs, code, params, cls, &slot)
+        if node is not None:
+            return node
     cdef Py_ssize_t n = len(srcs), k
     cdef tuple keys = PyTuple_New(n)
     cdef ViewLeaf vl
@@ -374,11 +380,10 @@ def pool_node(src, ky, kx, sy, sx, int red):
     if _POOL is None:
         _POOL = _row("pool")
     cdef tuple srcs = (src,), params = (red, H, W, ky, kx, sy, sx, oh)
-    cdef Py_ssize_t slot = _gather_slot(_POOL, srcs, code, params, _gather_class)
-    cdef _GatherSite site = (_gather_site_at(slot, _POOL, srcs, code, params, _gather_class)
-                             if slot >= 0 else None)
-    if site is not None:        # (before the output's Shape is made)
-        return _gather_exp(site.args, site.node, srcs, code, _gather_class, site)
+    cdef Py_ssize_t slot
+    node = _interned_gather(_POOL, srcs, code, params, _gather_class, &slot)
+    if node is not None:        # (before the output's Shape is made)
+        return node
     return _gather_node(_POOL, srcs, _last_two(shape, nd, oh, ow), code, params, None,
                         _gather_class)
 

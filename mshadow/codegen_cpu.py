@@ -544,7 +544,7 @@ _VMATH_NAMES = frozenset(name for name, arity, _ in vmath.FUNCTIONS if arity == 
 
 
 # vectors of a chain's vmath step evaluated interleaved, by ISA (CHAIN_UNROLL where absent)
-VMATH_GROUP = {"sse2": 4, "avx2": 4, "neon": 8}
+VMATH_GROUP = {"sse2": 4, "avx2": 4}
 
 
 def _chain_vmath_steps(code, isa):
