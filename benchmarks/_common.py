@@ -132,12 +132,30 @@ def loadavg():
         return "?"
 
 
+def numpy_simd():
+    """numpy's version and the SIMD level its float32 exp/tanh loops run at, with the
+    environment that lowers levels (numpy 2.4 names x86 levels X86_V3 / X86_V4: the
+    older AVX512F / AVX512_SKX names in NPY_DISABLE_CPU_FEATURES leave AVX-512 on)."""
+    try:
+        from numpy.lib.introspect import opt_func_info
+        level = opt_func_info(func_name="^tanh$", signature="float32")["tanh"]["ff"]["current"]
+    except (ImportError, KeyError, TypeError):
+        level = "?"
+    env = [f"{k}={os.environ[k]!r}" for k in ("NPY_DISABLE_CPU_FEATURES",
+                                               "MSHADOW_DISABLE_CPU_FEATURES")
+           if os.environ.get(k)]
+    return f"numpy {np.__version__}, float32 tanh at {level}" + (
+        f"; {', '.join(env)}" if env else "")
+
+
 def print_machine(warning=None):
     """Print the machine line every benchmark opens with (CPU, cores, load, how busy the
-    CPUs are with other work) and, when they are busy, ``warning``; returns that share."""
+    CPUs are with other work, numpy's SIMD level) and, when they are busy, ``warning``;
+    returns that share."""
     busy = busy_elsewhere()
     print(f"machine : {cpu_model()}, {nproc()} cores (nproc), load avg {loadavg()}, "
           f"{busy * 100:.0f}% of the CPUs busy with other work at start")
+    print(f"numpy   : {numpy_simd()}")
     if busy > 0.1 and warning:
         print(f"WARNING : other processes are using the CPUs; {warning}")
     return busy
