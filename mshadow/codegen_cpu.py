@@ -875,6 +875,19 @@ def reducer_fold(r, code, a="a", b="b"):
     return re.sub(r"\b[ab]\b", lambda m: a if m.group() == "a" else b, form)
 
 
+def reducer_vselect(r, code):
+    """reducer_select on the readers' 16-byte vectors VV of the compute type (VSELECT_<NAME>
+    (a, b)): a selecting row's ``take`` as lane masks (``&&`` -> ``&``, ``!`` -> ``~``), its
+    lanes picked by bits (ms_vpick); any other fold is reducer_fold's C, which vectors take
+    as it is."""
+    m = re.fullmatch(r"\(\((.*)\) \? b : a\)", r.c or "")
+    if m is None or "||" in m.group(1):
+        return reducer_fold(r, code, "(a)", "(b)")
+    take = " & ".join(f"({t.strip()})".replace("!(", "~(") for t in m.group(1).split("&&"))
+    form = f"ms_vpick({take}, a, b)"
+    return re.sub(r"\b[ab]\b", lambda m: "(a)" if m.group() == "a" else "(b)", form)
+
+
 def reducer_select(r, code, a="a", b="b"):
     """reducer_fold with no branch on the data (the readers' SELECT_<NAME>): a selecting
     row's ``c``, ``((take) ? b : a)``, on a float type picks one of the two bit patterns
@@ -1145,8 +1158,10 @@ def _reader_kernel(r, code):
              for k in range(len(r.sources))]
     if names:
         body.append(f"  const npy_intp {names};")
-    body += [f"  npy_intp i;", f"  (void)steps; (void)data; (void)g; {unused}",
-             "  for (yr = 0; yr < nr; ++yr) {",
+    body += [f"  npy_intp i;", f"  (void)steps; (void)data; (void)g; {unused}", "  yr = 0;"]
+    if r.rows:
+        body.append("  " + r.rows)
+    body += ["  for (; yr < nr; ++yr) {",
              "  const npy_intp y = dims[1] + yr;",
              "  char *out = args[1] + yr * dims[4];",
              "  (void)y;"]
@@ -1211,7 +1226,9 @@ def _readers(names):
             R = red.name.upper()
             out += [f"#define INIT_{R} ((V)({reducer_init(red, code)}))",
                     f"#define FOLD_{R}(a, b) ((V)({reducer_fold(red, code, '(a)', '(b)')}))",
-                    f"#define SELECT_{R}(a, b) ((V)({reducer_select(red, code, '(a)', '(b)')}))"]
+                    f"#define SELECT_{R}(a, b) ((V)({reducer_select(red, code, '(a)', '(b)')}))",
+                    f"#define VSELECT_{R}(a, b) ((VV)({reducer_vselect(red, code)}))"]
+        out += _small_vectors(code, V)
         out += _pool_s2(code)
         out += [f"static inline V ms_rd_{code}(const char *p) {{ T t; memcpy(&t, p, sizeof t); "
                 f"return {load}; }}",
@@ -1223,14 +1240,34 @@ def _readers(names):
             out.append(_reader_kernel(r, code))
             entries.append(r.kernel(code))
         out += ["#undef T", "#undef V", "#undef A", "#undef ZERO", "#undef LD", "#undef ST",
-                "#undef POOL_S2"]
+                "#undef POOL_S2", "#undef VV", "#undef VL", "#undef DENSE_V", "#undef VEVENS"]
         out += [f"#undef {m}_{red.name.upper()}" for red in readers.REDUCER_TABLE
-                for m in ("INIT", "FOLD", "SELECT")]
+                for m in ("INIT", "FOLD", "SELECT", "VSELECT")]
     out += ["#undef IDX", "#undef BAD_INDEX", "#undef PREFETCH",
             "static const ms_kernel_entry ms_reader_table[] = {"]
     out += [f'  {{"{n}", ms_k_{n}}},' for n in entries]
     out.append("  {NULL, NULL}\n};")
     return "\n".join(out)
+
+
+_C_SIZE = {"float": 4, "double": 8, "uint8_t": 1, "int8_t": 1, "int32_t": 4, "int64_t": 8}
+_INT_OF_SIZE = {1: "int8_t", 2: "int16_t", 4: "int32_t", 8: "int64_t"}
+
+
+def _small_vectors(code, V):
+    """C: the readers' 16-byte vectors of V for storage type ``code`` (readers._SMALL_TILE):
+    VV, its lane count VL, DENSE_V (a lane is a stored element: its columns are read by
+    vector loads) and VEVENS(lo, hi), the even elements of a row whose elements 0..VL-1 are
+    ``lo`` and VL-1..2VL-2 ``hi`` (the two loads that read no element past the last even one)."""
+    size = _C_SIZE[V]
+    lanes = 16 // size
+    evens = ", ".join(str(2 * q if 2 * q < lanes else lanes + 2 * q - lanes + 1)
+                      for q in range(lanes))
+    return [f"typedef V ms_vv_{code} __attribute__((vector_size(16)));",
+            f"typedef {_INT_OF_SIZE[size]} ms_vi_{code} __attribute__((vector_size(16)));",
+            f"#define VV ms_vv_{code}", f"#define VL ((npy_intp){lanes})",
+            "#define DENSE_V (sizeof(T) == sizeof(V) && CSTEP(0) == (npy_intp)sizeof(T))",
+            f"#define VEVENS(lo, hi) MS_VSHUFFLE(lo, hi, ms_vi_{code}, {evens})"]
 
 
 # pool's stride-2 windows read a dense row at every other element, which the compilers

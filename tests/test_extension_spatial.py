@@ -638,6 +638,53 @@ def test_pool_narrow_rows_bit_for_bit(dtype, name, k, s):
                                           want.view(f"u{a.itemsize}"), err_msg=f"m={m}")
 
 
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.uint8, np.int8,
+                                   np.int32, np.int64])
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_pool_small_rows_bit_for_bit(dtype, name):
+    """Rows of 1 to 7 whole windows over a dense source: the call's rows run by the pool
+    kernel's small-rows tile (16-byte vectors of 2 to 16 lanes, a row's image and window row
+    counted on, window columns folded in pairs; 2x2 at stride 2 with constant loops), for
+    tensors, pitched tensors and an expression, windows of 1 to 4 rows and columns at
+    strides 1 to 3, from an image's first row and (two threads over 2,000 images) from rows
+    within one. Two NaNs of different payloads in one window (the first must stick), +0 / -0
+    ties and infinities: every output equals the in-order fold, bit for bit; a pshape past
+    the border takes the generic tile, with the same bits."""
+    rng = np.random.default_rng(3)
+    isz = np.dtype(dtype).itemsize
+    for ky, kx, sy, sx in ((2, 2, 2, 2), (1, 1, 1, 1), (3, 3, 2, 2), (2, 3, 1, 3),
+                           (3, 1, 2, 1), (4, 4, 4, 4), (2, 2, 1, 2), (3, 2, 3, 2)):
+        for m in range(1, 8):
+            oh = 1 + m % 3
+            H, W = (oh - 1) * sy + ky + m % 2, (m - 1) * sx + kx + (sx - 1) * (m % 2)
+            a = data((3, 5, H, W), dtype, seed=m)
+            if np.dtype(dtype).kind == "f":
+                flat = a.reshape(-1)
+                for v, count in ((np.inf, 3), (-np.inf, 3), (0.0, 6), (-0.0, 6)):
+                    flat[rng.choice(a.size, count, replace=False)] = v
+                bits = flat.view(f"u{isz}")
+                quiet = int(np.array(np.nan, dtype).view(f"u{isz}"))
+                bits[0], bits[1] = quiet | 1, quiet | 2          # one window, two payloads
+                bits[rng.integers(a.size)] = quiet | 3
+            natural = ((H - ky) // sy + 1, (W - kx) // sx + 1)
+            assert natural[1] == m
+            for oshape in (natural, (natural[0] + 1, m + 1)):
+                want = _fold_in_order(a, ky, kx, sy, sx, name, oshape)
+                for src in (T(a), padded(a), T(a) * 1):
+                    got = run(ms.pool(src, ky, kx, sy, sx, RED[name], pshape=oshape),
+                              want.shape, dtype)
+                    np.testing.assert_array_equal(
+                        got.view(f"u{isz}"), want.view(f"u{isz}"),
+                        err_msg=f"{ky}x{kx} s{sy},{sx} m={m} oshape={oshape}")
+    a = data((2000, 3, 8, 8), dtype, seed=1)        # calls that start inside an image
+    want = _fold_in_order(a, 2, 2, 2, 2, name, (4, 4))
+    ms.set_num_threads(2)
+    got = run(ms.pool(T(a), 2, 2, 2, 2, RED[name]), want.shape, dtype)
+    np.testing.assert_array_equal(got.view(f"u{isz}"), want.view(f"u{isz}"))
+
+
+
 def _im2col_fancy(img, ky, kx, sy, sx, dy, dx):
     """unpack_patch2col by numpy indexing: row (c*ky + i)*kx + j, column (n*oh + oy)*ow + ox
     holds img[n, c, oy*sy + i*dy, ox*sx + j*dx]."""

@@ -86,6 +86,18 @@ static inline double ms_pick_double(int take_b, double a, double b) {
   memcpy(&ia, &a, sizeof a); memcpy(&ib, &b, sizeof b); ia = (ia & ~m) | (ib & m);
   memcpy(&a, &ia, sizeof a); return a;
 }
+/* ms_pick on the readers' 16-byte vectors (codegen_cpu.reducer_vselect): lane i of b where
+ * lane i of the comparison mask m is set (all ones), else lane i of a, by bits. */
+#define ms_vpick(m, a, b) __extension__ ({ const __typeof__(m) m_ = (m); \
+  (__typeof__(a))(((__typeof__(m_))(a) & ~m_) | ((__typeof__(m_))(b) & m_)); })
+
+/* lanes of two such vectors by number (0.. the first's, then the second's), at constant
+ * numbers: one shuffle instruction; ``mask_t`` the vector of integers of the lanes' size */
+#if defined(__clang__)
+#define MS_VSHUFFLE(a, b, mask_t, ...) __builtin_shufflevector((a), (b), __VA_ARGS__)
+#else
+#define MS_VSHUFFLE(a, b, mask_t, ...) __builtin_shuffle((a), (b), (mask_t){__VA_ARGS__})
+#endif
 
 static inline npy_intp ms_imin(npy_intp a, npy_intp b) { return a < b ? a : b; }
 static inline npy_intp ms_imax(npy_intp a, npy_intp b) { return a > b ? a : b; }
