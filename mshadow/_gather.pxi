@@ -4,6 +4,7 @@
 # are leaves of their own, bound after this one (ir.leaves). Nothing here owns memory,
 # evaluates anything or knows about schedules: the executor (_engine.pxi) binds the sources
 # each run, in place or from a stage's scratch.
+from libc.string cimport memcmp
 
 cdef inline void _gather_rows_at(ms_gather *g, Py_ssize_t pos, const char *p,
                                   Py_ssize_t width, Py_ssize_t itemsize, int code,
@@ -209,17 +210,26 @@ def gather(str reader, srcs, shape, str code, tuple params=None, index=None, cls
 # statement of a small nested loop, and its GatherArgs and IR node are the same each time
 # (an expression source is staged: nothing of it is snapshotted). Its _GatherSite keeps
 # them, found by the identities of the row, the dtype code, the class, each source's node
-# and shape, and the parameters' values; the site also remembers the plan (_Site's fields,
-# read by _tensor.pxi _assign). A slot taken by another structure is overwritten; the table
-# is emptied with make_map's (_clear_sites).
+# and shape, and the parameters' values (its GatherArgs' C array, compared as C integers:
+# pool_node never makes the parameters' tuple for a statement its site already has); the
+# site also remembers the plan (_Site's fields, read by _tensor.pxi _assign). A slot taken
+# by another structure is overwritten; the table is emptied with make_map's (_clear_sites).
 cdef class _GatherSite(_Site):
     cdef _Row row
     cdef object cls
-    cdef tuple src_keys, src_shapes, params
-    cdef GatherArgs args
+    cdef str kernel_code              # the dtype code its kernel is for
+    cdef tuple src_keys, src_shapes
+    cdef GatherArgs args              # (its p and nparams: the parameters)
 
 
-cdef Py_ssize_t _gather_slot(_Row row, tuple srcs, str code, tuple params, object cls):
+cdef inline size_t _mix_value(size_t h, size_t v) noexcept:
+    """_mix for a value, not an address (whose low bits _mix drops)."""
+    h = (h ^ v) * <size_t> 0x9E3779B97F4A7C15ULL
+    return h ^ (h >> 29)
+
+
+cdef Py_ssize_t _gather_slot(_Row row, tuple srcs, str code, const npy_intp *p, int np,
+                             object cls):
     """The slot of the gather site of these parts, or -1 where its sources are not all
     interned expressions (or it has none, or more than 3)."""
     cdef Py_ssize_t n = len(srcs), k
@@ -231,18 +241,19 @@ cdef Py_ssize_t _gather_slot(_Row row, tuple srcs, str code, tuple params, objec
         if not _interned_exp(s):
             return -1
         h = _mix(_mix(h, <PyObject *> (<Exp> s).key), <PyObject *> (<Exp> s).shape)
-    for k in range(len(params)):
-        h = _mix(h, <void *> <size_t> hash(params[k]))
+    for k in range(np):
+        h = _mix_value(h, <size_t> p[k])
     return <Py_ssize_t> (h & (GATHER_SITE_SLOTS - 1))
 
 
 cdef _GatherSite _gather_site_at(Py_ssize_t slot, _Row row, tuple srcs, str code,
-                                 tuple params, object cls):
+                                 const npy_intp *p, int np, object cls):
     """The site in ``slot`` when it is these parts', else None."""
     cdef _GatherSite site = <_GatherSite> _gather_sites[slot]
     cdef Py_ssize_t k, n = len(srcs)
-    if (site is None or site.row is not row or site.cls is not cls or site.args.kernel is not
-            row.kernels.get(code) or len(site.src_keys) != n or site.params != params):
+    if (site is None or site.row is not row or site.cls is not cls or site.kernel_code is not code
+            or len(site.src_keys) != n or site.args.nparams != np
+            or memcmp(site.args.p, p, <size_t> np * sizeof(npy_intp)) != 0):
         return None
     for k in range(n):
         if (PyTuple_GET_ITEM(site.src_keys, k) != <PyObject *> (<Exp> srcs[k]).key
@@ -251,15 +262,32 @@ cdef _GatherSite _gather_site_at(Py_ssize_t slot, _Row row, tuple srcs, str code
     return site
 
 
-cdef object _interned_gather(_Row row, tuple srcs, str code, tuple params, object cls,
-                             Py_ssize_t *slot):
+cdef object _interned_gather(_Row row, tuple srcs, str code, const npy_intp *p, int np,
+                             object cls, Py_ssize_t *slot):
     """The node of this gather from its site, or None; ``slot``: the site's slot (-1: the
     gather is not one to intern)."""
-    slot[0] = _gather_slot(row, srcs, code, params, cls)
+    slot[0] = _gather_slot(row, srcs, code, p, np, cls)
     if slot[0] < 0:
         return None
-    cdef _GatherSite site = _gather_site_at(slot[0], row, srcs, code, params, cls)
+    cdef _GatherSite site = _gather_site_at(slot[0], row, srcs, code, p, np, cls)
     return None if site is None else _gather_exp(site.args, site.node, srcs, code, cls, site)
+
+
+cdef int _c_params(tuple params, npy_intp *out) except -1:
+    """``params`` (a gather's) into ``out`` as C integers: 1, or 0 where one is not an int
+    that fits (such a gather is not interned: _gather_args says what is wrong)."""
+    cdef Py_ssize_t k, n = len(params)
+    if n > MS_GATHER_PARAMS:
+        return 0
+    for k in range(n):
+        v = params[k]
+        if type(v) is not int:
+            return 0
+        try:
+            out[k] = v
+        except OverflowError:
+            return 0
+    return 1
 
 
 cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple params,
@@ -269,8 +297,9 @@ cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple par
     interned expressions takes its GatherArgs and IR node from its site (above)."""
     cdef Py_ssize_t slot = -1
     cdef _GatherSite site = None
-    if index is None:
-        node = _interned_gather(row, srcs, code, params, cls, &slot)
+    cdef npy_intp cp[16]        # (GatherArgs.p's size, MS_GATHER_PARAMS)
+    if index is None and _c_params(params, cp):
+        node = _interned_gather(row, srcs, code, cp, len(params), cls, &slot)
         if node is not None:
             return node
     cdef Py_ssize_t n = len(srcs), k
@@ -297,7 +326,7 @@ cdef object _gather_node(_Row row, tuple srcs, object shape, str code, tuple par
     key = _new_ir_node(_IRGather, "X", row.name, code, keys)
     if slot >= 0:
         site = _GatherSite.__new__(_GatherSite)
-        site.node, site.row, site.cls, site.args, site.params = key, row, cls, args, params
+        site.node, site.row, site.cls, site.args, site.kernel_code = key, row, cls, args, code
         site.src_keys = tuple([(<Exp> s).key for s in srcs])
         site.src_shapes = tuple([(<Exp> s).shape for s in srcs])
         _gather_sites[slot] = site
@@ -368,24 +397,38 @@ def pool_node(src, ky, kx, sy, sx, int red):
         shape, code = (<Exp> src).shape, (<Exp> src).code
     else:
         return None
-    cdef Py_ssize_t nd = len(shape), k, H, W, cky, ckx, csy, csx
-    if (nd < 2 or type(ky) is not int or type(kx) is not int or type(sy) is not int
-            or type(sx) is not int or not (0 < sy <= _INDEX_MAX and 0 < sx <= _INDEX_MAX)):
+    cdef Py_ssize_t nd = len(shape), H, W
+    cdef npy_intp p[8]          # (red, H, W, ky, kx, sy, sx, oh): readers' pool parameters
+    if (nd < 2 or not _window_int(ky, &p[3]) or not _window_int(kx, &p[4])
+            or not _window_int(sy, &p[5]) or not _window_int(sx, &p[6])):
         return None
     H, W = _axis(shape, nd - 2), _axis(shape, nd - 1)
-    if not (0 < ky <= H and 0 < kx <= W):
+    if not (p[3] <= H and p[4] <= W):
         return None
-    cky, ckx, csy, csx = ky, kx, sy, sx      # each in [1, INDEX_MAX] now: C integers
-    cdef Py_ssize_t oh = (H - cky) // csy + 1, ow = (W - ckx) // csx + 1
+    p[0], p[1], p[2], p[7] = red, H, W, (H - p[3]) // p[5] + 1
     if _POOL is None:
         _POOL = _row("pool")
-    cdef tuple srcs = (src,), params = (red, H, W, ky, kx, sy, sx, oh)
+    cdef tuple srcs = (src,)
     cdef Py_ssize_t slot
-    node = _interned_gather(_POOL, srcs, code, params, _gather_class, &slot)
-    if node is not None:        # (before the output's Shape is made)
+    node = _interned_gather(_POOL, srcs, code, p, 8, _gather_class, &slot)
+    if node is not None:        # (before the parameters' tuple and the output's Shape)
         return node
-    return _gather_node(_POOL, srcs, _last_two(shape, nd, oh, ow), code, params, None,
-                        _gather_class)
+    return _gather_node(_POOL, srcs, _last_two(shape, nd, p[7], (W - p[4]) // p[6] + 1), code,
+                        (red, H, W, ky, kx, sy, sx, p[7]), None, _gather_class)
+
+
+cdef npy_intp _INDEX_MAX_C = _INDEX_MAX
+
+
+cdef inline int _window_int(object v, npy_intp *out) except -1:
+    """``v`` an int in [1, INDEX_MAX] (a window's size or stride), into ``out``."""
+    if type(v) is not int:
+        return False
+    try:
+        out[0] = v
+    except OverflowError:
+        return False
+    return 0 < out[0] <= _INDEX_MAX_C
 
 
 cdef object _last_two(object shape, Py_ssize_t nd, Py_ssize_t a, Py_ssize_t b):

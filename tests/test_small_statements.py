@@ -274,6 +274,42 @@ def test_a_gather_of_interned_expressions_built_again_shares_its_args_and_node()
     np.testing.assert_array_equal(z.numpy(), _pool_ref(np.maximum(x_np * 2, 0), 2, 1))
 
 
+def test_a_gather_site_tells_each_parameter_apart():
+    """A site is found by its parameters as C integers (pool_node's, and the tuple of any
+    other gather's): pools that differ in one window size, stride or the reducer, built in
+    turn, each share only with their equal and compute their own values; so do pads."""
+    x_np = np.random.default_rng(1).uniform(-1, 1, (1, 2, 9, 9)).astype(np.float32)
+    x = ms.from_numpy(x_np)
+    windows = [(2, 2, 2, 2, ms.red.maximum), (3, 2, 2, 2, ms.red.maximum),
+               (2, 3, 2, 2, ms.red.maximum), (2, 2, 1, 2, ms.red.maximum),
+               (2, 2, 2, 1, ms.red.maximum), (2, 2, 2, 2, ms.red.minimum),
+               (1, 1, 1, 1, ms.red.maximum), (2, 2, 2 ** 40, 2, ms.red.maximum)]
+    for rounds in range(2):
+        nodes = [ms.pool(ms.F(ms.op.relu, x * 2.0), ky, kx, sy, sx, r)
+                 for ky, kx, sy, sx, r in windows]
+        args = [n.leaves[0] for n in nodes]
+        assert len({id(a) for a in args}) == len(windows)
+        if rounds:
+            assert all(a is b for a, b in zip(args, first))
+        first = args
+        for (ky, kx, sy, sx, r), node in zip(windows, nodes):
+            ref = np.maximum(x_np * 2, 0)
+            oh, ow = (9 - ky) // sy + 1, (9 - kx) // sx + 1
+            out = np.full((1, 2, oh, ow), -np.inf if r is ms.red.maximum else np.inf,
+                          np.float32)
+            fold = np.maximum if r is ms.red.maximum else np.minimum
+            oy, ox = np.arange(oh)[:, None] * sy, np.arange(ow)[None, :] * sx
+            for i in range(ky):
+                for j in range(kx):
+                    out = fold(out, ref[..., oy + i, ox + j])
+            y = ms.new_tensor((1, 2, oh, ow))
+            y[:] = node
+            np.testing.assert_array_equal(y.numpy(), out, err_msg=f"{ky, kx, sy, sx}")
+    pads = [ms.pad(ms.F(ms.op.relu, x * 2.0), p) for p in (1, 2, 1)]
+    assert pads[0].leaves[0] is pads[2].leaves[0] is not pads[1].leaves[0]
+    assert pads[1].shape == (1, 2, 13, 13)
+
+
 def test_a_gather_site_remembers_its_plan_until_the_cache_is_cleared():
     x_np = np.arange(2 * 8 * 8, dtype=np.float32).reshape(1, 2, 8, 8) - 60
     x = ms.from_numpy(x_np)
