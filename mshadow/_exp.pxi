@@ -29,6 +29,10 @@ cdef extern from "Python.h":
         _allocfunc tp_alloc
         _newfunc tp_new
     int PY_VERSION_HEX
+    # (as the C API declares them: no exception check, the caller asks PyErr_Occurred)
+    Py_ssize_t _long_as_ssize "PyLong_AsSsize_t"(PyObject *) noexcept
+    PyObject *_err_occurred "PyErr_Occurred"() noexcept
+    void _err_clear "PyErr_Clear"() noexcept
 
 cdef object _tuple_new = tuple.__new__
 

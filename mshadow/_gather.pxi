@@ -420,13 +420,14 @@ def pool_node(src, ky, kx, sy, sx, int red):
 cdef npy_intp _INDEX_MAX_C = _INDEX_MAX
 
 
-cdef inline int _window_int(object v, npy_intp *out) except -1:
-    """``v`` an int in [1, INDEX_MAX] (a window's size or stride), into ``out``."""
+cdef inline bint _window_int(object v, npy_intp *out) noexcept:
+    """``v`` an int in [1, INDEX_MAX] (a window's size or stride), into ``out`` (an int
+    past the C range: False, its OverflowError cleared)."""
     if type(v) is not int:
         return False
-    try:
-        out[0] = v
-    except OverflowError:
+    out[0] = _long_as_ssize(<PyObject *> v)
+    if out[0] == -1 and _err_occurred() != NULL:
+        _err_clear()
         return False
     return 0 < out[0] <= _INDEX_MAX_C
 
