@@ -287,9 +287,10 @@ def _tile(r):
 # 16-byte vector VV (a GCC / clang vector: SSE2 or NEON), folded by VSELECT_@, the lane-wise
 # SELECT_@. A selecting fold keeps the leftmost extreme, which any grouping of the elements
 # in order finds: window columns b and b + 1 fold first, halving the chain of dependent
-# folds, with the same bits. Lanes are loaded and stored one by one, at constant lane
-# numbers when all VL are outputs (a variable lane goes through memory). The scalar loop
-# over acc[] it replaces was 4,300 instructions of a (1, 2, 8, 8) pool's 21,000.
+# folds, with the same bits. A dense row at stride 1 or 2 is read by vector loads (and one
+# shuffle, VEVENS); any other lane by lane, at constant lane numbers when all VL are
+# outputs (a variable lane goes through memory). The scalar loop over acc[] it replaces was
+# 4,300 instructions of a (1, 2, 8, 8) pool's 21,000.
 _SMALL_LOAD = ("if (rem == VL && DENSE_V && sx <= 2) {{\n"
                "                const char *p_ = src0 + (base + a) * rs0 + ({c}) * (npy_intp)sizeof(T);\n"
                "                if (sx == 1) memcpy(&{v}, p_, sizeof {v});\n"
@@ -327,10 +328,12 @@ _SMALL_ROW_LOOP = (
 
 # pool's rows of under 8 outputs, every window whole, over a source with dense columns: the
 # call's rows here, each row's image and window row counted on (not divided), its outputs
-# by _SMALL_TILE. A (1, 2, 8, 8) 2x2 pool: 8 rows of 4 outputs, 25 -> 7 ns a row.
+# by _SMALL_TILE. A (1, 2, 8, 8) 2x2 pool: 8 rows of 4 outputs, 25 -> 8-11 ns a row. Whole
+# windows: the last output column's and row's fit (a pshape's oH can be any index: its
+# bound is divided, not multiplied, so nothing overflows).
 _SMALL_ROWS = (
     "if (n < 8 && cs0 == (npy_intp)sizeof(T) && x0 + n <= (W - kx) / sx + 1\n"
-    "      && (oH - 1) * sy + ky <= H && (" + " || ".join(
+    "      && oH - 1 <= (H - ky) / sy && (" + " || ".join(
         f"red == MS_RED_{r.name.upper()}" for r in REDUCER_TABLE if not r.lanes) + ")) {\n"
     "#define CSTEP(k) ((npy_intp)sizeof(T))\n"
     "    npy_intp img = MS_DIV(dims[1], oH), oy = MS_MOD(dims[1], oH), a, b, j;\n"
@@ -499,19 +502,19 @@ READERS = (
     Reader("pool", "pool: out(lead, py, px) = reduce of src(lead, py*sy.., px*sx..) over the "
            "ky x kx window clipped to the image (a window past it keeps the init value)",
            ("src",), ("red", "H", "W", "ky", "kx", "sy", "sx", "oH"),
-           row="const npy_intp ys = MS_MIN(MS_MOD(y, oH) * sy, H), ye = MS_MIN(ys + ky, H);\n"
+           row="const npy_intp ys = MS_START(MS_MOD(y, oH), sy, H), ye = MS_MIN(ys + ky, H);\n"
                "  const npy_intp base = MS_DIV(y, oH) * H;\n  npy_intp a, b;",
-           elem="const npy_intp xs = MS_MIN(x * sx, W), xe = MS_MIN(xs + kx, W);"
+           elem="const npy_intp xs = MS_START(x, sx, W), xe = MS_MIN(xs + kx, W);"
                 + _WINDOW_REDUCE,
            block=_WINDOW_TILES, rows=_SMALL_ROWS, src_rows=_pool_rows),
     Reader("unpool", "unpool: out(y, x) = sum over the pooled windows holding (y, x) of "
            "PartialGrad * grad (every tied extreme gets the gradient)",
            ("data_src", "data_pooled", "grad_pooled"), ("red", "H", "ky", "kx", "sy", "sx", "pH", "pW"),
            row="const npy_intp h = MS_MOD(y, H), prow = MS_DIV(y, H) * pH;\n"
-               "  const npy_intp pymin = h < ky ? 0 : (h - ky + sy) / sy;\n"
-               "  const npy_intp pymax = MS_MIN((h + sy) / sy, pH);\n  npy_intp a, b;",
-           elem="const npy_intp pxmin = x < kx ? 0 : (x - kx + sx) / sx;\n"
-                "      const npy_intp pxmax = MS_MIN((x + sx) / sx, pW);\n"
+               "  const npy_intp pymin = h < ky ? 0 : (h - ky) / sy + 1;\n"
+               "  const npy_intp pymax = MS_MIN(h / sy + 1, pH);\n  npy_intp a, b;",
+           elem="const npy_intp pxmin = x < kx ? 0 : (x - kx) / sx + 1;\n"
+                "      const npy_intp pxmax = MS_MIN(x / sx + 1, pW);\n"
                 "      const V vsrc = LD(0, y, x);\n"
                 "      A acc = 0;\n"
                 "      for (a = pymin; a < pymax; ++a) for (b = pxmin; b < pxmax; ++b) {\n"

@@ -243,6 +243,28 @@ def test_unpool(dtype, name, case):
     check(run(e, a.shape, dtype), want, dtype)
 
 
+@pytest.mark.parametrize("name", list(RED))
+def test_pool_and_unpool_at_strides_whose_products_overflow(name):
+    """A pshape lets windows start at any index times any stride: 2**62 * 2 or * 3 passes
+    int64 and wrapped (a window past the image read rows from its start, or before it);
+    each window past the image keeps the init value. unpool's (h + sy) / sy wrapped the same
+    way at a stride near INDEX_MAX and dropped the gradient of every row past the first."""
+    a = data((2, 1, 8, 8), np.float32, lo=-5, hi=6)
+    big = 2 ** 62
+    for ky, kx, sy, sx, oshape in ((2, 2, big, 2, (4, 4)), (2, 2, 2, big, (4, 4)),
+                                   (3, 2, big, big, (4, 3))):
+        want = ref_pool(a, ky, kx, sy, sx, name, oshape)
+        got = run(ms.pool(T(a), ky, kx, sy, sx, RED[name], pshape=oshape), want.shape,
+                  np.float32)
+        np.testing.assert_array_equal(got, want, err_msg=f"{sy, sx}")
+    s = 2 ** 63 - 1
+    pooled = ref_pool(a, 3, 2, s, s, name)                    # one window: (1, 1)
+    grad = data(pooled.shape, np.float32, seed=2)
+    want = ref_unpool(a, pooled, grad, 3, 2, s, s, name)
+    got = run(ms.unpool(T(a), T(pooled), T(grad), 3, 2, s, s, RED[name]), a.shape, np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_unpool_sum_is_the_adjoint_of_pool():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 7, 8))

@@ -216,6 +216,13 @@ static __device__ __forceinline__ npy_intp ms_imin(npy_intp a, npy_intp b) { ret
 static __device__ __forceinline__ npy_intp ms_imax(npy_intp a, npy_intp b) { return a > b ? a : b; }
 #define MS_MIN(a, b) ms_imin((a), (b))
 #define MS_MAX(a, b) ms_imax((a), (b))
+/* gather.h's ms_start: window i of stride s clipped to lim, lim where i * s passes it or
+ * overflows (i, s, lim >= 0: the product's high word is 0 when it fits in 64 bits) */
+static __device__ __forceinline__ npy_intp ms_start(npy_intp i, npy_intp s, npy_intp lim) {
+  const unsigned long long r = (unsigned long long)i * (unsigned long long)s;
+  return (__umul64hi((unsigned long long)i, (unsigned long long)s) != 0 || r > (unsigned long long)lim)
+      ? lim : (npy_intp)r; }
+#define MS_START(i, s, lim) ms_start((i), (s), (lim))
 /* a / b and a % b as C computes them, with one 32-bit division when both are in [0, 2**31):
  * every reader divides its row index, and a 64-bit division costs 40-90 cycles on Intel
  * cores before Ice Lake (a 32-bit one about 26; on a GPU 64-bit division is a subroutine) */

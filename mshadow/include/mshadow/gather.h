@@ -103,6 +103,11 @@ static inline npy_intp ms_imin(npy_intp a, npy_intp b) { return a < b ? a : b; }
 static inline npy_intp ms_imax(npy_intp a, npy_intp b) { return a > b ? a : b; }
 #define MS_MIN(a, b) ms_imin((a), (b))
 #define MS_MAX(a, b) ms_imax((a), (b))
+/* where window i of stride s starts, clipped to lim (i, s, lim >= 0): lim where i * s
+ * passes it or overflows (a pshape's windows may start at any index times any stride) */
+static inline npy_intp ms_start(npy_intp i, npy_intp s, npy_intp lim) {
+  npy_intp r; return (__builtin_mul_overflow(i, s, &r) || r > lim) ? lim : r; }
+#define MS_START(i, s, lim) ms_start((i), (s), (lim))
 /* a / b and a % b as C computes them, with one 32-bit division when both are in [0, 2**31):
  * every reader divides its row index, and a 64-bit division costs 40-90 cycles on Intel
  * cores before Ice Lake (a 32-bit one about 26; on a GPU 64-bit division is a subroutine) */
