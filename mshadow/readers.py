@@ -538,8 +538,13 @@ READERS = (
            "clipped by the pooled channel count)",
            ("data_src", "data_pooled", "grad_pooled"), ("red", "C", "pC", "H", "nsize", "stride", "pad"),
            row="const npy_intp h = MS_MOD(y, H), c = MS_MOD(MS_DIV(y, H), C), img = MS_DIV(MS_DIV(y, H), C);\n"
-               "  const npy_intp cs = c < nsize - pad ? 0 : (c - (nsize - pad) + stride) / stride;\n"
-               "  const npy_intp ce = MS_MIN((c + pad + stride) / stride, pC);\n  npy_intp k;",
+               "  /* the pooled channels whose windows hold c, in unsigned arithmetic: c + pad and\n"
+               "   * the quotients fit at a stride or pad near INDEX_MAX (+ stride wrapped) */\n"
+               "  const uint64_t cp = (uint64_t)c + (uint64_t)pad;\n"
+               "  const uint64_t qs = cp < (uint64_t)nsize ? 0 : (cp - (uint64_t)nsize) / (uint64_t)stride + 1;\n"
+               "  const uint64_t qe = cp / (uint64_t)stride + 1;\n"
+               "  const npy_intp cs = qs < (uint64_t)pC ? (npy_intp)qs : pC;\n"
+               "  const npy_intp ce = qe < (uint64_t)pC ? (npy_intp)qe : pC;\n  npy_intp k;",
            elem="const V vsrc = LD(0, y, x);\n"
                 "      A acc = 0;\n"
                 "      for (k = cs; k < ce; ++k) {\n"

@@ -265,6 +265,26 @@ def test_pool_and_unpool_at_strides_whose_products_overflow(name):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("name", list(RED))
+def test_chpool_and_ch_unpool_at_pads_and_strides_past_int64(name):
+    """chpool's output channel count (C - nsize + 2 pad + 1) // stride must be an index: a
+    pad near 2**62 raised a bare OverflowError from the conversion, now a ShapeError that says
+    so. ch_unpool's window range took (c + pad + stride) / stride, which wrapped at a stride
+    or pad near INDEX_MAX and dropped gradients: each channel's pooled range is divided in
+    unsigned arithmetic, against the loop reference."""
+    a = data((2, 5, 2, 3), np.float32, lo=-3, hi=4)
+    with pytest.raises(ms.ShapeError, match="chpool: .*channels"):
+        ms.chpool(T(a), 3, RED[name], stride=1, pad=2 ** 62)
+    big = 2 ** 63 - 1
+    for stride, pad in ((big, 1), (1, big - 3), (big, big)):
+        pooled = data((2, 3, 2, 3), np.float32, seed=4)
+        grad = data((2, 3, 2, 3), np.float32, seed=5)
+        want = ref_ch_unpool(a, pooled, grad, 3, name, stride, pad)
+        got = run(ms.ch_unpool(T(a), T(pooled), T(grad), 3, RED[name], stride=stride, pad=pad),
+                  a.shape, np.float32)
+        np.testing.assert_array_equal(got, want, err_msg=f"stride={stride} pad={pad}")
+
+
 def test_unpool_sum_is_the_adjoint_of_pool():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 7, 8))

@@ -156,6 +156,9 @@ def chpool(src, nsize, reducer, stride=1, pad=None):
     C, H = src.shape[-3], src.shape[-2]
     if C < nsize:
         raise ShapeError("chpool: local size must be smaller than nchannels")
+    if C - nsize + 2 * pad + 1 > INDEX_MAX:   # (its windows' channel arithmetic then fits)
+        raise ShapeError(f"chpool: pad = {pad} gives more output channels than an index "
+                         f"holds (C - nsize + 2 * pad + 1 = {C - nsize + 2 * pad + 1} > 2**63 - 1)")
     oC = (C - nsize + 2 * pad + 1) // stride
     shape = tuple(src.shape[:-3]) + (oC,) + tuple(src.shape[-2:])
     return gather("chpool", (src,), shape, _code(src), (r, C, oC, H, nsize, stride, pad))
