@@ -273,19 +273,14 @@ cdef object _interned_gather(_Row row, tuple srcs, str code, const npy_intp *p, 
     return None if site is None else _gather_exp(site.args, site.node, srcs, code, cls, site)
 
 
-cdef int _c_params(tuple params, npy_intp *out) except -1:
-    """``params`` (a gather's) into ``out`` as C integers: 1, or 0 where one is not an int
+cdef bint _c_params(tuple params, npy_intp *out) noexcept:
+    """``params`` (a gather's) into ``out`` as C integers: True, or False where one is not an int
     that fits (such a gather is not interned: _gather_args says what is wrong)."""
     cdef Py_ssize_t k, n = len(params)
     if n > MS_GATHER_PARAMS:
         return 0
     for k in range(n):
-        v = params[k]
-        if type(v) is not int:
-            return 0
-        try:
-            out[k] = v
-        except OverflowError:
+        if not _c_int(params[k], &out[k]):
             return 0
     return 1
 
@@ -420,16 +415,21 @@ def pool_node(src, ky, kx, sy, sx, int red):
 cdef npy_intp _INDEX_MAX_C = _INDEX_MAX
 
 
-cdef inline bint _window_int(object v, npy_intp *out) noexcept:
-    """``v`` an int in [1, INDEX_MAX] (a window's size or stride), into ``out`` (an int
-    past the C range: False, its OverflowError cleared)."""
+cdef inline bint _c_int(object v, npy_intp *out) noexcept:
+    """``v`` an int that fits in C, into ``out`` (one past the C range: False, its
+    OverflowError cleared)."""
     if type(v) is not int:
         return False
     out[0] = _long_as_ssize(<PyObject *> v)
     if out[0] == -1 and _err_occurred() != NULL:
         _err_clear()
         return False
-    return 0 < out[0] <= _INDEX_MAX_C
+    return True
+
+
+cdef inline bint _window_int(object v, npy_intp *out) noexcept:
+    """``v`` an int in [1, INDEX_MAX] (a window's size or stride), into ``out``."""
+    return _c_int(v, out) and 0 < out[0] <= _INDEX_MAX_C
 
 
 cdef object _last_two(object shape, Py_ssize_t nd, Py_ssize_t a, Py_ssize_t b):

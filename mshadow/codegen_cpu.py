@@ -875,17 +875,26 @@ def reducer_fold(r, code, a="a", b="b"):
     return re.sub(r"\b[ab]\b", lambda m: a if m.group() == "a" else b, form)
 
 
+def _select_terms(r):
+    """The ``&&`` terms of a selecting row's ``c``, ``((take) ? b : a)``, or None (another
+    fold, or a take with ``||``)."""
+    m = re.fullmatch(r"\(\((.*)\) \? b : a\)", r.c or "")
+    if m is None or "||" in m.group(1):
+        return None
+    return [t.strip() for t in m.group(1).split("&&")]
+
+
 def reducer_vselect(r, code):
     """reducer_select on the readers' 16-byte vectors VV of the compute type (VSELECT_<NAME>
     (a, b)): a selecting row's ``take`` as lane masks (``&&`` -> ``&``, ``!`` -> ``~``), its
     lanes picked by bits (ms_vpick); any other fold is reducer_fold's C, which vectors take
     as it is."""
-    m = re.fullmatch(r"\(\((.*)\) \? b : a\)", r.c or "")
-    if m is None or "||" in m.group(1):
+    terms = _select_terms(r)
+    if terms is None:
         return reducer_fold(r, code, "(a)", "(b)")
-    take = " & ".join(f"({t.strip()})".replace("!(", "~(") for t in m.group(1).split("&&"))
-    form = f"ms_vpick({take}, a, b)"
-    return re.sub(r"\b[ab]\b", lambda m: "(a)" if m.group() == "a" else "(b)", form)
+    take = " & ".join(f"({t})".replace("!(", "~(") for t in terms)
+    return re.sub(r"\b[ab]\b", lambda m: "(a)" if m.group() == "a" else "(b)",
+                  f"ms_vpick({take}, a, b)")
 
 
 def reducer_select(r, code, a="a", b="b"):
@@ -895,10 +904,10 @@ def reducer_select(r, code, a="a", b="b"):
     compiles to a branch, which random data mispredict about half the time. Any other fold
     is reducer_fold's."""
     cc = compute_code(code)
-    m = re.fullmatch(r"\(\((.*)\) \? b : a\)", r.c or "")
-    if m is None or "||" in m.group(1) or cc not in FLOAT_CODES:
+    terms = _select_terms(r)
+    if terms is None or cc not in FLOAT_CODES:
         return reducer_fold(r, code, a, b)
-    take = " & ".join(f"({t.strip()})" for t in m.group(1).split("&&"))
+    take = " & ".join(f"({t})" for t in terms)
     form = f"ms_pick_{_CTYPE[cc]}({take}, a, b)"
     return re.sub(r"\b[ab]\b", lambda m: a if m.group() == "a" else b, form)
 
@@ -1042,7 +1051,7 @@ def _acc_kernel(r, code, ctype):
     sig = f"({ctype} *acc, const char *v, npy_intp n, npy_intp nr, npy_intp rs)"
     # the fold as a macro: an integer's NaN test (a == a) then raises no self-comparison warning
     fold = "MS_ACC_FOLD(a[x], w[x])"
-    size = next(dt for c, _, dt in COMPUTE_TYPES if c == code).itemsize
+    size = _compute_size(code)
 
     def stretch(width):   # columns [x0, x0 + width) over the rows, width a constant
         # each row's stretch MS_PREFETCH_AHEAD further on is asked for (the next rows':
@@ -1127,6 +1136,12 @@ def _reducer_kernels(code, ctype):
 
 
 _CTYPE = {c: t for c, t, _ in STORAGE_TYPES}
+
+
+def _compute_size(code):
+    """Bytes of the compute type of storage type ``code`` (the dtype table's)."""
+    cc = compute_code(code)
+    return next(dt for c, _, dt in COMPUTE_TYPES if c == cc).itemsize
 
 
 def _reader_types(code):
@@ -1228,7 +1243,7 @@ def _readers(names):
                     f"#define FOLD_{R}(a, b) ((V)({reducer_fold(red, code, '(a)', '(b)')}))",
                     f"#define SELECT_{R}(a, b) ((V)({reducer_select(red, code, '(a)', '(b)')}))",
                     f"#define VSELECT_{R}(a, b) ((VV)({reducer_vselect(red, code)}))"]
-        out += _small_vectors(code, V)
+        out += _small_vectors(code)
         out += _pool_s2(code)
         out += [f"static inline V ms_rd_{code}(const char *p) {{ T t; memcpy(&t, p, sizeof t); "
                 f"return {load}; }}",
@@ -1250,16 +1265,15 @@ def _readers(names):
     return "\n".join(out)
 
 
-_C_SIZE = {"float": 4, "double": 8, "uint8_t": 1, "int8_t": 1, "int32_t": 4, "int64_t": 8}
 _INT_OF_SIZE = {1: "int8_t", 2: "int16_t", 4: "int32_t", 8: "int64_t"}
 
 
-def _small_vectors(code, V):
+def _small_vectors(code):
     """C: the readers' 16-byte vectors of V for storage type ``code`` (readers._SMALL_TILE):
     VV, its lane count VL, DENSE_V (a lane is a stored element: its columns are read by
     vector loads) and VEVENS(lo, hi), the even elements of a row whose elements 0..VL-1 are
     ``lo`` and VL-1..2VL-2 ``hi`` (the two loads that read no element past the last even one)."""
-    size = _C_SIZE[V]
+    size = _compute_size(code)
     lanes = 16 // size
     evens = ", ".join(str(2 * q if 2 * q < lanes else lanes + 2 * q - lanes + 1)
                       for q in range(lanes))
