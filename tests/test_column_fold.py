@@ -167,3 +167,62 @@ def test_the_rows_a_call_rule_picks_the_fold_or_the_chain(width):
     dis = ms.plan_for(ms.new_tensor((width,)),
                       ms.sum_rows(ms.from_numpy(np.ones((300, width), np.float32)) * 2)).disassemble()
     assert ("sumto" in dis) == (nr > 1) and ("plusto" in dis) == (nr == 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 5), (1, 1, 64, 1024), (2, 3, 7, 33), (3, 1, 2, 1)])
+def test_the_groups_add_in_order_in_float64(dtype, shape):
+    # _core.add_groups (fused_reduce's last step for float sums): group 0, then each next
+    # group added in float64, column by column; values where the order changes the sum
+    rng = np.random.default_rng(sum(shape))
+    acc = (rng.standard_normal(shape) * 10.0 ** rng.integers(-8, 9, shape)).astype(dtype)
+    flat = acc.reshape(-1)
+    flat[rng.integers(0, flat.size, 2)] = np.inf
+    flat[rng.integers(0, flat.size, 2)] = np.nan
+    want = acc[:, :, 0, :].astype(np.float64)
+    for g in range(1, shape[2]):
+        want = want + acc[:, :, g, :].astype(np.float64)
+    got = _core.add_groups(acc)
+    assert got.dtype == np.float64 and got.shape == shape[:2] + shape[3:]
+    np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64))
+    with np.errstate(invalid="ignore"):   # (the numpy step it replaced: the same bits)
+        np.testing.assert_array_equal(got, np.add.reduce(acc, axis=2, dtype=np.float64))
+
+
+def test_add_groups_refuses_what_it_cannot_add():
+    for bad in (np.zeros((2, 3, 4), np.float32), np.zeros((1, 1, 2, 3), np.int32),
+                np.zeros((1, 1, 0, 3), np.float32), np.zeros((1, 1, 4, 6), np.float32)[..., ::2],
+                [[[[1.0]]]]):
+        with pytest.raises(ValueError, match="add_groups"):
+            _core.add_groups(bad)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows, width", [(301, 600), (70, 1024), (150, 2100), (17, 4099)])
+def test_wide_rows_of_a_tensor_fold_several_a_call(threads, dtype, rows, width):
+    # a tensor's rows wider than GROUP_BYTES / GROUP_ROWS_MIN are read in place, 16 a call
+    # (reduce.WIDE_ROWS_A_CALL), an expression's a row a call in its chain: both the
+    # documented order's bits, a pitched tensor's too, at any row count
+    from mshadow.extension.reduce import WIDE_ROWS_A_CALL, rows_a_call
+    dt = np.dtype(dtype)
+    assert rows_a_call((rows, width), 0, dt, in_place=True) == WIDE_ROWS_A_CALL
+    assert rows_a_call((rows, width), 0, dt) == 1
+    rng = np.random.default_rng(rows + width)
+    a = _values(rng, (rows, width), dt)
+    P = ms.TensorContainer((rows, width), pad=True, dtype=dt)
+    P[:] = ms.from_numpy(a)
+    tensors = [ms.from_numpy(a), P]
+    plain = ms.plan_for(ms.new_tensor((width,), dtype=dt),
+                        ms.sum_rows(_core.make_map("identity", (tensors[0],)))).disassemble()
+    assert "acc_sum_" in plain and "sumto" in plain and "0 registers" in plain
+    old = ms.get_num_threads()
+    ms.set_num_threads(threads)
+    try:
+        for T in tensors + [tensors[0] * 1]:
+            out = ms.new_tensor((width,), dtype=dt)
+            out[:] = ms.sum_rows(T)
+            np.testing.assert_array_equal(out.numpy().view(np.uint8),
+                                          _documented(a, "sum", dt).view(np.uint8))
+    finally:
+        ms.set_num_threads(old)

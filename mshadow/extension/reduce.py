@@ -304,18 +304,34 @@ _FOLD_SAVER = {s.op: s.name for s in ir.SAVER_TABLE if s.op is not None}
 GROUP_BYTES = 4096   # narrow rows a fold takes a call, at most (plan_exec.h ms_group_rows)
 GROUP_ROWS_MIN = 3   # fewer a call: one, the fold in the value's chain (at 2, sum_rows(x * 2)
                      # of 4096 x 512 float32 took 1.02-1.14x the chain's time; at 3, 0.86x)
+WIDE_ROWS_A_CALL = 16   # wider rows of a tensor a fold takes a call (it reads them in place)
 
 
-def rows_a_call(shape, first, cdt):
+def rows_a_call(shape, first, cdt, in_place=False):
     """The rows of a group one call folds when the source of ``shape`` is reduced over the
-    leading axis ``first`` in the compute dtype ``cdt``: several narrow ones where a group's
-    rows follow one another (no axis of size > 1 between ``first`` and the last), up to
-    GROUP_BYTES of them (wider, the rows read side by side were more streams than the
-    prefetchers follow: sum_rows of 4096 x 1024 float32 took 1.4x the time); else 1."""
+    leading axis ``first`` in the compute dtype ``cdt``, where a group's rows follow one
+    another (no axis of size > 1 between ``first`` and the last); else 1:
+    - narrow rows: up to GROUP_BYTES of them, at least GROUP_ROWS_MIN;
+    - wider rows of a tensor (``in_place``: the fold reads them where they are):
+      WIDE_ROWS_A_CALL (sum_rows of 256 x 1024 float32, in cache: 0.66-0.70x the time of a
+      row a call at 8 to 64 rows; of 4096 x 1024, from memory, 0.9-1.07x: the same);
+    - wider rows of an expression: 1, the fold as the chain's last step (their values would
+      be evaluated into registers first: 1.1-1.5x the time at 4 to 16 rows)."""
     if not group_rows_follow(shape, first):
         return 1
     nr = min(ROWS_PER_GROUP, GROUP_BYTES // (shape[-1] * cdt.itemsize))
+    if nr < GROUP_ROWS_MIN and in_place:
+        return WIDE_ROWS_A_CALL
     return nr if nr >= GROUP_ROWS_MIN else 1
+
+
+# a tensor's own values, as reduce_into makes them for a tensor's sum: the identity of a leaf
+_TENSOR_VALUES = {code: ir.Map("identity", code, leaf) for code, leaf in ir.LEAF.items()}
+
+
+def _in_place(src):
+    """The value reduced is a tensor's own (the fold reads its rows where they are)."""
+    return src.key == _TENSOR_VALUES.get(src.code)
 
 
 def _acc_saver(nr, row):
@@ -362,14 +378,17 @@ def fused_reduce(src, form, reducer_name, axis):
         res = ufunc.reduce(rows, axis=rest, dtype=wide) if rest else rows
     else:                # a leading axis: accumulate rows of groups in order, then the groups
         first = axes[0]
-        nr = rows_a_call(shape, first, cdt)
+        nr = rows_a_call(shape, first, cdt, _in_place(src))
         plan = get_plan(src.key, cc, _acc_saver(nr, row))
         if not isinstance(plan, _core.Plan):
             return None
         acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP,
                                    init_value(reducer_name, cdt), nr)
         shape = tuple(shape)
-        res = ufunc.reduce(acc, axis=2, dtype=wide)            # (A, M, cols)
+        if ufunc is np.add and wide == np.float64 and acc.dtype.kind == "f":
+            res = _core.add_groups(acc)                         # (A, M, cols), the same adds
+        else:
+            res = ufunc.reduce(acc, axis=2, dtype=wide)
         res = res.reshape(shape[:first] + shape[first + 1:])
         rest = tuple(k - 1 for k in axes[1:])                 # except_dim: the other leading axes
         if rest:
@@ -461,7 +480,8 @@ def plan_of(exp):
     axes = _reduced_axes(exp.form, exp.axis, len(shape))
     if len(shape) - 1 in axes:
         return get_plan(src.key, src.code, row.block)
-    return get_plan(src.key, cc, _acc_saver(rows_a_call(shape, axes[0], cdt), row))
+    return get_plan(src.key, cc,
+                    _acc_saver(rows_a_call(shape, axes[0], cdt, _in_place(src)), row))
 
 
 def compute(a, code, form, reducer_name, axis, mask, scale):
