@@ -793,21 +793,26 @@ cdef void _add_groups(const _group_real *a, double *out, Py_ssize_t AM, Py_ssize
                 o[c] = o[c] + <double> row[c]
 
 
+# what run_accumulate's float sums come in: the float compute types (the dtype table's)
+_GROUP_DTYPES = frozenset(np.dtype(_NP_BY_CODE[d.compute]) for d in _DTYPES if d.is_float)
+
+
 def add_groups(acc):
     """run_accumulate's float sums, (A, M, G, cols) float32 or float64, added over the groups
     (axis 2) in order in float64: ``np.add.reduce(acc, axis=2, dtype=np.float64)``, the same
     additions in the same order, without numpy's buffered casts (64 groups of 1024 float32
     columns: 42 us, here a few). Returns an (A, M, cols) float64 array."""
-    if (not isinstance(acc, np.ndarray) or acc.ndim != 4 or acc.dtype not in (np.float32, np.float64)
+    if (not isinstance(acc, np.ndarray) or acc.ndim != 4 or acc.dtype not in _GROUP_DTYPES
             or not acc.flags.c_contiguous or acc.shape[2] < 1):
-        raise ValueError(f"add_groups: expects a C-contiguous (A, M, G, cols) float32 or float64 "
-                         f"array with G >= 1, got {getattr(acc, 'shape', None)} "
+        raise ValueError(f"add_groups: expects a C-contiguous (A, M, G, cols) array of a float "
+                         f"compute type ({', '.join(sorted(str(d) for d in _GROUP_DTYPES))}) "
+                         f"with G >= 1, got {getattr(acc, 'shape', None)} "
                          f"{getattr(acc, 'dtype', type(acc).__name__)}")
     cdef Py_ssize_t A = acc.shape[0], M = acc.shape[1], G = acc.shape[2], cols = acc.shape[3]
     out = np.empty((A, M, cols), dtype=np.float64)
     cdef char *src = <char *> cnp.PyArray_DATA(acc)
     cdef double *dst = <double *> cnp.PyArray_DATA(out)
-    cdef bint single = acc.dtype == np.float32
+    cdef bint single = acc.itemsize == sizeof(float)
     with nogil:
         if single:
             _add_groups(<const float *> src, dst, A * M, G, cols)
