@@ -385,7 +385,7 @@ def fused_reduce(src, form, reducer_name, axis):
         acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP,
                                    init_value(reducer_name, cdt), nr)
         shape = tuple(shape)
-        if ufunc is np.add and wide == np.float64 and acc.dtype.kind == "f":
+        if ufunc is np.add and wide == np.float64:   # a float sum (acc in its compute type)
             res = _core.add_groups(acc)                         # (A, M, cols), the same adds
         else:
             res = ufunc.reduce(acc, axis=2, dtype=wide)
