@@ -215,28 +215,28 @@ def test_column_sum_order_is_the_documented_one():
 
 @pytest.mark.parametrize("form", ["except_dim", "with_axis_last"])
 def test_short_rows_are_reduced_in_chunks_in_the_documented_order(form, monkeypatch):
-    # rows shorter than REGISTER_ROW_MIN, the last axis summed: a chunk stage evaluates the source a chunk at a
+    # more than REGISTER_ROWS_FEW rows shorter than REGISTER_ROW_MIN, the last axis summed: a chunk stage evaluates the source a chunk at a
     # time (CHUNK_ELEMS elements of whole slabs), numpy reduces each chunk as it reduces a
     # tensor, in float32, and the chunks' results are added in order in float32
     from mshadow.extension import reduce as red_mod
     monkeypatch.setattr(red_mod, "CHUNK_ELEMS", 40 * 7 * 11)
     rng = np.random.default_rng(16)
-    a = (rng.standard_normal((30, 7, 40)) * 1e3).astype(np.float32)
+    a = (rng.standard_normal((60, 7, 40)) * 1e3).astype(np.float32)
     v = a * np.float32(2) - np.float32(1)
     A = ms.from_numpy(a)
     e = A * 2 - 1
     f32 = np.float32
     if form == "sum_rows":
-        m, mv = ms.reshape(e, (210, 40)), v.reshape(210, 40)
-        red, chunks, axis = ms.sum_rows(m), [mv[i:i + 77] for i in range(0, 210, 77)], 0
+        m, mv = ms.reshape(e, (420, 40)), v.reshape(420, 40)
+        red, chunks, axis = ms.sum_rows(m), [mv[i:i + 77] for i in range(0, 420, 77)], 0
     elif form == "except_dim":       # keep axis 1: chunks of 11 along axis 0
-        red, chunks, axis = ms.sumall_except_dim(e, 1), [v[i:i + 11] for i in range(0, 30, 11)], (0, 2)
+        red, chunks, axis = ms.sumall_except_dim(e, 1), [v[i:i + 11] for i in range(0, 60, 11)], (0, 2)
     elif form == "with_axis_last":
         red, chunks, axis = (ms.reduce_with_axis(e, 2, ms.red.sum),
-                             [v[i:i + 11] for i in range(0, 30, 11)], 2)
+                             [v[i:i + 11] for i in range(0, 60, 11)], 2)
     else:
         red, chunks, axis = (ms.reduce_with_axis(e, 0, ms.red.sum),
-                             [v[i:i + 11] for i in range(0, 30, 11)], 0)
+                             [v[i:i + 11] for i in range(0, 60, 11)], 0)
     out = ms.new_tensor(red.shape)
     dis = ms.plan_for(out, red).disassemble()
     assert "stage 0: chunk" in dis and "numpy add.reduce(chunk)" in dis, dis
@@ -249,7 +249,7 @@ def test_short_rows_are_reduced_in_chunks_in_the_documented_order(form, monkeypa
             want = (want + np.add.reduce(c, axis=axis, dtype=f32)).astype(f32)
     np.testing.assert_array_equal(out.numpy(), want)
     np.testing.assert_allclose(out.numpy(), v.astype(np.float64).sum(axis=axis) if
-                               form != "sum_rows" else v.reshape(210, 40).sum(0, dtype=np.float64),
+                               form != "sum_rows" else v.reshape(420, 40).sum(0, dtype=np.float64),
                                rtol=1e-5, atol=1e-2)
 
 

@@ -27,6 +27,7 @@ schedule is chosen here, by one rule (docs/architecture.md, "Stages"):
              cache-sized chunk at a time into scratch, each chunk reduced as a tensor is
              (reduce_schedule, compile_reduce; extension/reduce.py runs it)
 """
+import math
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
@@ -632,6 +633,13 @@ def fuse_chains(p, single=False):
 # rows of 64: registers 1.39 ms, chunk 1.05; rows of 128: 0.43 and 0.86 (rows of 128 of the
 # other dtypes also favour registers).
 REGISTER_ROW_MIN = 128
+# A source of at most this many rows is reduced in registers whatever their length: a
+# chunk's fixed costs (scratch, numpy's reduction of it) outweigh a block dispatch a row.
+# Measured on a 2-core AVX-512 EPYC (Zen 4), one thread, float32, the sum over all but axis
+# 1 of an identity map of (2, rows / 2, hw), rows of 4 to 100 elements (reduce.py's paths):
+# at 8 to 32 rows registers took 0.42-0.49x the chunk's time, at 128 0.60-0.72x, at 512
+# 0.84-1.13x, at 2048 0.90-1.79x.
+REGISTER_ROWS_FEW = 256
 
 
 def group_rows_follow(shape, first):
@@ -647,10 +655,13 @@ def group_rows_follow(shape, first):
 def reduce_schedule(shape, form, axis, mask):
     """How a reduction of an expression of ``shape`` runs: 'registers' (the source's
     values reduced where they are computed) or 'chunk' (compile_reduce). An arg-reduction
-    (``mask``) always chunks: numpy's argmax/argmin takes the chunk."""
+    (``mask``) always chunks: numpy's argmax/argmin takes the chunk. A few rows
+    (REGISTER_ROWS_FEW) or long ones (REGISTER_ROW_MIN) go in registers."""
     if mask or not shape:
         return "chunk"
     nd = len(shape)
+    if math.prod(shape[:-1]) <= REGISTER_ROWS_FEW:
+        return "registers"
     keeps_last = (axis == nd - 1) if form == "except_dim" else (axis != nd - 1)
     first = 0 if form == "except_dim" else axis       # the first reduced axis, if keeps_last
     if keeps_last and group_rows_follow(shape, first):
