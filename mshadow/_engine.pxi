@@ -319,6 +319,7 @@ def set_plan_cache_size(n):
 
 from .dtypes import DTYPES as _DTYPES
 cdef dict _CODE_SIZE = {d.code: d.size for d in _DTYPES}
+cdef dict _NP_NUM = {d.code: np.dtype(_NP_BY_CODE[d.code]).num for d in _DTYPES}   # type numbers
 cdef dict _CODE_NUM = {d.code: d.flag for d in _DTYPES}
 
 
@@ -625,7 +626,11 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
     long row when every leaf is contiguous, unless ``by_rows``), as a 1-D array of the
     plan's compute type. With ``by_rows`` it has shape[:-1] x blocks-per-row entries.
     Stages are evaluated whole first (the partials are numbered by block)."""
-    shape = as_shape(shape)
+    return _reduce_parts(plan, as_shape(shape), leaves, scalars, by_rows)
+
+
+cdef object _reduce_parts(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows):
+    """run_reduce, ``shape`` checked (as_shape)."""
     cdef Py_ssize_t rows = _rows_of(shape), cols = shape[-1]
     cdef _Out o
     cdef _Run r = _open_run(plan, leaves, scalars, shape)
@@ -748,13 +753,25 @@ def run_accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axi
     accumulators, ``init`` to start, as an (A, M, ceil(B / rows_per_group), cols) array of
     the compute type."""
     shape = as_shape(shape)
-    nd = len(shape)
-    if not 0 <= axis < nd - 1:
+    if not 0 <= axis < len(shape) - 1:
         raise ValueError(f"run_accumulate: axis {axis} must be a leading axis of {shape}")
+    return _accumulate(plan, shape, leaves, scalars, axis, rows_per_group, init, rows_a_call)
+
+
+cdef object _accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_t axis,
+                        Py_ssize_t rows_per_group, init, Py_ssize_t rows_a_call):
+    """run_accumulate, ``shape`` checked (as_shape) and ``axis`` a leading axis of it."""
+    cdef Py_ssize_t nd = len(shape)
     cdef Py_ssize_t A = _prod(shape[:axis]), B = shape[axis], M = _prod(shape[axis + 1:nd - 1])
     cdef Py_ssize_t cols = shape[nd - 1], R = max(1, min(rows_per_group, B))
     cdef Py_ssize_t nch = (B + R - 1) // R if B else 0
-    acc = np.full((A, M, nch, cols), init, dtype=_NP_BY_CODE[plan.program.dst_code])
+    cdef cnp.npy_intp dims[4]
+    dims[0], dims[1], dims[2], dims[3] = A, M, nch, cols
+    if init == 0:
+        acc = cnp.PyArray_ZEROS(4, dims, _NP_NUM[plan.program.dst_code], 0)
+    else:
+        acc = cnp.PyArray_EMPTY(4, dims, _NP_NUM[plan.program.dst_code], 0)
+        acc.fill(init)
     cdef _Out o
     cdef _Run r = _open_run(plan, leaves, scalars, shape)
     try:
@@ -808,8 +825,15 @@ def add_groups(acc):
                          f"compute type ({', '.join(sorted(str(d) for d in _GROUP_DTYPES))}) "
                          f"with G >= 1, got {getattr(acc, 'shape', None)} "
                          f"{getattr(acc, 'dtype', type(acc).__name__)}")
+    return _grouped(acc)
+
+
+cdef object _grouped(cnp.ndarray acc):
+    """add_groups of run_accumulate's own result (checked by its construction)."""
     cdef Py_ssize_t A = acc.shape[0], M = acc.shape[1], G = acc.shape[2], cols = acc.shape[3]
-    out = np.empty((A, M, cols), dtype=np.float64)
+    cdef cnp.npy_intp dims[3]
+    dims[0], dims[1], dims[2] = A, M, cols
+    out = cnp.PyArray_EMPTY(3, dims, cnp.NPY_DOUBLE, 0)
     cdef char *src = <char *> cnp.PyArray_DATA(acc)
     cdef double *dst = <double *> cnp.PyArray_DATA(out)
     cdef bint single = acc.itemsize == sizeof(float)

@@ -176,6 +176,8 @@ def test_the_device_check_is_made_in_one_place():
         "mshadow/engine.py": "assign routes a gpu destination to the GPU executor, whose "
                              "check_devices then checks the operands",
         "mshadow/_copy.pxi": "copy routes a copy with a gpu side to the CUDA driver",
+        "mshadow/_reduce.pxi": "a reduction statement's compiled path: identity tests; any "
+                               "other device goes to reduce.py, whose check_devices raises",
         "mshadow/dot.py": "a product into a gpu tensor goes to cuBLAS (its checks made first)",
         "mshadow/extension/reduce.py": "a reduction into a gpu tensor goes to the CUDA "
                                        "lowering (its checks made first)",

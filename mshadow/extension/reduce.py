@@ -113,9 +113,14 @@ def _key_of(x):
     return ir.LEAF[_CODE_BY_FLAG[x.type_flag]] if isinstance(x, Tensor) else x.key
 
 
+_REDUCE_TAG = ir.Reduce.TAG
+
+
 def _node(src, code, shape, form, reducer, axis, mask, where):
     node = ReduceExp.__new__(ReduceExp)
-    node.key = ir.Reduce(code, form, reducer.name, axis, mask, _key_of(src))
+    # ir.Reduce(code, form, ...) without Node.__new__'s argument packing (a third of the cost)
+    node.key = tuple.__new__(ir.Reduce, (_REDUCE_TAG, code, form, reducer.name, axis, mask,
+                                         _key_of(src)))
     node.shape = tuple.__new__(Shape, shape)   # dims of the source's checked shape
     node.code = code
     node.leaves = (src,) if isinstance(src, Tensor) else tuple(src.leaves)
@@ -177,7 +182,8 @@ def sum_rows(exp):
     src, shape, code = source(exp, "sum_rows")
     if len(shape) != 2:
         raise ShapeError(f"sum_rows: expects a 2-D expression, got shape {tuple(shape)}")
-    return _except_dim(src, 1, red.sum, "sum_rows")
+    check_keep_lowest(shape, "sum_rows")             # (_except_dim's, for the last axis)
+    return _node(src, code, (shape[1],), "except_dim", red.sum, 1, False, "sum_rows")
 
 
 def _with_axis(src, axis, reducer, mask, keepdim, name):
@@ -329,9 +335,10 @@ def rows_a_call(shape, first, cdt, in_place=False):
 _TENSOR_VALUES = {code: ir.Map("identity", code, leaf) for code, leaf in ir.LEAF.items()}
 
 
-def _in_place(src):
-    """The value reduced is a tensor's own (the fold reads its rows where they are)."""
-    return src.key == _TENSOR_VALUES.get(src.code)
+def _in_place(key, code):
+    """The value of IR ``key`` reduced is a tensor's own (the fold reads its rows where
+    they are)."""
+    return key == _TENSOR_VALUES.get(code)
 
 
 def _acc_saver(nr, row):
@@ -356,44 +363,74 @@ def _fused_types(code, reducer_name):
     return cc, cdt, wide, row, _UFUNC[reducer_name]
 
 
-def fused_reduce(src, form, reducer_name, axis):
-    """The reduction of the expression ``src`` over the reduced axes, evaluated and reduced
-    in one pass, in the wide type (float64 for float sums of partial results, else the
-    compute type; _finish casts it to the compute type); None if the expression holds an
-    untraceable operator."""
-    shape, code = src.shape, src.code
+def _recipe(key, code, shape, form, reducer_name, axis, src_shape, merged):
+    """The ReduceRecipe (_reduce.pxi) of the registers schedule for an expression of IR
+    ``key`` and dtype ``code`` read as ``shape`` (``merged``: its leaves, contiguous tensors
+    of ``src_shape``, viewed as ``shape``): the last axis reduced by per-block partials of
+    each row, else the first reduced axis accumulated a group of rows at a time, in the
+    compute type, float partials then added in float64; None when nothing is reduced (an
+    except_dim of a 1-D source) or the expression holds an untraceable operator."""
     cc, cdt, wide, row, ufunc = _fused_types(code, reducer_name)
     nd = len(shape)
     axes = _reduced_axes(form, axis, nd)
     if not axes:         # nothing to reduce (except_dim of a 1-D source): the values themselves
         return None
     if axes[-1] == nd - 1:   # the last axis is reduced: per-block partial results of each row
-        plan = get_plan(src.key, code, row.block)
-        if not isinstance(plan, _core.Plan):
-            return None
-        parts = _core.run_reduce(plan, shape, src.leaves, src.scalars, True)
-        shape = tuple(shape)
-        rows = ufunc.reduce(parts.reshape(shape[:-1] + (-1,)), axis=-1, dtype=wide)
+        by_rows, first, nr = True, nd - 1, 1
+        plan = get_plan(key, code, row.block)
         rest = axes[:-1]     # (ascending: the last is nd - 1)
-        res = ufunc.reduce(rows, axis=rest, dtype=wide) if rest else rows
     else:                # a leading axis: accumulate rows of groups in order, then the groups
-        first = axes[0]
-        nr = rows_a_call(shape, first, cdt, _in_place(src))
-        plan = get_plan(src.key, cc, _acc_saver(nr, row))
-        if not isinstance(plan, _core.Plan):
-            return None
-        acc = _core.run_accumulate(plan, shape, src.leaves, src.scalars, first, ROWS_PER_GROUP,
-                                   init_value(reducer_name, cdt), nr)
-        shape = tuple(shape)
-        if ufunc is np.add and wide == np.float64:   # a float sum (acc in its compute type)
-            res = _core.add_groups(acc)                         # (A, M, cols), the same adds
-        else:
-            res = ufunc.reduce(acc, axis=2, dtype=wide)
-        res = res.reshape(shape[:first] + shape[first + 1:])
+        by_rows, first = False, axes[0]
+        nr = rows_a_call(shape, first, cdt, _in_place(key, code))
+        plan = get_plan(key, cc, _acc_saver(nr, row))
         rest = tuple(k - 1 for k in axes[1:])                 # except_dim: the other leading axes
-        if rest:
-            res = ufunc.reduce(res, axis=rest, dtype=wide)
-    return _Fused(np.asarray(res).reshape(_result_shape(shape, form, axis)), cdt)
+    if not isinstance(plan, _core.Plan):
+        return None
+    # (the scale is applied in the compute type, cdt: compute's acc)
+    return _core.ReduceRecipe(plan, by_rows, shape, src_shape, merged, first, ROWS_PER_GROUP, nr,
+                              init_value(reducer_name, cdt), ufunc, wide, cdt, cdt,
+                              np.dtype(_NP_BY_CODE[code]), rest, _result_shape(shape, form, axis))
+
+
+def fused_reduce(src, form, reducer_name, axis):
+    """The reduction of the expression ``src`` over the reduced axes, evaluated and reduced
+    in one pass (its _recipe), in the wide type (float64 for float sums of partial results,
+    else the compute type; _finish casts it to the compute type); None if the expression
+    holds an untraceable operator."""
+    shape = tuple(src.shape)
+    rc = _recipe(src.key, src.code, shape, form, reducer_name, axis, shape, False)
+    if rc is None:
+        return None
+    return _Fused(_core.run_recipe(rc, src.leaves, src.scalars), rc.cdt)
+
+
+def fast_recipe(exp):
+    """The recipe the statement path (_core.reduce_fast) runs for the ReduceExp ``exp``,
+    decided from its structure and its source's shape alone: reduce_into's registers
+    schedule for a source whose leaves are contiguous tensors (merged rows included); None
+    where reduce_into takes another route (an arg-reduction, numpy over a tensor or a view,
+    the chunk schedule, nothing to reduce)."""
+    src, form, axis, name = exp.src, exp.form, exp.axis, exp.reducer.name
+    if exp.mask:
+        return None
+    if isinstance(src, Tensor):     # reduce_into's tensor sum: the identity of its leaf
+        if form != "except_dim" or not REDUCER_BY_NAME[name].lanes:
+            return None
+        key, code = _TENSOR_VALUES[exp.code], exp.code
+    elif _fusable(src):
+        key, code = src.key, src.code
+    else:
+        return None
+    shape = tuple(src.shape)
+    if not math.prod(shape):
+        return None
+    merged = _merge_shape(shape, form, axis)
+    if merged is not None and not _map_tree(src):
+        return None     # reduce_into reads it through a view (views.reshape)
+    run = shape if merged is None else merged
+    if reduce_schedule(run, form, axis, False) == "chunk":
+        return None
+    return _recipe(key, code, run, form, name, axis, shape, merged is not None)
 
 
 CHUNK_ELEMS = 1 << 17   # elements of a chunk of a reduction's source (512 KiB of float32)
@@ -481,7 +518,7 @@ def plan_of(exp):
     if len(shape) - 1 in axes:
         return get_plan(src.key, src.code, row.block)
     return get_plan(src.key, cc,
-                    _acc_saver(rows_a_call(shape, axes[0], cdt, _in_place(src)), row))
+                    _acc_saver(rows_a_call(shape, axes[0], cdt, _in_place(src.key, src.code)), row))
 
 
 def compute(a, code, form, reducer_name, axis, mask, scale):
@@ -534,10 +571,7 @@ class _Fused:
 def _finish(res, scale, acc, dtype, cdt=None):
     """``res`` (cast to ``cdt`` first, if given) times ``scale`` in ``acc``, as ``dtype``: a
     fresh contiguous array. (Under reduce_into's errstate: float16, a cast past 65504 is inf.)"""
-    res = np.ascontiguousarray(res if cdt is None else res.astype(cdt))
-    if scale != 1:
-        np.multiply(res, np.asarray(scale).astype(acc), out=res)
-    return res.astype(dtype, copy=False)
+    return _core.finish_values(res, res.dtype if cdt is None else cdt, scale, acc, dtype)
 
 
 def check_dst(dst, exp_code, devices, where, gpu_ok=False):
@@ -560,13 +594,30 @@ def _rows_merged(src, form, axis):
     reduce in registers and every leaf is a contiguous tensor: sumall_except_dim(x * 2, 1) of
     (8, 64, 56, 56) reduces rows of 3136 in registers, where rows of 56 went by chunks
     (1.7x the time numpy takes for the tensor). Else ``src`` itself."""
-    shape = src.shape
-    if (form != "except_dim" or axis >= len(shape) - 2 or shape[-1] >= REGISTER_ROW_MIN
-            or not all(isinstance(t, Tensor) and t.check_contiguous() for t in src.leaves)):
+    merged = _merge_shape(tuple(src.shape), form, axis)
+    if merged is None or not all(isinstance(t, Tensor) and t.check_contiguous()
+                                 for t in src.leaves):
         return src
-    merged = tuple(shape[:axis + 1]) + (math.prod(shape[axis + 1:]),)
-    fast = _merged_map(src, tuple(shape), merged)
+    fast = _merged_map(src, tuple(src.shape), merged)
     return reshape(src, merged) if fast is None else fast
+
+
+def _merge_shape(shape, form, axis):
+    """The shape _rows_merged reads a source of ``shape`` as (the axes after ``axis`` one
+    row), or None when it keeps the source's own."""
+    if form != "except_dim" or axis >= len(shape) - 2 or shape[-1] >= REGISTER_ROW_MIN:
+        return None
+    return tuple(shape[:axis + 1]) + (math.prod(shape[axis + 1:]),)
+
+
+def _map_tree(src):
+    """``src`` is a tensor, or a map or cast of map trees and scalars: what _merged_map
+    views leaf by leaf."""
+    if isinstance(src, Tensor):
+        return True
+    if isinstance(src, _core.MapExp):
+        return all(_is_scalar(a) or _map_tree(a) for a in src.args)
+    return isinstance(src, _core.TypecastExp) and _map_tree(src.src)
 
 
 def _merged_map(src, shape, merged):
@@ -646,6 +697,7 @@ def _eval(dst, exp, saver):
 
 
 register_complex("reduce", _eval, plan_of)
+_core.install_reduce_path(fast_recipe, SAVERS, ir.LEAF)
 
 
 # ---- the fused full reduction ---------------------------------------------------------
