@@ -1,7 +1,9 @@
 """Fused reductions: ``ms.sum(x * x)`` (one pass, no temporary) against a hand-written C loop
-with lane accumulators, ``np.sum(x * x)``, ``np.dot(x, x)`` (BLAS) and PyTorch, one thread.
+with lane accumulators, ``np.sum(x * x)``, ``np.dot(x, x)`` (BLAS) and PyTorch, one thread;
+and small reduction statements (``y[:] = ms.sum_rows(x)``: the per-statement cost) against
+numpy's ``add.reduce(out=)`` and ``torch.sum(out=)``.
 
-    python benchmarks/bench_reduce.py [--rounds 9] [--sizes 1e5,1e6,1e7]
+    python benchmarks/bench_reduce.py [--rounds 9] [--sizes 1e5,1e6,1e7] [--skip small]
 
 Interleaved rounds: every alternative runs once per round, in turn; medians are reported.
 """
@@ -71,11 +73,59 @@ def timeit(fn, min_time=0.01):
             return dt / n
 
 
+# (label, source shape, the mshadow statement's reduction, numpy's and torch's reduced axes)
+SMALL = (("sum_rows(x), 4x16", (4, 16), lambda x: ms.sum_rows(x), (0,)),
+         ("sum_rows(x * 2), 64x64", (64, 64), lambda x: ms.sum_rows(x * 2), (0,)),
+         ("sumall_except_dim(x, 1), 2x8x4x4", (2, 8, 4, 4),
+          lambda x: ms.sumall_except_dim(x, 1), (0, 2, 3)),
+         ("sumall_except_dim(x, 1), 8x16x7x7", (8, 16, 7, 7),
+          lambda x: ms.sumall_except_dim(x, 1), (0, 2, 3)))
+
+
+def small_section(args, torch):
+    """Small reduction statements: microseconds a statement, interleaved rounds."""
+    rows = []
+    for label, shape, build, axes in SMALL:
+        a = np.random.default_rng(1).uniform(0, 1, shape).astype(np.float32)
+        x = ms.from_numpy(a)
+        keep = [k for k in range(len(shape)) if k not in axes]
+        y = ms.new_tensor(tuple(shape[k] for k in keep))
+        yn = np.empty(y.shape, np.float32)
+
+        def stmt():
+            y[:] = build(x)
+        alts = {"mshadow": stmt,
+                "np.add.reduce(out=)": lambda: np.add.reduce(a, axis=axes, out=yn),
+                "np.sum(out=)": lambda: np.sum(a, axis=axes, out=yn)}
+        if torch is not None:
+            at, yt = torch.from_numpy(a), torch.from_numpy(yn)
+            alts["torch.sum(out=)"] = lambda: torch.sum(at, dim=axes, out=yt)
+        stmt()
+        np.testing.assert_allclose(y.numpy(), a.sum(axis=axes, dtype=np.float64), rtol=1e-5)
+        samples = {k: [] for k in alts}
+        for _ in range(args.rounds):
+            for k, fn in alts.items():
+                samples[k].append(min(timeit(fn, 0.002) for _ in range(3)))
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        m = med["mshadow"]
+        rows.append([label, f"{m * 1e6:.2f}"] + [f"{med[k] * 1e6:.2f}" for k in alts if k != "mshadow"]
+                    + [fmt_ratio(m / med[k]) for k in alts if k != "mshadow"])
+    others = [k for k in alts if k != "mshadow"]
+    print_table(f"small reduction statements, float32, us a statement, medians of "
+                f"{args.rounds} interleaved rounds (a round: the best of 3 bursts of 2 ms)",
+                ["statement", "mshadow us"] + [f"{k} us" for k in others]
+                + [f"ms / {k}" for k in others], rows,
+                ["ms / X > 1: mshadow slower; numpy and torch reduce a given array into out= "
+                 "(no expression to build)"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--sizes", default="1e5,1e6,1e7")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: sum,small")
     args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     ms.set_num_threads(1)          # also caps the BLAS pool (threadpoolctl)
     try:
@@ -85,6 +135,10 @@ def main():
         torch = None
     print(f"# {cpu_model()}, {os.cpu_count()} cores, load {loadavg()}; SIMD "
           f"{ms.simd_info()['active']}; numpy {np.__version__}; one thread everywhere")
+    if "small" not in skip:
+        small_section(args, torch)
+    if "sum" in skip:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         lib = build_c(tmp)
         for dtype in (np.float32, np.float64):
