@@ -94,6 +94,7 @@ cdef extern from "mshadow/plan_exec.h":
     int ms_run_program(const ms_program *p) nogil
     int ms_max_threads() nogil
     int ms_have_openmp() nogil
+    long long ms_team_wake_ns(int nt) nogil
 
 
 DEF BLOCK = 512            # elements per block: 8 registers of doubles stay in a 32 KiB L1
@@ -199,7 +200,7 @@ def set_num_threads(n):
 
     Also caps the BLAS library's thread pool (through threadpoolctl, when installed), so
     the two pools never oversubscribe the cores together."""
-    global _num_threads
+    global _num_threads, _share_min
     try:
         n = operator.index(n)
     except TypeError:
@@ -207,6 +208,7 @@ def set_num_threads(n):
     if not 1 <= n <= MAX_THREADS:
         raise ValueError(f"set_num_threads: expected 1 <= n <= {MAX_THREADS}, got {n}")
     _num_threads = n
+    _share_min = 0           # measured again for this team (_thread_shares)
     cap_blas_threads()
 
 
@@ -219,6 +221,51 @@ def cap_blas_threads():
     except ImportError:
         return
     threadpool_limits(limits=_num_threads, user_api="blas")
+
+
+# ---- when a run takes threads --------------------------------------------------------------
+# A thread's share of a run must be worth waking it. libgomp's sleeping team (mshadow's
+# OMP_WAIT_POLICY=PASSIVE, docs/threads.md) is woken through the kernel at every parallel
+# region: 1-10 us on most machines, 85 us on a 2-vCPU Firecracker VM, where E1 at 1e5
+# float32 elements took 112 us on 2 threads against 12.8 us on one. So the smallest share
+# is measured, once a team size, the first time a run could take threads: W ns to wake the
+# team (ms_team_wake_ns) gives max(MIN_PER_THREAD, SHARE_PER_WAKE_NS * W) elements a thread,
+# and max(4096, SHARE_PER_WAKE_NS * W) for a band of a staged run (each band wakes the team
+# again). SHARE_PER_WAKE_NS = 8: E1 in cache runs at 7.8 elements a ns on one thread, the
+# cheapest work a share holds, so a share that small just pays for its wake. Heavier work
+# asks for its own rate (_share_at: softmax's rows run at about one element a ns).
+DEF SHARE_PER_WAKE_NS = 8
+cdef Py_ssize_t _share_min = 0, _band_min = 4096     # _share_min 0: not measured yet
+cdef long long _wake_ns = 0
+
+
+cdef int _thread_shares() except -1:
+    """Measure what waking the team costs and set the smallest shares (above)."""
+    global _share_min, _band_min, _wake_ns
+    cdef int nt = _num_threads if ms_have_openmp() else 1
+    with nogil:
+        _wake_ns = ms_team_wake_ns(nt)
+    _share_min = max(MIN_PER_THREAD, SHARE_PER_WAKE_NS * _wake_ns)
+    _band_min = max(4096, SHARE_PER_WAKE_NS * _wake_ns)
+    return 0
+
+
+cdef Py_ssize_t _share_at(Py_ssize_t per_ns, Py_ssize_t n) except -1:
+    """The fewest elements a thread takes of a run of ``n`` elements of work that runs at
+    ``per_ns`` elements a ns on one thread (measuring the wake first, if a run of ``n``
+    could take threads)."""
+    if _share_min == 0 and _num_threads > 1 and n >= 2 * MIN_PER_THREAD:
+        _thread_shares()
+    return max(MIN_PER_THREAD, per_ns * _wake_ns)
+
+
+def thread_shares():
+    """``{"wake_us", "share", "band"}``: what waking the team of set_num_threads' size took
+    (measured once, as the first run that could take threads does), and the fewest
+    elements a thread takes of a run and of a band of a staged run."""
+    if _share_min == 0:
+        _thread_shares()
+    return {"wake_us": _wake_ns / 1000.0, "share": _share_min, "band": _band_min}
 
 
 def get_num_threads():

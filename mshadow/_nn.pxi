@@ -27,7 +27,8 @@ def softmax_rows(Tensor dst, Tensor energy):
     cdef npy_intp ds = dst.stride * dst.itemsize, es = energy.stride * energy.itemsize
     cdef npy_intp rows = dst.rows, cols = dst.cols
     cdef bint f32 = dst.dtype == np.float32
-    cdef int nt = max(1, min(_num_threads, rows * cols // MIN_PER_THREAD))
+    # (a row's max, exp-sum and scale run at about one element a ns: _share_at)
+    cdef int nt = max(1, min(_num_threads, rows * cols // _share_at(1, rows * cols)))
     dst.mem.pin()                       # a free_space meanwhile waits for the run (unpin)
     energy.mem.pin()
     try:

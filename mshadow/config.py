@@ -99,9 +99,16 @@ def _core_detected():
 
 def _threads():
     fn = getattr(_core(), "get_num_threads", None)
+    shares = getattr(_core(), "thread_shares", None)
     if fn is not None:
         try:
-            return f"{fn()} (mshadow._core.get_num_threads)"
+            n = fn()
+            text = f"{n} (mshadow._core.get_num_threads)"
+            if n > 1 and shares is not None:
+                s = shares()
+                text += (f"; waking them takes {s['wake_us']:.1f} us, so a run takes threads "
+                         f"from {s['share']} elements a thread")
+            return text
         except Exception as e:
             return f"unknown (get_num_threads() failed: {e})"
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
