@@ -73,50 +73,62 @@ def timeit(fn, min_time=0.01):
             return dt / n
 
 
-# (label, source shape, the mshadow statement's reduction, numpy's and torch's reduced axes)
-SMALL = (("sum_rows(x), 4x16", (4, 16), lambda x: ms.sum_rows(x), (0,)),
-         ("sum_rows(x * 2), 64x64", (64, 64), lambda x: ms.sum_rows(x * 2), (0,)),
+# (label, source shape, the mshadow statement's reduction, the reduced axes, the scale the
+# statement's source has: numpy and torch multiply into a scratch array first when it is not 1)
+SMALL = (("sum_rows(x), 4x16", (4, 16), lambda x: ms.sum_rows(x), (0,), 1),
+         ("sum_rows(x), 64x64", (64, 64), lambda x: ms.sum_rows(x), (0,), 1),
+         ("sum_rows(x * 2), 64x64", (64, 64), lambda x: ms.sum_rows(x * 2), (0,), 2),
          ("sumall_except_dim(x, 1), 2x8x4x4", (2, 8, 4, 4),
-          lambda x: ms.sumall_except_dim(x, 1), (0, 2, 3)),
+          lambda x: ms.sumall_except_dim(x, 1), (0, 2, 3), 1),
          ("sumall_except_dim(x, 1), 8x16x7x7", (8, 16, 7, 7),
-          lambda x: ms.sumall_except_dim(x, 1), (0, 2, 3)))
+          lambda x: ms.sumall_except_dim(x, 1), (0, 2, 3), 1))
 
 
 def small_section(args, torch):
     """Small reduction statements: microseconds a statement, interleaved rounds."""
     rows = []
-    for label, shape, build, axes in SMALL:
+    for label, shape, build, axes, k in SMALL:
         a = np.random.default_rng(1).uniform(0, 1, shape).astype(np.float32)
         x = ms.from_numpy(a)
-        keep = [k for k in range(len(shape)) if k not in axes]
-        y = ms.new_tensor(tuple(shape[k] for k in keep))
-        yn = np.empty(y.shape, np.float32)
+        keep = [d for d in range(len(shape)) if d not in axes]
+        y = ms.new_tensor(tuple(shape[d] for d in keep))
+        yn, tmp = np.empty(y.shape, np.float32), np.empty_like(a)
 
         def stmt():
             y[:] = build(x)
-        alts = {"mshadow": stmt,
-                "np.add.reduce(out=)": lambda: np.add.reduce(a, axis=axes, out=yn),
-                "np.sum(out=)": lambda: np.sum(a, axis=axes, out=yn)}
+
+        def np_reduce(fn):
+            if k == 1:
+                return lambda: fn(a, axis=axes, out=yn)
+            return lambda: fn(np.multiply(a, np.float32(k), out=tmp), axis=axes, out=yn)
+        alts = {"mshadow": stmt, "np.add.reduce(out=)": np_reduce(np.add.reduce),
+                "np.sum(out=)": np_reduce(np.sum)}
         if torch is not None:
-            at, yt = torch.from_numpy(a), torch.from_numpy(yn)
-            alts["torch.sum(out=)"] = lambda: torch.sum(at, dim=axes, out=yt)
-        stmt()
-        np.testing.assert_allclose(y.numpy(), a.sum(axis=axes, dtype=np.float64), rtol=1e-5)
-        samples = {k: [] for k in alts}
+            at, yt, tt = torch.from_numpy(a), torch.from_numpy(yn), torch.from_numpy(tmp)
+            alts["torch.sum(out=)"] = (
+                (lambda: torch.sum(at, dim=axes, out=yt)) if k == 1 else
+                (lambda: torch.sum(torch.mul(at, k, out=tt), dim=axes, out=yt)))
+        want = (a.astype(np.float64) * k).sum(axis=axes)
+        for name, fn in alts.items():
+            fn()
+            got = y.numpy() if name == "mshadow" else yn
+            np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=name)
+        samples = {name: [] for name in alts}
         for _ in range(args.rounds):
-            for k, fn in alts.items():
-                samples[k].append(min(timeit(fn, 0.002) for _ in range(3)))
-        med = {k: statistics.median(v) for k, v in samples.items()}
+            for name, fn in alts.items():
+                samples[name].append(min(timeit(fn, 0.002) for _ in range(3)))
+        med = {name: statistics.median(v) for name, v in samples.items()}
         m = med["mshadow"]
-        rows.append([label, f"{m * 1e6:.2f}"] + [f"{med[k] * 1e6:.2f}" for k in alts if k != "mshadow"]
-                    + [fmt_ratio(m / med[k]) for k in alts if k != "mshadow"])
-    others = [k for k in alts if k != "mshadow"]
+        others = [name for name in alts if name != "mshadow"]
+        rows.append([label, f"{m * 1e6:.2f}"] + [f"{med[o] * 1e6:.2f}" for o in others]
+                    + [fmt_ratio(m / med[o]) for o in others])
     print_table(f"small reduction statements, float32, us a statement, medians of "
                 f"{args.rounds} interleaved rounds (a round: the best of 3 bursts of 2 ms)",
-                ["statement", "mshadow us"] + [f"{k} us" for k in others]
-                + [f"ms / {k}" for k in others], rows,
-                ["ms / X > 1: mshadow slower; numpy and torch reduce a given array into out= "
-                 "(no expression to build)"])
+                ["statement", "mshadow us"] + [f"{o} us" for o in others]
+                + [f"ms / {o}" for o in others], rows,
+                ["ms / X > 1: mshadow slower; mshadow builds the expression each statement, "
+                 "numpy and torch reduce a given array into out= (x * 2: multiplied into a "
+                 "scratch array first)"])
 
 
 def main():
