@@ -1054,9 +1054,11 @@ def _acc_kernel(r, code, ctype):
     size = _compute_size(code)
 
     def stretch(width):   # columns [x0, x0 + width) over the rows, width a constant
-        # each row's stretch MS_PREFETCH_AHEAD further on is asked for (the next rows':
-        # without it a column sum of 4096 x 1024 float32 waited on memory, 1.5x the time)
-        fetch = " ".join(f"ms_prefetch((const char *)w + MS_PREFETCH_AHEAD + {k});"
+        # each row's stretch nr rows further on is asked for: the row the next call (the
+        # group's next rows, or the next group's) reads there (without it a column sum of
+        # 4096 x 1024 float32 waited on memory, 1.5x the time; MS_PREFETCH_AHEAD bytes on,
+        # one row of 1024 float32, was the row this call read next)
+        fetch = " ".join(f"ms_prefetch((const char *)w + ahead + {k});"
                          for k in range(0, max(64, width * size), 64))
         return (f"  for (; x0 + {width} <= n; x0 += {width}) {{\n"
                 f"    {ctype} a[{width}];\n"
@@ -1074,6 +1076,7 @@ def _acc_kernel(r, code, ctype):
     def body(isa):
         lanes = max(1, _VECTOR_BYTES[isa] // size)
         return ("  npy_intp x0 = 0, x, y;\n"
+                "  const npy_intp ahead = nr * rs;\n"
                 "  if (nr == 1) {   /* one row (a wide one): a plain pass, nothing to keep */\n"
                 f"    const {ctype} *w = (const {ctype} *)v;\n"
                 f"    {ctype} *a = acc;\n"
