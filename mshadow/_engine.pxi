@@ -243,8 +243,9 @@ cdef int _thread_shares() except -1:
     """Measure what waking the team costs and set the smallest shares (above)."""
     global _share_min, _band_min, _wake_ns
     cdef int nt = _num_threads if ms_have_openmp() else 1
-    with nogil:
-        _wake_ns = ms_team_wake_ns(nt)
+    # with the GIL held (about a millisecond, once): callers may hold addresses not yet
+    # pinned (softmax_rows), which another thread's free_space must not unmap meanwhile
+    _wake_ns = ms_team_wake_ns(nt)
     _share_min = max(MIN_PER_THREAD, SHARE_PER_WAKE_NS * _wake_ns)
     _band_min = max(4096, SHARE_PER_WAKE_NS * _wake_ns)
     return 0

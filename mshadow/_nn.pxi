@@ -22,13 +22,14 @@ def softmax_rows(Tensor dst, Tensor energy):
         return False
     if _overlaps(dst, energy) and not _same_elements(dst, energy):
         return False
-    cdef char *d = dst.data()
-    cdef const char *e = energy.data()
-    cdef npy_intp ds = dst.stride * dst.itemsize, es = energy.stride * energy.itemsize
     cdef npy_intp rows = dst.rows, cols = dst.cols
     cdef bint f32 = dst.dtype == np.float32
-    # (a row's max, exp-sum and scale run at about one element a ns: _share_at)
+    # (a row's max, exp-sum and scale run at about one element a ns: _share_at, which may
+    # measure the team's wake without the GIL, so before any address is taken)
     cdef int nt = max(1, min(_num_threads, rows * cols // _share_at(1, rows * cols)))
+    cdef char *d = dst.data()           # (from here to the pins no other thread runs)
+    cdef const char *e = energy.data()
+    cdef npy_intp ds = dst.stride * dst.itemsize, es = energy.stride * energy.itemsize
     dst.mem.pin()                       # a free_space meanwhile waits for the run (unpin)
     energy.mem.pin()
     try:
