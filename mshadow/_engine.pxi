@@ -200,7 +200,7 @@ def set_num_threads(n):
 
     Also caps the BLAS library's thread pool (through threadpoolctl, when installed), so
     the two pools never oversubscribe the cores together."""
-    global _num_threads, _share_min
+    global _num_threads, _shares_measured
     try:
         n = operator.index(n)
     except TypeError:
@@ -208,7 +208,7 @@ def set_num_threads(n):
     if not 1 <= n <= MAX_THREADS:
         raise ValueError(f"set_num_threads: expected 1 <= n <= {MAX_THREADS}, got {n}")
     _num_threads = n
-    _share_min = 0           # measured again for this team (_thread_shares)
+    _shares_measured = False     # measured again for this team (_thread_shares)
     cap_blas_threads()
 
 
@@ -226,47 +226,54 @@ def cap_blas_threads():
 # ---- when a run takes threads --------------------------------------------------------------
 # A thread's share of a run must be worth waking it. libgomp's sleeping team (mshadow's
 # OMP_WAIT_POLICY=PASSIVE, docs/threads.md) is woken through the kernel at every parallel
-# region: 1-10 us on most machines, 85 us on a 2-vCPU Firecracker VM, where E1 at 1e5
-# float32 elements took 112 us on 2 threads against 12.8 us on one. So the smallest share
-# is measured, once a team size, the first time a run could take threads: W ns to wake the
-# team (ms_team_wake_ns) gives max(MIN_PER_THREAD, SHARE_PER_WAKE_NS * W) elements a thread,
-# and max(4096, SHARE_PER_WAKE_NS * W) for a band of a staged run (each band wakes the team
-# again). SHARE_PER_WAKE_NS = 8: E1 in cache runs at 7.8 elements a ns on one thread, the
-# cheapest work a share holds, so a share that small just pays for its wake. Heavier work
-# asks for its own rate (_share_at: softmax's rows run at about one element a ns).
-DEF SHARE_PER_WAKE_NS = 8
-cdef Py_ssize_t _share_min = 0, _band_min = 4096     # _share_min 0: not measured yet
+# region: 1-10 us on most machines, 83 us on a 2-vCPU Firecracker VM, where E1 at 1e5
+# float32 elements took 112 us on 2 threads against 12.8 us on one. So what waking the team
+# costs, W ns, is measured once a team size, the first time a run could take threads
+# (ms_team_wake_ns), and a thread's share must move SHARE_BYTES_A_NS * W bytes at least,
+# counting every leaf and the destination once an element (_share_of): E1 in cache moved 94
+# bytes a ns on one thread (12 bytes an element of float32), the cheapest work a share
+# holds, so a share that size just pays for its wake; never fewer than MIN_PER_THREAD
+# elements, or 4096 for a band of a staged run (each band wakes the team again). Work that
+# computes more than it moves asks for its own rate (_share_at: softmax's rows run at about
+# one element a ns).
+DEF SHARE_BYTES_A_NS = 96
+cdef bint _shares_measured = False
 cdef long long _wake_ns = 0
 
 
 cdef int _thread_shares() except -1:
-    """Measure what waking the team costs and set the smallest shares (above)."""
-    global _share_min, _band_min, _wake_ns
+    """Measure what waking the team costs (above)."""
+    global _shares_measured, _wake_ns
     cdef int nt = _num_threads if ms_have_openmp() else 1
     # with the GIL held (about a millisecond, once): callers may hold addresses not yet
     # pinned (softmax_rows), which another thread's free_space must not unmap meanwhile
     _wake_ns = ms_team_wake_ns(nt)
-    _share_min = max(MIN_PER_THREAD, SHARE_PER_WAKE_NS * _wake_ns)
-    _band_min = max(4096, SHARE_PER_WAKE_NS * _wake_ns)
+    _shares_measured = True
     return 0
+
+
+cdef inline Py_ssize_t _share_of(Py_ssize_t bytes_an_element, Py_ssize_t floor) noexcept:
+    """The fewest elements a thread takes of a run that moves ``bytes_an_element``."""
+    return max(floor, SHARE_BYTES_A_NS * _wake_ns // max(bytes_an_element, 1))
 
 
 cdef Py_ssize_t _share_at(Py_ssize_t per_ns, Py_ssize_t n) except -1:
     """The fewest elements a thread takes of a run of ``n`` elements of work that runs at
     ``per_ns`` elements a ns on one thread (measuring the wake first, if a run of ``n``
     could take threads)."""
-    if _share_min == 0 and _num_threads > 1 and n >= 2 * MIN_PER_THREAD:
+    if not _shares_measured and _num_threads > 1 and n >= 2 * MIN_PER_THREAD:
         _thread_shares()
     return max(MIN_PER_THREAD, per_ns * _wake_ns)
 
 
 def thread_shares():
-    """``{"wake_us", "share", "band"}``: what waking the team of set_num_threads' size took
-    (measured once, as the first run that could take threads does), and the fewest
-    elements a thread takes of a run and of a band of a staged run."""
-    if _share_min == 0:
+    """``{"wake_us", "bytes"}``: what waking the team of set_num_threads' size took
+    (measured once, as the first run that could take threads does), and the bytes a
+    thread's share of a run must move at least (its leaves' and destination's elements;
+    never fewer than 32768 elements, 4096 for a band of a staged run)."""
+    if not _shares_measured:
         _thread_shares()
-    return {"wake_us": _wake_ns / 1000.0, "share": _share_min, "band": _band_min}
+    return {"wake_us": _wake_ns / 1000.0, "bytes": SHARE_BYTES_A_NS * _wake_ns}
 
 
 def get_num_threads():
@@ -384,6 +391,7 @@ cdef class Plan:
     cdef int *leaf_role         # index into _ROLES
     cdef int *leaf_param        # a 'view' leaf's last-axis kind: 0 unit, 1 zero, 2 other step
     cdef int dst_code
+    cdef int dst_size            # bytes of an element of the destination (thread shares)
     cdef ms_chain *chains       # one per fused-chain instruction (their kernels' data)
     cdef int *leaf_bind         # leaf (1-based) -> index into the expression's leaves
     cdef Py_ssize_t nbind, nscalar_bind   # the expression's leaves and scalars it binds
@@ -417,6 +425,7 @@ cdef class Plan:
                 and self.const_value and self.leaf_t and self.leaf_role and self.leaf_param):
             raise MemoryError()
         self.dst_code = _CODE_NUM[program.dst_code]
+        self.dst_size = _CODE_SIZE[program.dst_code]
         self.leaf_t[0] = False
         self.leaf_role[0] = 0
         self.leaf_param[0] = 0

@@ -106,8 +106,8 @@ def _threads():
             text = f"{n} (mshadow._core.get_num_threads)"
             if n > 1 and shares is not None:
                 s = shares()
-                text += (f"; waking them takes {s['wake_us']:.1f} us, so a run takes threads "
-                         f"from {s['share']} elements a thread")
+                text += (f"; waking them takes {s['wake_us']:.1f} us, so a thread's share "
+                         f"of a run moves at least {s['bytes'] / 1024:.0f} KiB")
             return text
         except Exception as e:
             return f"unknown (get_num_threads() failed: {e})"

@@ -26,27 +26,24 @@ def test_the_users_setting_wins():
 
 
 def test_a_runs_smallest_share_pays_for_waking_the_team():
-    # (docs/threads.md) the team's wake cost W, measured once a team size, sets the fewest
-    # elements a thread takes: max(32768, 8 a ns of W), and of a band max(4096, 8 a ns of W)
+    # (docs/threads.md) the team's wake cost W, measured once a team size, sets the bytes a
+    # thread's share must move: 96 a ns of W (at least 32768 elements a thread)
     import numpy as np
     import mshadow as ms
     from mshadow import _core
     n0 = ms.get_num_threads()
     try:
         ms.set_num_threads(1)
-        assert _core.thread_shares() == {"wake_us": 0.0, "share": 32768, "band": 4096}
+        assert _core.thread_shares() == {"wake_us": 0.0, "bytes": 0}
         if not _core.have_openmp():
             return
         ms.set_num_threads(2)
         s = _core.thread_shares()
-        wake_ns = round(s["wake_us"] * 1000)
-        assert s["wake_us"] > 0
-        assert s["share"] == max(32768, 8 * wake_ns) and s["band"] == max(4096, 8 * wake_ns)
+        assert s["wake_us"] > 0 and s["bytes"] == 96 * round(s["wake_us"] * 1000)
         assert _core.thread_shares() == s                    # measured once
-        x = ms.new_tensor((3 * s["share"],))                 # a run that takes both threads
-        x[:] = 1.5
-        y = ms.new_tensor(x.shape)
-        y[:] = x * 2 + 1
-        np.testing.assert_array_equal(y.numpy(), np.full(x.shape, 4.0, np.float32))
+        n = max(2 * 32768, 2 * s["bytes"] // 12) + 17        # both threads take E1's shares
+        w, g = ms.new_tensor((n,), 1.5), ms.new_tensor((n,), 2.0)
+        w[:] = -0.5 * (g + 0.25 * w)
+        np.testing.assert_array_equal(w.numpy(), np.full(n, -0.5 * (2.0 + 0.375), np.float32))
     finally:
         ms.set_num_threads(n0)
