@@ -269,3 +269,53 @@ def test_few_short_rows_are_reduced_in_registers():
         y = ms.new_tensor(exp.shape)
         y[:] = exp
         np.testing.assert_allclose(y.numpy(), (a * 2).sum((0, 2)), rtol=1e-5, atol=1e-5)
+
+
+def test_random_reductions_match_reduce_pys_route_and_numpy():
+    # random shapes (long rows too), dtypes, pitches, sources, forms, scales and savers:
+    # the statement (compiled where it takes it) against reduce.py's route, bit for bit,
+    # and against numpy in float64
+    rng = np.random.default_rng(11)
+    srcs = [(lambda t: t, lambda v: v), (lambda t: t * 2, lambda v: v * 2),
+            (lambda t: ms.F(ms.op.relu, t - 1), lambda v: np.maximum(v - 1, 0)),
+            (lambda t: t * t + 1, lambda v: v * v + 1)]
+    took = 0
+    for case in range(300):
+        nd = int(rng.integers(1, 5))
+        shape = tuple(int(v) for v in rng.integers(1, 9, nd))
+        if rng.random() < 0.2:
+            shape = shape[:-1] + (int(rng.integers(120, 300)),)
+        dtype = (np.float32, np.float64, np.float16)[case % 3]
+        a = (rng.standard_normal(shape) * 3).astype(dtype)
+        x = _tensor(a, pad=nd > 1 and bool(rng.integers(0, 2)))
+        build, ref = srcs[int(rng.integers(0, 4))]
+        v = ref(a.astype(np.float64))
+        ax = int(rng.integers(0, nd))
+        form = int(rng.integers(0, 3)) if nd > 1 else 2
+        if form == 0:
+            e, want = ms.sumall_except_dim(build(x), ax), v.sum(tuple(k for k in range(nd) if k != ax))
+        elif form == 1:
+            e, want = ms.reduce_with_axis(build(x), ax, ms.red.sum), v.sum(ax)
+        else:
+            e, want = ms.reduce_keepdim(build(x), ax, ms.red.sum), v.sum(ax, keepdims=True)
+        scale = (1, 0.5, -2.0)[int(rng.integers(0, 3))]
+        if scale != 1:
+            e, want = e * scale, want * scale
+        saver = ("saveto", "plusto", "minusto")[int(rng.integers(0, 3))]
+        d0 = rng.uniform(-1, 1, e.shape).astype(dtype)
+        dst, other = _tensor(d0, pad=bool(rng.integers(0, 2))), _tensor(d0)
+        if _core.reduce_fast(dst, e, saver, 1):
+            took += 1
+        else:
+            ms.engine.assign(dst, e, saver)
+        with np.errstate(all="ignore"):
+            red_mod._eval(other, e, saver)
+        what = f"{shape} {np.dtype(dtype).name} form {form} axis {ax} {saver}"
+        assert dst.numpy().tobytes() == other.numpy().tobytes(), what
+        full = {"saveto": want, "plusto": d0 + want, "minusto": d0 - want}[saver]
+        if dtype == np.float16 and np.abs(full).max() > 6e4:
+            continue                                  # float16 overflows to inf, as it should
+        tol = {np.float16: 2e-2, np.float32: 1e-4, np.float64: 1e-10}[dtype]
+        np.testing.assert_allclose(dst.numpy().astype(np.float64), full, rtol=tol,
+                                   atol=tol * 4 * (np.abs(full).max() + 1), err_msg=what)
+    assert took > 150                                 # most went the compiled way
