@@ -252,17 +252,26 @@ cdef int _thread_shares() except -1:
     return 0
 
 
-cdef inline Py_ssize_t _share_of(Py_ssize_t bytes_an_element, Py_ssize_t floor) noexcept:
-    """The fewest elements a thread takes of a run that moves ``bytes_an_element``."""
+cdef inline int _measure_wake_for(Py_ssize_t n, Py_ssize_t floor) except -1:
+    """Measure the wake first if a run of ``n`` elements could take threads (two shares of
+    at least ``floor``) and it is not measured yet for this team."""
+    if not _shares_measured and _num_threads > 1 and n >= 2 * floor:
+        _thread_shares()
+    return 0
+
+
+cdef Py_ssize_t _share_of(Py_ssize_t n, Py_ssize_t bytes_an_element,
+                          Py_ssize_t floor) except -1:
+    """The fewest elements a thread takes of a run of ``n`` elements that moves
+    ``bytes_an_element`` each (at least ``floor``)."""
+    _measure_wake_for(n, floor)
     return max(floor, SHARE_BYTES_A_NS * _wake_ns // max(bytes_an_element, 1))
 
 
 cdef Py_ssize_t _share_at(Py_ssize_t per_ns, Py_ssize_t n) except -1:
     """The fewest elements a thread takes of a run of ``n`` elements of work that runs at
-    ``per_ns`` elements a ns on one thread (measuring the wake first, if a run of ``n``
-    could take threads)."""
-    if not _shares_measured and _num_threads > 1 and n >= 2 * MIN_PER_THREAD:
-        _thread_shares()
+    ``per_ns`` elements a ns on one thread."""
+    _measure_wake_for(n, MIN_PER_THREAD)
     return max(MIN_PER_THREAD, per_ns * _wake_ns)
 
 

@@ -20,7 +20,8 @@ cdef class ReduceRecipe:
     (``float_sum``: numpy's add in float64) in C, the kept axes as K between P leading
     and Q trailing elements, summed over p then q in order; any other reduction by
     ``ufunc`` in ``wide``. ``merged``: the source's leaves, contiguous tensors of
-    ``src_shape``, are read as ``shape`` (reduce.py _rows_merged). ``numpy_steps``: a step
+    ``src_shape``, are read as ``shape`` (reduce.py _rows_merged). The values are finished
+    in the compute type ``cdt`` (cast, scaled) and stored as ``dtype``. ``numpy_steps``: a step
     calls numpy (not a float sum, a row of several blocks, an integer finish); the
     statement path leaves those to reduce.py, under its errstate."""
     cdef readonly Plan plan
@@ -28,13 +29,13 @@ cdef class ReduceRecipe:
     cdef readonly object shape, src_shape     # Shapes
     cdef readonly tuple partial, rest, out_shape
     cdef readonly Py_ssize_t first, rows_per_group, rows_a_call
-    cdef readonly object init, ufunc, wide, cdt, acc, dtype
+    cdef readonly object init, ufunc, wide, cdt, dtype
     cdef Py_ssize_t P, K, Q
     cdef unsigned long long gen
 
     def __init__(self, Plan plan not None, bint by_rows, tuple shape, tuple src_shape,
                  bint merged, Py_ssize_t first, Py_ssize_t rows_per_group,
-                 Py_ssize_t rows_a_call, init, ufunc, wide, cdt, acc, dtype, tuple rest,
+                 Py_ssize_t rows_a_call, init, ufunc, wide, cdt, dtype, tuple rest,
                  tuple out_shape):
         cdef Py_ssize_t nd = len(shape), k
         if by_rows:
@@ -46,7 +47,7 @@ cdef class ReduceRecipe:
         self.shape, self.src_shape = _tuple_of(Shape, shape), _tuple_of(Shape, src_shape)
         self.merged, self.first, self.rows_per_group = merged, first, rows_per_group
         self.rows_a_call, self.init, self.ufunc = rows_a_call, init, ufunc
-        self.wide, self.cdt, self.acc, self.dtype = np.dtype(wide), np.dtype(cdt), np.dtype(acc), np.dtype(dtype)
+        self.wide, self.cdt, self.dtype = np.dtype(wide), np.dtype(cdt), np.dtype(dtype)
         self.partial = tuple(shape[:first]) + tuple(shape[first + 1:])
         self.rest, self.out_shape = rest, out_shape
         self.float_sum = ufunc is np.add and self.wide == np.float64
@@ -58,7 +59,7 @@ cdef class ReduceRecipe:
         self.K = _prod(self.partial[kept[0]:kept[-1] + 1])
         self.Q = _prod(self.partial[kept[-1] + 1:])
         self.numpy_steps = (not self.float_sum or (by_rows and shape[nd - 1] > RBLOCK)
-                            or (self.cdt, self.acc, self.dtype) not in _FINISH_C)
+                            or (self.cdt, self.dtype) not in _FINISH_C)
         self.gen = _plan_gen
 
 
@@ -101,7 +102,6 @@ cdef object _summed(object partial, ReduceRecipe rc):
 
 
 cdef object _run_recipe(ReduceRecipe rc, tuple leaves, tuple scalars):
-    cdef Py_ssize_t rows
     if rc.by_rows:
         parts = _reduce_parts(rc.plan, rc.shape, leaves, scalars, True)
         if rc.float_sum and not rc.numpy_steps:     # one block a row: its partial is the row's
@@ -147,24 +147,24 @@ cdef void _scaled_f64(const double *v, double *o, Py_ssize_t n, double s, bint s
         o[i] = v[i] * s if scale else v[i]
 
 
-# (compute, scale, storage) dtypes _finish_c takes: every float dtype's (the dtype table's:
-# float16 computes and scales in its compute type), from values in float64
-_FINISH_C = {(np.dtype(_NP_BY_CODE[d.compute]), np.dtype(_NP_BY_CODE[d.compute]),
-              np.dtype(_NP_BY_CODE[d.code])) for d in _DTYPES if d.is_float}
+# (compute, storage) dtypes _finish_c takes: every float dtype's (the dtype table's: float16
+# computes and scales in its compute type), from values in float64
+_FINISH_C = {(np.dtype(_NP_BY_CODE[d.compute]), np.dtype(_NP_BY_CODE[d.code]))
+             for d in _DTYPES if d.is_float}
 
 
-def finish_values(values, cdt, scale, acc, dtype):
-    """A reduction's ``values`` cast to its compute type ``cdt``, times ``scale`` in
-    ``acc``, as ``dtype``: a fresh C-contiguous array (numpy's astype(cdt), multiply in
-    acc, astype(dtype); in C for float64 values of a float dtype (_FINISH_C), the same
+def finish_values(values, cdt, scale, dtype):
+    """A reduction's ``values`` cast to its compute type ``cdt``, times ``scale`` in it, as
+    ``dtype``: a fresh C-contiguous array (numpy's astype(cdt), multiply in cdt,
+    astype(dtype); in C for float64 values of a float dtype (_FINISH_C), the same
     roundings). float16: a value past 65504 is inf (reduce.py runs this under errstate)."""
-    cdt, acc, dtype = np.dtype(cdt), np.dtype(acc), np.dtype(dtype)
+    cdt, dtype = np.dtype(cdt), np.dtype(dtype)
     if (type(values) is np.ndarray and values.dtype == np.float64
-            and (cdt, acc, dtype) in _FINISH_C):
+            and (cdt, dtype) in _FINISH_C):
         return _finish_c(values, scale, dtype, values.shape)
     res = np.ascontiguousarray(values.astype(cdt))
     if scale != 1:
-        np.multiply(res, np.asarray(scale).astype(acc), out=res)
+        np.multiply(res, np.asarray(scale).astype(cdt), out=res)
     return res.astype(dtype, copy=False)
 
 

@@ -847,10 +847,8 @@ cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_s
         prog.x0, prog.cols = x0, x1
     # a band is a share of a larger assignment: threads pay off on smaller runs
     banded = rows != o.rows or cols != o.cols
-    if not _shares_measured and _num_threads > 1 and n >= 2 * 4096:
-        _thread_shares()        # (once a team size: what a share must be worth)
     prog.nthreads = max(1, min(_num_threads, n // _share_of(
-        (plan.nleaf + 1) * plan.dst_size,   # (leaves counted at the destination's size)
+        n, (plan.nleaf + 1) * plan.dst_size,   # (leaves counted at the destination's size)
         4096 if banded else MIN_PER_THREAD)))
     # Registers must fit in L1, so programs that use them go block by block; a fully
     # fused program has none and takes whole rows, one share of them per thread.

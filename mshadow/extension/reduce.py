@@ -386,9 +386,8 @@ def _recipe(key, code, shape, form, reducer_name, axis, src_shape, merged):
         rest = tuple(k - 1 for k in axes[1:])                 # except_dim: the other leading axes
     if not isinstance(plan, _core.Plan):
         return None
-    # (the scale is applied in the compute type, cdt: compute's acc)
     return _core.ReduceRecipe(plan, by_rows, shape, src_shape, merged, first, ROWS_PER_GROUP, nr,
-                              init_value(reducer_name, cdt), ufunc, wide, cdt, cdt,
+                              init_value(reducer_name, cdt), ufunc, wide, cdt,
                               np.dtype(_NP_BY_CODE[code]), rest, _result_shape(shape, form, axis))
 
 
@@ -531,7 +530,7 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
     dtype = np.dtype(_NP_BY_CODE[code])
     acc = np.dtype(np.float32) if code == "f16" else dtype
     if isinstance(a, _Fused):
-        return _finish(a.values, scale, acc, dtype, a.cdt)
+        return _finish(a.values, scale, dtype, a.cdt)
     axes = _reduced_axes(form, axis, a.ndim)
     keep = form == "keepdim"
     if mask:
@@ -555,7 +554,7 @@ def compute(a, code, form, reducer_name, axis, mask, scale):
         res = ufunc.reduce(a, axis=axes, keepdims=keep,
                            dtype=acc if REDUCER_BY_NAME[reducer_name].lanes else None, **kw)
         res = np.asarray(res, dtype=acc)
-    return _finish(res, scale, acc, dtype)
+    return _finish(res, scale, dtype)
 
 
 class _Fused:
@@ -568,10 +567,11 @@ class _Fused:
         self.values, self.cdt = values, cdt
 
 
-def _finish(res, scale, acc, dtype, cdt=None):
-    """``res`` (cast to ``cdt`` first, if given) times ``scale`` in ``acc``, as ``dtype``: a
-    fresh contiguous array. (Under reduce_into's errstate: float16, a cast past 65504 is inf.)"""
-    return _core.finish_values(res, res.dtype if cdt is None else cdt, scale, acc, dtype)
+def _finish(res, scale, dtype, cdt=None):
+    """``res`` (cast to the compute type ``cdt`` first, if given; else in it already) times
+    ``scale`` in it, as ``dtype``: a fresh contiguous array. (Under reduce_into's errstate:
+    float16, a cast past 65504 is inf.)"""
+    return _core.finish_values(res, res.dtype if cdt is None else cdt, scale, dtype)
 
 
 def check_dst(dst, exp_code, devices, where, gpu_ok=False):
