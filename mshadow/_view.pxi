@@ -51,13 +51,20 @@ class _ViewExport:
 
 def tensor_strides(Tensor t):
     """Byte strides of each axis of ``t`` (the row pitch on the leading axes)."""
-    nd = len(t.shape)
-    st = [t.itemsize] * nd
+    return _tensor_strides(t)
+
+
+cdef tuple _tensor_strides(Tensor t):
+    shape = t.shape
+    cdef Py_ssize_t nd = len(shape), k, st = t.itemsize
+    cdef list out = [st] * nd
     if nd >= 2:
-        st[nd - 2] = t.stride * t.itemsize
+        st = t.stride * t.itemsize
+        out[nd - 2] = st
         for k in range(nd - 3, -1, -1):
-            st[k] = st[k + 1] * t.shape[k + 1]
-    return tuple(st)
+            st = st * <Py_ssize_t> shape[k + 1]
+            out[k] = st
+    return tuple(out)
 
 
 def strided_view(Tensor src, shape, Py_ssize_t offset, strides, bint handle=False):
@@ -67,21 +74,36 @@ def strided_view(Tensor src, shape, Py_ssize_t offset, strides, bint handle=Fals
     if not handle:
         src.data()
     shape = as_shape(shape)
-    strides = tuple(int(s) for s in strides)
-    if len(strides) != len(shape) or not 1 <= len(shape) <= MS_VIEW_MAXDIM + 1:
-        raise ShapeError(f"strided_view: {len(strides)} strides for shape {shape} "
+    cdef tuple st = tuple([int(s) for s in strides])
+    cdef Py_ssize_t nd = len(shape), k, n, s, lo = offset, hi = offset, span
+    if len(st) != nd or not 1 <= nd <= MS_VIEW_MAXDIM + 1:
+        raise ShapeError(f"strided_view: {len(st)} strides for shape {shape} "
                          f"(1 to {MS_VIEW_MAXDIM + 1} axes)")
-    cdef Py_ssize_t lo = offset, hi = offset
-    if shape.size():
-        for n, s in zip(shape, strides):
+    # below 2**31 elements and 2**27 bytes a step (and a modest offset) the span cannot
+    # overflow index_t: it is summed in C; else in Python integers (an OverflowError)
+    cdef bint empty = False, small = -(1 << 62) < offset < (1 << 62)
+    for k in range(nd):
+        n = shape[k]
+        s = st[k]
+        empty = empty or n == 0
+        small = small and n < 0x7fffffff and -0x7ffffff < s < 0x7ffffff
+    if small:
+        for k in range(nd):
+            n = shape[k]
+            s = st[k]
             if s < 0:
                 lo += (n - 1) * s
             else:
                 hi += (n - 1) * s
+    elif not empty:
+        lo = offset + sum([(d - 1) * t for d, t in zip(shape, st) if t < 0])
+        hi = offset + sum([(d - 1) * t for d, t in zip(shape, st) if t >= 0])
+    if not empty:
         span = ((src.rows - 1) * src.stride + src.cols) * src.itemsize if src.rows else 0
         if lo < 0 or hi + src.itemsize > span:
             raise IndexError(f"strided_view: bytes [{lo}, {hi + src.itemsize}) fall outside the "
                              f"source's {span} bytes (shape {src.shape}, stride {src.stride})")
+    strides = st
     cdef ViewLeaf v = ViewLeaf.__new__(ViewLeaf)
     v.src = src
     v.offset = offset

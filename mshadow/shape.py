@@ -61,7 +61,10 @@ class Shape(tuple):
     def __new__(cls, *dims):
         if len(dims) == 1 and not isinstance(dims[0], int) and hasattr(dims[0], "__iter__"):
             dims = tuple(dims[0])
-        return tuple.__new__(cls, [_check_dim(d) for d in dims])
+        for d in dims:   # plain non-negative ints (nearly every shape) are taken as they are
+            if type(d) is not int or d < 0:
+                return tuple.__new__(cls, [_check_dim(d) for d in dims])
+        return tuple.__new__(cls, dims)
 
     @property
     def ndim(self):

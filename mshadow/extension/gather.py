@@ -31,17 +31,19 @@ def _rows_view(src):
     """A tensor, view or transposed tensor/view ``src`` as a 2-D ViewLeaf (its rows: every
     leading axis, its columns: the last), read in place through its strides; None when the
     leading axes do not merge into one row stride (a flip of a leading axis, ...)."""
+    if isinstance(src, Tensor):         # a tensor is read as it is
+        return None
     d = _strided(src)
     if d is None or d[4] is not None:
         return None
     base, off, shape, st, _ = d
-    if isinstance(src, Tensor) or len(shape) < 2:
-        return None                     # a tensor is read as it is; 1-D sources stay
+    if len(shape) < 2:                  # 1-D sources stay
+        return None
     lead = [(n, s) for n, s in zip(shape[:-1], st[:-1]) if n != 1]
     for (n, s), (n2, s2) in zip(lead, lead[1:]):
         if s != n2 * s2:
             return None
-    rows = Shape(shape).prod_shape(0, len(shape) - 1)
+    rows = math.prod(shape[:-1])
     return _core.strided_view(base, (rows, shape[-1]), off, (lead[-1][1] if lead else 0, st[-1]))
 
 
@@ -338,8 +340,8 @@ def concat(a, b, dim):
     if dim == nd - 1:
         params = dict(split=a.shape[-1], along_columns=1, ra=0, rb=0)
     else:   # rows of a and b alternate in groups of prod(shape[dim:-1]) rows
-        params = dict(split=0, along_columns=0, ra=Shape(a.shape).prod_shape(dim, nd - 1),
-                      rb=Shape(b.shape).prod_shape(dim, nd - 1))
+        params = dict(split=0, along_columns=0, ra=math.prod(a.shape[dim:nd - 1]),
+                      rb=math.prod(b.shape[dim:nd - 1]))
     # views are read in place; an expression part band by band (readers.py src_rows)
     a, b = _operand(a, "concat"), _operand(b, "concat")
     node = gather("concat", [a, b], shape, _code(a), cls=ConcatExp, **params)
