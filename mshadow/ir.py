@@ -240,6 +240,21 @@ def holds_remap(node):
     return any(holds_remap(c) for c in node.children)
 
 
+def reads_transposed(node):
+    """Every tensor leaf of ``node`` (Leaf, Scalar, Map and Cast nodes only) is read
+    transposed, and there is at least one: ``transposed(node)`` then reads each tensor in
+    its own row order."""
+    t = type(node)
+    if t is Leaf:
+        return node.transposed
+    if t is Scalar:
+        return None          # (neither: a tree of scalars alone reads nothing)
+    if t is Map or t is Cast:
+        seen = [reads_transposed(c) for c in node.children]
+        return False if False in seen else (True if True in seen else None)
+    return False
+
+
 def transposed(node):
     """The node of ``exp.T`` for a 2-D ``exp`` of Leaf, Scalar, Map and Cast nodes: every
     leaf's transpose flag flipped (``T.T`` is the original)."""
