@@ -77,6 +77,7 @@ cdef extern from "mshadow/plan_exec.h":
         npy_intp mmod[7]
         npy_intp mstride[7]
         const ms_gather *gather
+        npy_intp tsize
         int per_block
     ctypedef struct ms_program:
         int ninst
@@ -88,6 +89,8 @@ cdef extern from "mshadow/plan_exec.h":
         npy_intp rows, cols, block
         int nthreads
         npy_intp gB, gM, gR, gN
+        npy_intp tile
+        int nleaf
         npy_intp y0
         npy_intp x0
     int MS_VIEW_MAXDIM
@@ -102,6 +105,10 @@ DEF RBLOCK = 4096          # a reduction's block: one partial sum each (fewer di
 DEF GATHER_BLOCK = 16384   # a program with no registers (a gather, a copy): calls cost more
                            # than the L1 saves; concat on (32, 64, 28, 28) ran 1.2x faster
 DEF GROUP_BLOCK = 2048     # a grouped run's block (a column reduction): 16 KiB a register
+DEF TILE_COLS = 256        # a run reading a transposed leaf goes in tiles (plan_exec.h
+DEF TILE_BYTES = 128       # ms_run_tile) of 256 columns by 128 bytes of destination elements
+DEF TILE_MIN = 4096        # (rows), from 4096 elements (fewer: in cache anyway). 1000^2 to
+                           # 2048^2 a.T + b: 64 to 512 columns by 64 to 256 bytes, this the best
 DEF MIN_PER_THREAD = 32768 # below this many elements a thread costs more than it saves
 
 cdef dict _KERNELS = {}
@@ -397,6 +404,7 @@ cdef class Plan:
     cdef int *scalar_ccode      # slot -> compute type number
     cdef double *const_value
     cdef bint *leaf_t           # leaf (1-based; 0 is dst) read transposed
+    cdef bint reads_t           # some leaf is (its runs go in tiles: _stages.pxi _exec_bound)
     cdef int *leaf_role         # index into _ROLES
     cdef int *leaf_param        # a 'view' leaf's last-axis kind: 0 unit, 1 zero, 2 other step
     cdef int dst_code
@@ -456,6 +464,7 @@ cdef class Plan:
         for k, t in enumerate(program.leaf_transposed):
             self.leaf_bind[k + 1] = program.leaf_bind[k]
             self.leaf_t[k + 1] = t
+            self.reads_t = self.reads_t or (t and program.leaf_roles[k] == "map")
             self.leaf_role[k + 1] = _ROLES.index(program.leaf_roles[k])
             self.leaf_param[k + 1] = program.leaf_params[k]
         consts = program.const_values

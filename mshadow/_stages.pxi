@@ -315,6 +315,7 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
         L = &lv[k]
         L.nmap = 0
         L.per_block = 0
+        L.tsize = 0
         L.gather = NULL
         L.ptr = NULL
         L.rowstep = L.colstep = L.inner = 0
@@ -379,6 +380,8 @@ cdef int _bind_leaves(Plan plan, tuple leaves, tuple scalars, object shape, Py_s
             continue
         lf = <Tensor> obj
         _bind_tensor(L, lf, plan.leaf_t[k], pins)
+        if plan.leaf_t[k]:              # a tiled run copies it a tile at a time
+            L.tsize = lf.itemsize
         rr, rc = (lf.cols, lf.rows) if plan.leaf_t[k] else (lf.rows, lf.cols)
         if rr != rows or rc != cols:
             raise ShapeError(f"Assignment: Shape of Tensors are not consistent with target, "
@@ -492,6 +495,7 @@ cdef inline void _leaf_at(ms_leaf *L, char *ptr, Py_ssize_t rowstep, Py_ssize_t 
     L.inner = inner
     L.nmap = 0
     L.per_block = 0
+    L.tsize = 0
     L.gather = NULL
 
 
@@ -522,6 +526,7 @@ cdef int _bind_view_at(ms_leaf *L, ViewLeaf v, char *ptr) except -1:
     L.rowstep = 0
     L.inner = v.shape[nd - 1]
     L.per_block = 0
+    L.tsize = 0
     L.gather = NULL
     if nd == 1:
         L.nmap = 1
@@ -545,6 +550,7 @@ cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
 cdef int _bind_tensor(ms_leaf *L, Tensor t, bint transposed, _Pins *pins) except -1:
     """A tensor read in place at (y, x), or at (x, y) when transposed; pinned at once."""
     L.ptr = t.data()
+    L.tsize = 0
     _pin_now(t.mem, pins)
     if transposed:
         L.rowstep, L.colstep, L.inner = t.itemsize, t.stride * t.itemsize, t.rows
@@ -867,6 +873,11 @@ cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_s
     else:   # and at least 4 calls a thread: 32K elements on 16 threads were 2 calls
         prog.block = max(BLOCK, min(GATHER_BLOCK, (n + 4 * prog.nthreads - 1)
                                                   // (4 * prog.nthreads)))
+    prog.tile = 0
+    prog.nleaf = plan.nleaf
+    if plan.reads_t and o.gB == 0 and not per_block and prog.rows > 1 and n >= TILE_MIN:
+        prog.block = min(prog.block, TILE_COLS)
+        prog.tile = max(2, TILE_BYTES // plan.dst_size)
     if prog.nthreads == 1 and n < MIN_PER_THREAD:   # too short to release the GIL
         rc = ms_run_program(&prog)
     else:

@@ -12,6 +12,7 @@
 #ifndef MSHADOW_PLAN_EXEC_H_
 #define MSHADOW_PLAN_EXEC_H_
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "mshadow/alloc.h"
 #ifdef _OPENMP
@@ -43,6 +44,8 @@ typedef struct {
                                   (the index of each leading axis times its byte stride) */
   npy_intp mdiv[MS_VIEW_MAXDIM], mmod[MS_VIEW_MAXDIM], mstride[MS_VIEW_MAXDIM];
   const ms_gather *gather;     /* a gather leaf's sources and parameters (mshadow/gather.h) */
+  npy_intp tsize;              /* > 0: a tensor read transposed (rowstep == tsize, its element
+                                  size), copied a tile at a time in a tiled run (ms_run_tile) */
   int per_block;               /* 1: one element per block: block (y, x0) addresses
                                   ptr + y * rowstep + (x0 / block) * colstep (reductions);
                                   2: one row per group of rows (accumulations): block (y, x0)
@@ -64,6 +67,8 @@ typedef struct {
    * group's accumulator row) is never written by two threads. gN: the group's rows one
    * call folds where the program can (ms_group_rows). */
   npy_intp gB, gM, gR, gN;
+  npy_intp tile;        /* > 1: a tiled run (ms_run_tile), tiles of `tile` rows x block */
+  int nleaf;            /* leaves 1..nleaf (0 is the destination) */
   npy_intp y0;          /* the first row: a run over rows [y0, y0 + rows) (a band) */
   npy_intp x0;          /* the first column: blocks cover columns [x0, cols) (a column band) */
 } ms_program;
@@ -239,14 +244,78 @@ static inline void ms_run_item(const ms_program *p, char *regs, npy_intp i, npy_
   }
 }
 
+/* Element (y + r, x0 + c) of the transposed leaf L to out[r * n + c], r < h, c < n: the h
+ * elements of each source row lie side by side (one cache line, read once). */
+static inline void ms_pack_tile(char *out, const ms_leaf *L, npy_intp y, npy_intp h,
+                                npy_intp x0, npy_intp n) {
+  const npy_intp ts = L->tsize, os = n * ts;
+  npy_intp c, r;
+  for (c = 0; c < n; ++c) {
+    const char *src = L->ptr + y * ts + (x0 + c) * L->colstep;
+    char *o = out + c * ts;
+    switch (ts) {
+      case 8: for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * 8, 8); break;
+      case 4: for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * 4, 4); break;
+      case 2: for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * 2, 2); break;
+      default: for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * ts, (size_t)ts);
+    }
+  }
+}
+
+/* Bytes a thread of a tiled run needs: its copy of the leaves, then a tile per transposed
+ * leaf. */
+static inline size_t ms_tile_bytes(const ms_program *p) {
+  size_t b = (size_t)(p->nleaf + 1) * sizeof(ms_leaf);
+  int k;
+  b = (b + 63) & ~(size_t)63;
+  for (k = 1; k <= p->nleaf; ++k)
+    if (p->leaf[k].tsize > 0) b += (size_t)(p->tile * p->block * p->leaf[k].tsize + 63) & ~(size_t)63;
+  return b;
+}
+
+/* Tile i of a tiled run: rows [yb, yb + h) of band i / nbx (p->tile rows, the last fewer),
+ * columns of block i % nbx. Each transposed leaf's elements of the tile are copied into
+ * the thread's scratch first; the tile's rows then run reading the copies in row order.
+ * A transposed leaf read in place took a cache line a element: rows of 4 KiB (1024^2
+ * float32 a.T + b) all fall in a few cache sets, and every read missed. `mem`:
+ * ms_tile_bytes of the thread's own. */
+static inline void ms_run_tile(const ms_program *p, char *regs, char *mem, npy_intp i,
+                               npy_intp nbx) {
+  const npy_intp yb = p->y0 + (i / nbx) * p->tile, x0 = p->x0 + (i % nbx) * p->block;
+  const npy_intp left = p->y0 + p->rows - yb, h = left < p->tile ? left : p->tile;
+  const size_t lbytes = ((size_t)(p->nleaf + 1) * sizeof(ms_leaf) + 63) & ~(size_t)63;
+  ms_leaf *lv = (ms_leaf *)mem;
+  char *scratch = mem + lbytes;
+  ms_program q = *p;
+  npy_intp n = p->cols - x0, r;
+  int k;
+  if (n > p->block) n = p->block;
+  memcpy(lv, p->leaf, (size_t)(p->nleaf + 1) * sizeof(ms_leaf));
+  q.leaf = lv;
+  for (k = 1; k <= p->nleaf; ++k) {
+    const ms_leaf *L = &p->leaf[k];
+    if (L->tsize <= 0) continue;
+    ms_pack_tile(scratch, L, yb, h, x0, n);
+    /* element (yb + r, x0 + c) at scratch + r * n * ts + c * ts */
+    lv[k].rowstep = n * L->tsize;
+    lv[k].colstep = L->tsize;
+    lv[k].ptr = scratch - yb * lv[k].rowstep - x0 * L->tsize;
+    lv[k].tsize = 0;
+    scratch += (size_t)(p->tile * p->block * L->tsize + 63) & ~(size_t)63;
+  }
+  for (r = 0; r < h; ++r) ms_run_block(&q, regs, yb + r, x0, 0, 1);
+}
+
 /* Returns the MS_RUN_* flags of this run (0: done, nothing to report). */
 static int ms_run_program(const ms_program *p) {
   const npy_intp nbx = (p->cols - p->x0 + p->block - 1) / p->block;
   /* one row in one block (a small statement) is one item: no walk to choose how to cut */
   const int one = p->rows == 1 && nbx == 1 && p->gB <= 0;
   const npy_intp rpb = one ? 1 : ms_rows_per_block(p), gr = one ? 1 : ms_group_rows(p);
+  const int tiled = !one && p->tile > 1 && rpb == 1 && p->gB <= 0;
   const npy_intp total = p->gB > 0
       ? (p->rows / (p->gB * p->gM)) * p->gM * ((p->gB + p->gR - 1) / p->gR)
+      : tiled ? (p->rows + p->tile - 1) / p->tile * nbx
       : rpb > 1 ? (p->rows + rpb - 1) / rpb : p->rows * nbx;
   int failed = 0;
   npy_intp b;
@@ -259,8 +328,17 @@ static int ms_run_program(const ms_program *p) {
       regs = (char *)ms_aligned_malloc(MS_REGS_BYTES(p));
       if (regs == NULL) return MS_RUN_NOMEM;
     }
+    char *tmem = tiled ? (char *)ms_aligned_malloc(ms_tile_bytes(p)) : NULL;
+    if (tiled && tmem == NULL) {
+      if (regs != stack_regs) ms_aligned_free(regs);
+      return MS_RUN_NOMEM;
+    }
     ms_clear_thread_flags();
-    for (b = 0; b < total; ++b) ms_run_item(p, regs, b, nbx, rpb, gr);
+    for (b = 0; b < total; ++b) {
+      if (tiled) ms_run_tile(p, regs, tmem, b, nbx);
+      else ms_run_item(p, regs, b, nbx, rpb, gr);
+    }
+    if (tmem) ms_aligned_free(tmem);
     if (regs != stack_regs) ms_aligned_free(regs);
     return ms_thread_flags();
   }
@@ -271,15 +349,19 @@ static int ms_run_program(const ms_program *p) {
 #endif
   {
     char *regs = p->nreg ? (char *)ms_aligned_malloc(MS_REGS_BYTES(p)) : NULL;
-    if (p->nreg && regs == NULL) failed |= MS_RUN_NOMEM;
+    char *tmem = tiled ? (char *)ms_aligned_malloc(ms_tile_bytes(p)) : NULL;
+    const int lost = (p->nreg && regs == NULL) || (tiled && tmem == NULL);
+    if (lost) failed |= MS_RUN_NOMEM;
     ms_clear_thread_flags();
 #ifdef _OPENMP
     #pragma omp for schedule(static)
 #endif
     for (b = 0; b < total; ++b) {
-      if (p->nreg && regs == NULL) continue;
-      ms_run_item(p, regs, b, nbx, rpb, gr);
+      if (lost) continue;
+      if (tiled) ms_run_tile(p, regs, tmem, b, nbx);
+      else ms_run_item(p, regs, b, nbx, rpb, gr);
     }
+    if (tmem) ms_aligned_free(tmem);
     if (regs) ms_aligned_free(regs);
     failed |= ms_thread_flags();
   }

@@ -1,0 +1,100 @@
+"""Runs reading a transposed tensor go in tiles (plan_exec.h ms_run_tile): each transposed
+leaf's elements of a tile are copied into the thread's scratch, then the tile's rows run
+reading the copy. Against numpy, at shapes that cross the tiles' edges both ways, every
+dtype, pitched sources and destinations, row views, two threads, savers, the same leaf
+twice, a cast, and a destination that is the transposed source itself."""
+import numpy as np
+import pytest
+
+import mshadow as ms
+
+# (elements >= 4096: a tiled run) edges of the 256-column blocks and the tile's rows
+SHAPES = [(64, 64), (67, 300), (300, 67), (257, 513), (2, 4096), (4096, 2), (33, 1000)]
+DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int8, np.uint8]
+
+
+def _tensor(a, pad=False):
+    t = ms.new_tensor(a.shape, dtype=a.dtype, pad=pad)
+    t.numpy()[...] = a
+    return t
+
+
+def _values(rng, shape, dtype):
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0, 50, shape).astype(dtype)
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    old = ms.get_num_threads()
+    ms.set_num_threads(request.param)
+    yield request.param
+    ms.set_num_threads(old)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_transposed_leaf_plus_a_tensor(shape, dtype, threads):
+    rng = np.random.default_rng(shape[0] * 7 + shape[1])
+    cv = _values(rng, shape[::-1], dtype)
+    bv = _values(rng, shape, dtype)
+    c, b = _tensor(cv, pad=True), _tensor(bv)
+    a = ms.new_tensor(shape, dtype=dtype, pad=True)
+    a[:] = c.T + b
+    assert np.array_equal(a.numpy(), cv.T + bv)
+    a += c.T
+    assert np.array_equal(a.numpy(), cv.T + bv + cv.T)
+
+
+@pytest.mark.parametrize("shape", [(67, 300), (257, 513), (2, 4096)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_expressions_of_several_transposed_leaves(shape, dtype, threads):
+    rng = np.random.default_rng(1)
+    xv = rng.standard_normal(shape[::-1]).astype(dtype)
+    yv = rng.standard_normal(shape[::-1]).astype(dtype)
+    bv = rng.standard_normal(shape).astype(dtype)
+    x, y, b = _tensor(xv), _tensor(yv, pad=True), _tensor(bv)
+    a = ms.new_tensor(shape, dtype=dtype)
+    a[:] = x.T * x.T - y.T * 2 + b
+    np.testing.assert_array_equal(a.numpy(), xv.T * xv.T - yv.T * 2 + bv)
+    a[:] = ms.F(ms.op.exp, x.T) * 0.5 + y.T
+    ref = a.numpy().copy()
+    # the same statement without tiles: one row a run (rows = 1) gives the same bits
+    for r in range(shape[0]):
+        row = ms.new_tensor((1, shape[1]), dtype=dtype)
+        row[:] = ms.F(ms.op.exp, _tensor(np.ascontiguousarray(xv[:, r:r + 1]))).T * 0.5 \
+            + _tensor(np.ascontiguousarray(yv[:, r:r + 1])).T
+        assert row.numpy().tobytes() == ref[r:r + 1].tobytes()
+
+
+def test_a_cast_of_a_transposed_half_tensor():
+    rng = np.random.default_rng(2)
+    hv = rng.standard_normal((300, 67)).astype(np.float16)
+    h = _tensor(hv)
+    a = ms.new_tensor((67, 300), dtype=np.float32)
+    a[:] = ms.tcast(np.float32, h.T) * 2
+    np.testing.assert_array_equal(a.numpy(), hv.T.astype(np.float32) * 2)
+
+
+def test_a_row_view_destination():
+    rng = np.random.default_rng(3)
+    cv = rng.standard_normal((300, 40)).astype(np.float32)
+    big = ms.new_tensor((50, 300), dtype=np.float32, init=7)
+    c = _tensor(cv)
+    view = big[5:45]
+    view[:] = c.T + 1
+    got = big.numpy()
+    np.testing.assert_array_equal(got[5:45], cv.T + 1)
+    assert (got[:5] == 7).all() and (got[45:] == 7).all()
+
+
+@pytest.mark.parametrize("n", [64, 100, 300])
+def test_the_destination_is_the_transposed_source(n, threads):
+    rng = np.random.default_rng(n)
+    av = rng.standard_normal((n, n)).astype(np.float32)
+    a = _tensor(av)
+    a[:] = a.T
+    np.testing.assert_array_equal(a.numpy(), av.T)
+    a[:] = a.T + a
+    np.testing.assert_array_equal(a.numpy(), av + av.T)
