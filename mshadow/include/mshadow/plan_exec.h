@@ -81,7 +81,9 @@ typedef struct {
  * Only plain leaves (a row at ptr + y * rowstep) and no implicit_dot, column band or group:
  * each instruction then runs the block's rows in one call (a gather takes them as dims[3]
  * rows, dims[4] bytes apart; another kernel, when its leaves' rows follow one another
- * with no gap) or a call a row. */
+ * with no gap) or a call a row. A reduction's partial results (per_block 1: one a block,
+ * and here a row is one block) take a call a row, each row reduced alone as it was (rows
+ * of 49 float32 a block each: sumall_except_dim of (32, 512, 7, 7) took 6x einsum's time). */
 static inline npy_intp ms_rows_per_block(const ms_program *p) {
   int k, j;
   if (p->gB > 0 || p->x0 != 0 || p->cols <= 0 || 2 * p->cols > p->block) return 1;
@@ -89,7 +91,7 @@ static inline npy_intp ms_rows_per_block(const ms_program *p) {
     const ms_inst *in = &p->inst[k];
     if (in->gemm) return 1;
     for (j = 0; j <= in->nin; ++j)
-      if (in->kind[j] == MS_OPD_LEAF && (p->leaf[in->idx[j]].per_block ||
+      if (in->kind[j] == MS_OPD_LEAF && (p->leaf[in->idx[j]].per_block > 1 ||
                                          p->leaf[in->idx[j]].nmap))
         return 1;
   }
@@ -154,7 +156,7 @@ static inline void ms_run_block(const ms_program *p, char *regs, npy_intp y, npy
             args[j] = L->ptr + y * L->rowstep + x0 * L->colstep;
           }
           steps[j] = L->colstep;
-          if (L->rowstep != n * L->colstep) gap = 1;
+          if (L->per_block || L->rowstep != n * L->colstep) gap = 1;   /* (a partial a row) */
           break;
         }
         default:
@@ -256,7 +258,7 @@ static inline void ms_pack_tile(char *out, const ms_leaf *L, npy_intp y, npy_int
 #if defined(__SSE2__)
   /* 4 x 4 (float32) or 2 x 2 (float64) blocks transposed in registers, the edges below;
    * the same values moved, so the same bits (the element loop ran 1.3 cycles a value) */
-  if (ts == 4 && h % 4 == 0) {
+  if (ts == (npy_intp)sizeof(float) && h % 4 == 0) {
     for (; c + 4 <= n; c += 4) {
       const char *s0 = L->ptr + y * 4 + (x0 + c) * L->colstep;
       for (r = 0; r < h; r += 4) {
@@ -271,7 +273,7 @@ static inline void ms_pack_tile(char *out, const ms_leaf *L, npy_intp y, npy_int
         _mm_storeu_ps((float *)(out + (r + 3) * os + c * 4), a3);
       }
     }
-  } else if (ts == 8 && h % 2 == 0) {
+  } else if (ts == (npy_intp)sizeof(double) && h % 2 == 0) {
     for (; c + 2 <= n; c += 2) {
       const char *s0 = L->ptr + y * 8 + (x0 + c) * L->colstep;
       for (r = 0; r < h; r += 2) {
@@ -286,12 +288,15 @@ static inline void ms_pack_tile(char *out, const ms_leaf *L, npy_intp y, npy_int
   for (; c < n; ++c) {
     const char *src = L->ptr + y * ts + (x0 + c) * L->colstep;
     char *o = out + c * ts;
-    switch (ts) {
-      case 8: for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * 8, 8); break;
-      case 4: for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * 4, 4); break;
-      case 2: for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * 2, 2); break;
-      default: for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * ts, (size_t)ts);
-    }
+    /* (constant sizes: each copy one move) */
+    if (ts == (npy_intp)sizeof(double))
+      for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * sizeof(double), sizeof(double));
+    else if (ts == (npy_intp)sizeof(float))
+      for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * sizeof(float), sizeof(float));
+    else if (ts == (npy_intp)sizeof(npy_uint16))
+      for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * sizeof(npy_uint16), sizeof(npy_uint16));
+    else
+      for (r = 0; r < h; ++r) memcpy(o + r * os, src + r * ts, (size_t)ts);
   }
 }
 
