@@ -16,7 +16,8 @@ cdef class ReduceRecipe:
     added in float64, by numpy's pairwise sum where a row has more than one block); else
     the leading axis ``first`` (run_accumulate: ``rows_a_call`` rows a call into one
     accumulator row per ``rows_per_group``, then the groups added in order). The partial
-    results, of shape ``partial``, are then reduced over the axes ``rest``: a float sum
+    results, of shape ``partial`` (given, or the shape less the reduced axis), are then
+    reduced over the axes ``rest``: a float sum
     (``float_sum``: numpy's add in float64) in C, the kept axes as K between P leading
     and Q trailing elements, summed over p then q in order; any other reduction by
     ``ufunc`` in ``wide``. ``merged``: the source's leaves, contiguous tensors of
@@ -36,7 +37,7 @@ cdef class ReduceRecipe:
     def __init__(self, Plan plan not None, bint by_rows, tuple shape, tuple src_shape,
                  bint merged, Py_ssize_t first, Py_ssize_t rows_per_group,
                  Py_ssize_t rows_a_call, init, ufunc, wide, cdt, dtype, tuple rest,
-                 tuple out_shape):
+                 tuple out_shape, tuple partial=None):
         cdef Py_ssize_t nd = len(shape), k
         if by_rows:
             first = nd - 1
@@ -49,6 +50,11 @@ cdef class ReduceRecipe:
         self.rows_a_call, self.init, self.ufunc = rows_a_call, init, ufunc
         self.wide, self.cdt, self.dtype = np.dtype(wide), np.dtype(cdt), np.dtype(dtype)
         self.partial = tuple(shape[:first]) + tuple(shape[first + 1:])
+        if partial is not None:     # the same partial results, read with more axes
+            if _prod(partial) != _prod(self.partial):
+                raise ValueError(f"ReduceRecipe: partial results {self.partial} cannot be "
+                                 f"read as {partial}")
+            self.partial = partial
         self.rest, self.out_shape = rest, out_shape
         self.float_sum = ufunc is np.add and self.wide == np.float64
         kept = [k for k in range(len(self.partial)) if k not in rest] or [0]
