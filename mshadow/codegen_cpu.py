@@ -426,11 +426,14 @@ def _chain_packet(code, ctype, isa, total=False):
     def each(template):   # one statement per vector u
         return " ".join(template(u) for u in range(U))
 
-    def prefetch(ptr):   # the lines of an iteration's operand, MS_PREFETCH_AHEAD further on
+    # a summing chain streams its operands and stores nothing: it asks for them farther on
+    ahead = "MS_PREFETCH_AHEAD_SUM" if total else "MS_PREFETCH_AHEAD"
+
+    def prefetch(ptr):   # the lines of an iteration's operand, `ahead` bytes further on
         # past the block's end too (a contiguous operand's next block); only operands in
         # memory, never registers (ms_chain.fetch)
         nbytes = U * _WIDTH[isa, code] * (4 if code == "f32" else 8)
-        return " ".join(f"ms_prefetch((const char *)({ptr}) + MS_PREFETCH_AHEAD + {k});"
+        return " ".join(f"ms_prefetch((const char *)({ptr}) + {ahead} + {k});"
                         for k in range(0, nbytes, 64))
 
     name = f"ms_chain_sum_{code}_{isa}" if total else f"ms_chain_{code}_{isa}"
