@@ -878,6 +878,8 @@ cdef int _exec_bound(Plan plan, ms_leaf *lv, char *sv, int *flags, _Out *o, Py_s
     if plan.reads_t and o.gB == 0 and not per_block and prog.rows > 1 and n >= TILE_MIN:
         prog.block = min(prog.block, TILE_COLS)
         prog.tile = max(2, TILE_BYTES // plan.dst_size)
+        if prog.cols - prog.x0 < TILE_COLS:   # narrow rows: as many elements a tile, taller
+            prog.tile = prog.tile * TILE_COLS // max(1, prog.cols - prog.x0) // 4 * 4
     if prog.nthreads == 1 and n < MIN_PER_THREAD:   # too short to release the GIL
         rc = ms_run_program(&prog)
     else:

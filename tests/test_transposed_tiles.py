@@ -9,7 +9,9 @@ import pytest
 import mshadow as ms
 
 # (elements >= 4096: a tiled run) edges of the 256-column blocks and the tile's rows
-SHAPES = [(64, 64), (67, 300), (300, 67), (257, 513), (2, 4096), (4096, 2), (33, 1000)]
+SHAPES = [(64, 64), (67, 300), (300, 67), (257, 513), (2, 4096), (4096, 2), (33, 1000),
+          (4096, 100), (131, 129), (5, 4096), (7, 1031)]   # (narrow rows: taller tiles; bands
+                                                          # of rows not a multiple of 4 or 2)
 DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int8, np.uint8]
 
 

@@ -258,10 +258,14 @@ static inline void ms_pack_tile(char *out, const ms_leaf *L, npy_intp y, npy_int
 #if defined(__SSE2__)
   /* 4 x 4 (float32) or 2 x 2 (float64) blocks transposed in registers, the edges below;
    * the same values moved, so the same bits (the element loop ran 1.3 cycles a value) */
-  if (ts == (npy_intp)sizeof(float) && h % 4 == 0) {
+  if (ts == (npy_intp)sizeof(float) && h >= 4) {
+    const npy_intp h4 = h & ~(npy_intp)3;
     for (; c + 4 <= n; c += 4) {
       const char *s0 = L->ptr + y * 4 + (x0 + c) * L->colstep;
-      for (r = 0; r < h; r += 4) {
+      int u;
+      for (r = h4; r < h; ++r)   /* the last rows of a band of h not a multiple of 4 */
+        for (u = 0; u < 4; ++u) memcpy(out + r * os + (c + u) * 4, s0 + u * L->colstep + r * 4, 4);
+      for (r = 0; r < h4; r += 4) {
         __m128 a0 = _mm_loadu_ps((const float *)(s0 + r * 4));
         __m128 a1 = _mm_loadu_ps((const float *)(s0 + L->colstep + r * 4));
         __m128 a2 = _mm_loadu_ps((const float *)(s0 + 2 * L->colstep + r * 4));
@@ -273,10 +277,15 @@ static inline void ms_pack_tile(char *out, const ms_leaf *L, npy_intp y, npy_int
         _mm_storeu_ps((float *)(out + (r + 3) * os + c * 4), a3);
       }
     }
-  } else if (ts == (npy_intp)sizeof(double) && h % 2 == 0) {
+  } else if (ts == (npy_intp)sizeof(double) && h >= 2) {
+    const npy_intp h2 = h & ~(npy_intp)1;
     for (; c + 2 <= n; c += 2) {
       const char *s0 = L->ptr + y * 8 + (x0 + c) * L->colstep;
-      for (r = 0; r < h; r += 2) {
+      if (h2 < h) {              /* an odd band's last row */
+        memcpy(out + h2 * os + c * 8, s0 + h2 * 8, 8);
+        memcpy(out + h2 * os + (c + 1) * 8, s0 + L->colstep + h2 * 8, 8);
+      }
+      for (r = 0; r < h2; r += 2) {
         const __m128d a0 = _mm_loadu_pd((const double *)(s0 + r * 8));
         const __m128d a1 = _mm_loadu_pd((const double *)(s0 + L->colstep + r * 8));
         _mm_storeu_pd((double *)(out + r * os + c * 8), _mm_unpacklo_pd(a0, a1));
@@ -302,12 +311,17 @@ static inline void ms_pack_tile(char *out, const ms_leaf *L, npy_intp y, npy_int
 
 /* Bytes a thread of a tiled run needs: its copy of the leaves, then a tile per transposed
  * leaf. */
+static inline npy_intp ms_tile_cols(const ms_program *p) {   /* a tile's columns, at most */
+  return p->cols - p->x0 < p->block ? p->cols - p->x0 : p->block;
+}
+
 static inline size_t ms_tile_bytes(const ms_program *p) {
   size_t b = (size_t)(p->nleaf + 1) * sizeof(ms_leaf);
   int k;
   b = (b + 63) & ~(size_t)63;
   for (k = 1; k <= p->nleaf; ++k)
-    if (p->leaf[k].tsize > 0) b += (size_t)(p->tile * p->block * p->leaf[k].tsize + 63) & ~(size_t)63;
+    if (p->leaf[k].tsize > 0)
+      b += (size_t)(p->tile * ms_tile_cols(p) * p->leaf[k].tsize + 63) & ~(size_t)63;
   return b;
 }
 
@@ -339,9 +353,12 @@ static inline void ms_run_tile(const ms_program *p, char *regs, char *mem, npy_i
     lv[k].colstep = L->tsize;
     lv[k].ptr = scratch - yb * lv[k].rowstep - x0 * L->tsize;
     lv[k].tsize = 0;
-    scratch += (size_t)(p->tile * p->block * L->tsize + 63) & ~(size_t)63;
+    scratch += (size_t)(p->tile * ms_tile_cols(p) * L->tsize + 63) & ~(size_t)63;
   }
-  for (r = 0; r < h; ++r) ms_run_block(&q, regs, yb + r, x0, 0, 1);
+  /* narrow rows several a call where the program can (ms_rows_per_block: the copies are
+   * dense rows), each call within a block's registers */
+  const npy_intp g = ms_rows_per_block(&q);
+  for (r = 0; r < h; r += g) ms_run_block(&q, regs, yb + r, x0, 0, h - r < g ? h - r : g);
 }
 
 /* Returns the MS_RUN_* flags of this run (0: done, nothing to report). */
@@ -349,8 +366,8 @@ static int ms_run_program(const ms_program *p) {
   const npy_intp nbx = (p->cols - p->x0 + p->block - 1) / p->block;
   /* one row in one block (a small statement) is one item: no walk to choose how to cut */
   const int one = p->rows == 1 && nbx == 1 && p->gB <= 0;
-  const npy_intp rpb = one ? 1 : ms_rows_per_block(p), gr = one ? 1 : ms_group_rows(p);
-  const int tiled = !one && p->tile > 1 && rpb == 1 && p->gB <= 0;
+  const int tiled = !one && p->tile > 1 && p->gB <= 0;   /* (narrow rows: in its tiles) */
+  const npy_intp rpb = one || tiled ? 1 : ms_rows_per_block(p), gr = one ? 1 : ms_group_rows(p);
   const npy_intp total = p->gB > 0
       ? (p->rows / (p->gB * p->gM)) * p->gM * ((p->gB + p->gR - 1) / p->gR)
       : tiled ? (p->rows + p->tile - 1) / p->tile * nbx
