@@ -100,3 +100,39 @@ def test_the_destination_is_the_transposed_source(n, threads):
     np.testing.assert_array_equal(a.numpy(), av.T)
     a[:] = a.T + a
     np.testing.assert_array_equal(a.numpy(), av + av.T)
+
+
+_FREE_RACE = """
+import threading, time
+import mshadow as ms
+from mshadow.errors import FreedTensorError
+for r in range(10):
+    c = ms.new_tensor((1024, 2048), init=1.0)
+    b = ms.new_tensor((2048, 1024), init=2.0)
+    a = ms.new_tensor((2048, 1024), init=-7.0)
+    go = threading.Event()
+    def run():
+        go.set()
+        for _ in range(4):
+            try:
+                a[:] = c.T + b            # a tiled run, the GIL released
+            except FreedTensorError:
+                pass
+    th = threading.Thread(target=run); th.start()
+    go.wait(); time.sleep(0.001 * (r % 4))
+    ms.free_space(c)                      # waits for the run (its memory is pinned)
+    th.join()
+    v = a.numpy()
+    assert ((v == 3.0) | (v == -7.0)).all() and (v[0] == v[0, 0]).all()
+print("ok")
+"""
+
+
+def test_free_space_of_the_transposed_source_while_a_tiled_run_reads_it():
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(ms.__file__))
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _FREE_RACE],
+                          capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
