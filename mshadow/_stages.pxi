@@ -550,7 +550,6 @@ cdef int _bind_view(ms_leaf *L, ViewLeaf v) except -1:
 cdef int _bind_tensor(ms_leaf *L, Tensor t, bint transposed, _Pins *pins) except -1:
     """A tensor read in place at (y, x), or at (x, y) when transposed; pinned at once."""
     L.ptr = t.data()
-    L.tsize = 0
     _pin_now(t.mem, pins)
     if transposed:
         L.rowstep, L.colstep, L.inner = t.itemsize, t.stride * t.itemsize, t.rows

@@ -51,10 +51,6 @@ class _ViewExport:
 
 def tensor_strides(Tensor t):
     """Byte strides of each axis of ``t`` (the row pitch on the leading axes)."""
-    return _tensor_strides(t)
-
-
-cdef tuple _tensor_strides(Tensor t):
     shape = t.shape
     cdef Py_ssize_t nd = len(shape), k, st = t.itemsize
     cdef list out = [st] * nd

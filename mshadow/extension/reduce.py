@@ -373,19 +373,14 @@ def _recipe(key, code, shape, form, reducer_name, axis, src_shape, merged, fold=
     ``fold`` (_fold_shape: ``shape`` is its (A, B * C) and ``fold`` its (B, C)), the rows of
     (A, B * C) are accumulated, then each kept index's C values are added."""
     cc, cdt, wide, row, ufunc = _fused_types(code, reducer_name)
-    if fold is not None:
-        nr = rows_a_call(shape, 0, cdt, _in_place(key, code))
-        plan = get_plan(key, cc, _acc_saver(nr, row))
-        if not isinstance(plan, _core.Plan):
-            return None
-        return _core.ReduceRecipe(plan, False, shape, src_shape, merged, 0, ROWS_PER_GROUP, nr,
-                                  init_value(reducer_name, cdt), ufunc, wide, cdt,
-                                  np.dtype(_NP_BY_CODE[code]), (1,), (fold[0],), fold)
     nd = len(shape)
-    out_shape = _result_shape(shape, form, axis)
-    axes = _reduced_axes(form, axis, nd)
-    if not axes:         # nothing to reduce (except_dim of a 1-D source): the values themselves
-        return None
+    if fold is not None:     # the rows of (A, B * C) accumulated, then each B's C values
+        axes, out_shape = (0,), (fold[0],)
+    else:
+        out_shape = _result_shape(shape, form, axis)
+        axes = _reduced_axes(form, axis, nd)
+        if not axes:     # nothing to reduce (except_dim of a 1-D source): the values themselves
+            return None
     if nd == 2 and axes == (0,) and not merged and ir.reads_transposed(key):
         # the columns of an expression of transposed tensors (sum_rows(a.T * w.T)) are the
         # rows of the expression of the tensors: reduced along them, each row read in
@@ -400,12 +395,13 @@ def _recipe(key, code, shape, form, reducer_name, axis, src_shape, merged, fold=
         by_rows, first = False, axes[0]
         nr = rows_a_call(shape, first, cdt, _in_place(key, code))
         plan = get_plan(key, cc, _acc_saver(nr, row))
-        rest = tuple(k - 1 for k in axes[1:])                 # except_dim: the other leading axes
+        # except_dim: the other leading axes; a fold: the C values of each kept index
+        rest = (1,) if fold is not None else tuple(k - 1 for k in axes[1:])
     if not isinstance(plan, _core.Plan):
         return None
     return _core.ReduceRecipe(plan, by_rows, shape, src_shape, merged, first, ROWS_PER_GROUP, nr,
                               init_value(reducer_name, cdt), ufunc, wide, cdt,
-                              np.dtype(_NP_BY_CODE[code]), rest, out_shape)
+                              np.dtype(_NP_BY_CODE[code]), rest, out_shape, fold)
 
 
 def fused_reduce(src, form, reducer_name, axis):

@@ -309,19 +309,24 @@ static inline void ms_pack_tile(char *out, const ms_leaf *L, npy_intp y, npy_int
   }
 }
 
-/* Bytes a thread of a tiled run needs: its copy of the leaves, then a tile per transposed
- * leaf. */
-static inline npy_intp ms_tile_cols(const ms_program *p) {   /* a tile's columns, at most */
-  return p->cols - p->x0 < p->block ? p->cols - p->x0 : p->block;
+/* A tiled run's scratch, each part aligned (alloc.h ms_upper_align): the thread's copy of
+ * the leaves, then a tile (at most `tile` rows of at most a block's columns) per
+ * transposed leaf; ms_tile_bytes in all. */
+
+static inline size_t ms_tile_leaves_bytes(const ms_program *p) {
+  return ms_upper_align((size_t)(p->nleaf + 1) * sizeof(ms_leaf));
+}
+
+static inline size_t ms_tile_copy_bytes(const ms_program *p, const ms_leaf *L) {
+  const npy_intp cols = p->cols - p->x0 < p->block ? p->cols - p->x0 : p->block;
+  return ms_upper_align((size_t)(p->tile * cols * L->tsize));
 }
 
 static inline size_t ms_tile_bytes(const ms_program *p) {
-  size_t b = (size_t)(p->nleaf + 1) * sizeof(ms_leaf);
+  size_t b = ms_tile_leaves_bytes(p);
   int k;
-  b = (b + 63) & ~(size_t)63;
   for (k = 1; k <= p->nleaf; ++k)
-    if (p->leaf[k].tsize > 0)
-      b += (size_t)(p->tile * ms_tile_cols(p) * p->leaf[k].tsize + 63) & ~(size_t)63;
+    if (p->leaf[k].tsize > 0) b += ms_tile_copy_bytes(p, &p->leaf[k]);
   return b;
 }
 
@@ -335,9 +340,8 @@ static inline void ms_run_tile(const ms_program *p, char *regs, char *mem, npy_i
                                npy_intp nbx) {
   const npy_intp yb = p->y0 + (i / nbx) * p->tile, x0 = p->x0 + (i % nbx) * p->block;
   const npy_intp left = p->y0 + p->rows - yb, h = left < p->tile ? left : p->tile;
-  const size_t lbytes = ((size_t)(p->nleaf + 1) * sizeof(ms_leaf) + 63) & ~(size_t)63;
   ms_leaf *lv = (ms_leaf *)mem;
-  char *scratch = mem + lbytes;
+  char *scratch = mem + ms_tile_leaves_bytes(p);
   ms_program q = *p;
   npy_intp n = p->cols - x0, r;
   int k;
@@ -353,7 +357,7 @@ static inline void ms_run_tile(const ms_program *p, char *regs, char *mem, npy_i
     lv[k].colstep = L->tsize;
     lv[k].ptr = scratch - yb * lv[k].rowstep - x0 * L->tsize;
     lv[k].tsize = 0;
-    scratch += (size_t)(p->tile * ms_tile_cols(p) * L->tsize + 63) & ~(size_t)63;
+    scratch += ms_tile_copy_bytes(p, L);
   }
   /* narrow rows several a call where the program can (ms_rows_per_block: the copies are
    * dense rows), each call within a block's registers */
