@@ -1,9 +1,11 @@
 """Fused reductions: ``ms.sum(x * x)`` (one pass, no temporary) against a hand-written C loop
 with lane accumulators, ``np.sum(x * x)``, ``np.dot(x, x)`` (BLAS) and PyTorch, one thread;
 and small reduction statements (``y[:] = ms.sum_rows(x)``: the per-statement cost) against
-numpy's ``add.reduce(out=)`` and ``torch.sum(out=)``.
+numpy's ``add.reduce(out=)`` and ``torch.sum(out=)``; and the last axis of narrow rows
+(``reduce_with_axis(x, -1, red.sum)`` of a tensor and of ``x * 2``) against numpy, torch and
+an in-order C loop.
 
-    python benchmarks/bench_reduce.py [--rounds 9] [--sizes 1e5,1e6,1e7] [--skip small]
+    python benchmarks/bench_reduce.py [--rounds 9] [--sizes 1e5,1e6,1e7] [--skip small,rows]
 
 Interleaved rounds: every alternative runs once per round, in turn; medians are reported.
 """
@@ -36,6 +38,21 @@ float sumsq_f32(const float *x, ptrdiff_t n) {
   for (int l = 0; l < 16; ++l) s += acc[l];
   return s;
 }
+/* each row's sum, in order: the loop a C programmer writes for the last axis */
+void rowsum_f32(const float *x, ptrdiff_t rows, ptrdiff_t n, float *out) {
+  for (ptrdiff_t r = 0; r < rows; ++r) {
+    float s = 0;
+    for (ptrdiff_t i = 0; i < n; ++i) s += x[r * n + i];
+    out[r] = s;
+  }
+}
+void rowsum_f64(const double *x, ptrdiff_t rows, ptrdiff_t n, double *out) {
+  for (ptrdiff_t r = 0; r < rows; ++r) {
+    double s = 0;
+    for (ptrdiff_t i = 0; i < n; ++i) s += x[r * n + i];
+    out[r] = s;
+  }
+}
 double sumsq_f64(const double *x, ptrdiff_t n) {
   double acc[16] = {0};
   ptrdiff_t i = 0;
@@ -59,6 +76,8 @@ def build_c(tmp):
     lib.sumsq_f64.restype = ctypes.c_double
     for fn in (lib.sumsq_f32, lib.sumsq_f64):
         fn.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+    for fn in (lib.rowsum_f32, lib.rowsum_f64):
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_ssize_t, ctypes.c_void_p]
     return lib
 
 
@@ -131,11 +150,62 @@ def small_section(args, torch):
                  "scratch array first)"])
 
 
+# the last axis of narrow rows (a global pool's (N * C, H * W), a softmax's classes)
+ROWS = ((16384, 49), (100000, 7), (4096, 16), (2048, 100), (16384, 200))
+
+
+def rows_section(args, torch, lib):
+    """``y[:] = reduce_with_axis(x, -1, red.sum)`` of narrow rows, of a tensor and of
+    x * 2, against numpy's add.reduce(out=), torch.sum(out=) and an in-order C loop."""
+    for dtype in (np.float32, np.float64):
+        rows = []
+        cfn = lib.rowsum_f32 if dtype == np.float32 else lib.rowsum_f64
+        for shape in ROWS:
+            a = np.random.default_rng(2).uniform(-1, 1, shape).astype(dtype)
+            x, y = ms.from_numpy(a), ms.new_tensor(shape[:1], dtype=dtype)
+            yn, yc, tmp = np.empty(shape[0], dtype), np.empty(shape[0], dtype), np.empty_like(a)
+            alts = {"ms x": lambda: y.__setitem__(slice(None), ms.reduce_with_axis(x, 1, ms.red.sum)),
+                    "ms x*2": lambda: y.__setitem__(slice(None),
+                                                    ms.reduce_with_axis(x * 2, 1, ms.red.sum)),
+                    "numpy x": lambda: np.add.reduce(a, axis=1, out=yn),
+                    "numpy x*2": lambda: np.add.reduce(np.multiply(a, dtype(2), out=tmp),
+                                                       axis=1, out=yn),
+                    "C loop x": lambda: cfn(a.ctypes.data, shape[0], shape[1], yc.ctypes.data)}
+            if torch is not None:
+                at, yt, tt = torch.from_numpy(a), torch.from_numpy(yn), torch.from_numpy(tmp)
+                alts["torch x"] = lambda: torch.sum(at, dim=1, out=yt)
+                alts["torch x*2"] = lambda: torch.sum(torch.mul(at, 2, out=tt), dim=1, out=yt)
+            want = a.astype(np.float64).sum(axis=1)
+            for name, fn in alts.items():
+                fn()
+                got = y.numpy() if name.startswith("ms") else yc if name.startswith("C") else yn
+                np.testing.assert_allclose(got, want * (2 if name.endswith("*2") else 1),
+                                           rtol=1e-4, atol=1e-4, err_msg=name)
+            samples = {name: [] for name in alts}
+            for _ in range(args.rounds):
+                for name, fn in alts.items():
+                    samples[name].append(timeit(fn))
+            med = {name: statistics.median(v) for name, v in samples.items()}
+            r = [f"{shape[0]}x{shape[1]}", fmt_time(med["ms x"]), fmt_time(med["ms x*2"]),
+                 fmt_ratio(med["ms x"] / med["numpy x"]), fmt_ratio(med["ms x*2"] / med["numpy x*2"]),
+                 fmt_ratio(med["ms x"] / med["C loop x"])]
+            if torch is not None:
+                r += [fmt_ratio(med["ms x"] / med["torch x"]),
+                      fmt_ratio(med["ms x*2"] / med["torch x*2"])]
+            rows.append(r)
+        print_table(f"sum of the last axis, {np.dtype(dtype).name}, medians of {args.rounds} "
+                    f"interleaved rounds",
+                    ["rows x cols", "ms x", "ms x*2", "ms/np x", "ms/np x*2", "ms/C x"]
+                    + (["ms/torch x", "ms/torch x*2"] if torch is not None else []), rows,
+                    ["ratios > 1: mshadow slower; x*2: numpy and torch multiply into a scratch "
+                     "array first; the C loop adds each row in order"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--sizes", default="1e5,1e6,1e7")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: sum,small")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: sum,small,rows")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
@@ -149,10 +219,12 @@ def main():
           f"{ms.simd_info()['active']}; numpy {np.__version__}; one thread everywhere")
     if "small" not in skip:
         small_section(args, torch)
-    if "sum" in skip:
-        return
     with tempfile.TemporaryDirectory() as tmp:
         lib = build_c(tmp)
+        if "rows" not in skip:
+            rows_section(args, torch, lib)
+        if "sum" in skip:
+            return
         for dtype in (np.float32, np.float64):
             rows = []
             for n in sizes:

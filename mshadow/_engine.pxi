@@ -95,6 +95,8 @@ cdef extern from "mshadow/plan_exec.h":
         npy_intp x0
     int MS_VIEW_MAXDIM
     int ms_run_program(const ms_program *p) nogil
+    void ms_reduce_rows(ms_loop_fn fn, const char *a, npy_intp rows, npy_intp n, npy_intp ra,
+                        npy_intp sa, char *out, npy_intp so, int nt) nogil
     int ms_max_threads() nogil
     int ms_have_openmp() nogil
     long long ms_team_wake_ns(int nt) nogil

@@ -203,6 +203,72 @@ cdef object _finish_c(object values, object scale, cnp.dtype dtype, tuple shape)
     return out
 
 
+# ---- the last axis of narrow rows: a reducer's block kernel, rows a call ----------------------
+def has_kernel(str name):
+    """Whether the compiled kernels include ``name`` (reduce_sum_f32, ...)."""
+    return name in _KERNELS
+
+
+def reduce_rows(str kernel, src, out):
+    """Each row of ``src`` reduced alone along its last axis by the reducer's block kernel
+    ``kernel`` (``reduce_<block>_<code>``: the registers schedule's fold of a block, so a row
+    gets those bits), into ``out``, a C-contiguous 1-D array of the kernel's type, one
+    element a row. ``src``: a 2-D numpy array or a cpu Tensor (its leading axes are the
+    rows), of the kernel's type. A kernel call takes 256 rows (plan_exec.h ms_reduce_rows);
+    enough rows are shared among threads."""
+    fn = _KERNELS.get(kernel)
+    code = kernel.rsplit("_", 1)[-1]
+    if fn is None or not kernel.startswith("reduce_") or code not in _NP_BY_CODE:
+        raise ValueError(f"reduce_rows: {kernel!r} is not a reducer's block kernel "
+                         f"(reduce_<block>_<code>)")
+    dtype = np.dtype(_NP_BY_CODE[code])
+    if (type(out) is not np.ndarray or out.ndim != 1 or out.dtype != dtype
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"reduce_rows: out must be a writeable C-contiguous 1-D {dtype} array")
+    cdef Tensor t = None
+    cdef cnp.ndarray a = None
+    cdef Py_ssize_t rows, n, ra, sa, total
+    if isinstance(src, Tensor):
+        t = <Tensor> src
+        if t.device is not cpu or _NP_BY_CODE[_CODE_BY_FLAG[t.type_flag]] != dtype:
+            raise ValueError(f"reduce_rows: a cpu tensor of {dtype} expected")
+        rows, n = t.rows, t.cols
+        ra, sa = t.stride * t.itemsize, t.itemsize
+    elif type(src) is np.ndarray and src.ndim == 2 and src.dtype == dtype:
+        a = <cnp.ndarray> src
+        rows, n = a.shape[0], a.shape[1]
+        ra, sa = a.strides[0], a.strides[1]
+    else:
+        raise ValueError(f"reduce_rows: src must be a 2-D {dtype} array or a cpu tensor")
+    if out.shape[0] != rows:
+        raise ValueError(f"reduce_rows: {rows} rows into {out.shape[0]} values")
+    total = rows * n
+    if rows == 0:
+        return out
+    cdef int nt = max(1, min(_num_threads, total // _share_of(total, dtype.itemsize,
+                                                              MIN_PER_THREAD)))
+    cdef char *o = <char *> cnp.PyArray_DATA(out)
+    cdef Py_ssize_t so = dtype.itemsize
+    cdef ms_loop_fn f = <ms_loop_fn> <size_t> fn
+    cdef const char *base
+    if t is not None:
+        base = t.data()
+        if t.mem is not None:
+            (<Allocation> t.mem).pin()     # (at once: no Python runs before the pin)
+    else:
+        base = <const char *> cnp.PyArray_DATA(a)
+    try:
+        if total < MIN_PER_THREAD:
+            ms_reduce_rows(f, base, rows, n, ra, sa, o, so, 1)
+        else:
+            with nogil:
+                ms_reduce_rows(f, base, rows, n, ra, sa, o, so, nt)
+    finally:
+        if t is not None and t.mem is not None:
+            (<Allocation> t.mem).unpin()
+    return out
+
+
 # ---- the statement path: dst <saver> a reduction, from _assign ----------------------------------
 cdef object _reduce_recipe_of = None     # reduce.py fast_recipe(exp): a ReduceRecipe or None
 cdef dict _reduce_recipes = {}           # (reduction node, source shape) -> ReduceRecipe or None

@@ -524,7 +524,7 @@ def _chain_packet(code, ctype, isa, total=False):
     NA = REDUCE_LANES // _WIDTH[isa, code]
     lanes = [f"lane{a}" for a in range(NA)]
     L[1:1] = [f"  {V} {', '.join(f'{x} = ms_{isa}_zero_{code}()' for x in lanes)};",
-              f"  {ctype} tot[{REDUCE_LANES}];", "  int l, w;"]
+              f"  {ctype} tot[{REDUCE_LANES}];", "  int l;"]
     L += ["      }", "    }",
           "    " + each(lambda u: f"lane{u % NA} = ms_{isa}_add_{code}(lane{u % NA}, v{u});"),
           "  }",
@@ -536,8 +536,7 @@ def _chain_packet(code, ctype, isa, total=False):
     L += ["  }",
           "  " + " ".join(f"ms_{isa}_storeu_{code}(tot + {a} * {W}, lane{a});" for a in range(NA)),
           f"  if (i < n) ms_chain_short_{code}_{isa}(ch, args, n, i, tot);",
-          f"  for (w = {REDUCE_LANES} / 2; w > 0; w /= 2)",
-          f"    for (l = 0; l < w; ++l) tot[l] = ({ctype})(tot[l] + tot[l + w]);",
+          *("  " + x for x in _pairwise("tot", lambda a, b: f"({ctype})({a} + {b})")),
           "  *r = tot[0];",
           "}"]
     return "\n".join(L)
@@ -722,7 +721,7 @@ static void ms_k_chain_sum_{code}(char **args, npy_intp const *dims, npy_intp co
 #endif
   {{
     {ctype} tot[{REDUCE_LANES}];
-    int l, w;
+    int l;
     for (l = 0; l < {REDUCE_LANES}; ++l) tot[l] = 0;
 #if MS_SIMD
     if (lv > 0)
@@ -730,8 +729,7 @@ static void ms_k_chain_sum_{code}(char **args, npy_intp const *dims, npy_intp co
     else
 #endif
     ms_chain_plain_{code}((const ms_chain *)data, args, dims[0], 0, tot);
-    for (w = {REDUCE_LANES} / 2; w > 0; w /= 2)
-      for (l = 0; l < w; ++l) tot[l] = ({ctype})(tot[l] + tot[l + w]);
+    {" ".join(_pairwise("tot", lambda a, b: f"({ctype})({a} + {b})"))}
     *({ctype} *)args[((const ms_chain *)data)->nin] = tot[0];
   }}
 }}""")
@@ -804,7 +802,7 @@ def _softmax_row(code, ctype, isa):
     target = _TARGET[isa] if isa else ""
     head = (f"static {target}void ms_softmax_row_{code}_{isa or 'plain'}"
             f"(const {ctype} *e, {ctype} *d, npy_intp n) {{")
-    decl = [f"  {ctype} m = ({ctype})-INFINITY, tot[{L}], s;", "  npy_intp i = 0;", "  int l, w;"]
+    decl = [f"  {ctype} m = ({ctype})-INFINITY, tot[{L}], s;", "  npy_intp i = 0;", "  int l;"]
     vmax, vexp, vdiv = [], [f"  for (l = 0; l < {L}; ++l) tot[l] = 0;"], []
     if isa:
         W, V = _WIDTH[isa, code], f"ms_{isa}_v_{code}"
@@ -848,7 +846,7 @@ def _softmax_row(code, ctype, isa):
     body = (decl + vmax + ["  for (; i < n; ++i) m = e[i] > m ? e[i] : m;", "  i = 0;"] + vexp
             + [f"  for (; i < n; ++i) {{ const {ctype} t = ms_s_exp_{code}(e[i] - m); d[i] = t; "
                f"tot[i % {L}] += t; }}",
-               f"  for (w = {L} / 2; w > 0; w /= 2) for (l = 0; l < w; ++l) tot[l] += tot[l + w];",
+               "  " + " ".join(_pairwise("tot")),
                "  s = tot[0];", "  i = 0;"] + vdiv
             + ["  for (; i < n; ++i) d[i] = d[i] / s;", "}"])
     return "\n".join([head] + body)
@@ -922,6 +920,20 @@ _SIMD_CMP = {"max": ">", "min": "<"}
 REDUCE_LANES = 16
 
 
+def _pairwise(arr, fold=None):
+    """C: the REDUCE_LANES lanes of ``arr`` combined pairwise into arr[0] (lane l with lane
+    l + w, w = 8, 4, 2, 1), ``fold(a, b)`` the combine (default a + b). Each step written
+    out with a constant count: the compiler keeps the lanes in registers (the loop over w
+    went through the stack, a store-forwarding stall a step: 3x a 49-element row's fold)."""
+    fold = fold or (lambda a, b: f"{a} + {b}")
+    steps, w = [], REDUCE_LANES // 2
+    while w > 1:
+        steps.append(f"for (l = 0; l < {w}; ++l) {arr}[l] = {fold(f'{arr}[l]', f'{arr}[l + {w}]')};")
+        w //= 2
+    steps.append(f"{arr}[0] = {fold(f'{arr}[0]', f'{arr}[1]')};")
+    return steps
+
+
 def _reduce_lanes(r, code, ctype):
     """The fold of one block for an arithmetic reducer (``lanes``): element i goes to lane
     i % 16, lanes combined pairwise; the same order for every step, ISA and thread count
@@ -929,30 +941,54 @@ def _reduce_lanes(r, code, ctype):
     C vectorises it the same way. ms.sum's order."""
     L = REDUCE_LANES
     sig = "(const char *a, npy_intp n, npy_intp sa)"
+    # folding the init leaves a lane as it is (a product's 1; a sum's 0: its lanes start
+    # at +0, so are never -0), so the tail folds in one vector, zero-padded: rows of 7
+    # float32 took 10x the time of the element loop's stores and stalled vector reloads
+    pairwise = "\n  ".join(_pairwise("acc", lambda a, b: f"({ctype})({reducer_fold(r, code, a, b)})"))
     body = f"""  {ctype} acc[{L}];
   npy_intp i = 0;
-  int l, w;
+  int l;
   for (l = 0; l < {L}; ++l) acc[l] = {reducer_init(r, code)};
   if (sa == (npy_intp)sizeof({ctype})) {{
     const {ctype} *x = (const {ctype} *)a;
     for (; i + {L} <= n; i += {L})
       for (l = 0; l < {L}; ++l) acc[l] = ({ctype})({reducer_fold(r, code, "acc[l]", "x[i + l]")});
+    if (i < n) {{   /* the last m < {L} elements, lane l the (i + l)-th, the others the init */
+      const npy_intp m = n - i;
+      {ctype} t[{L}];
+      for (l = 0; l < {L}; ++l) t[l] = l < m ? x[i + l] : ({ctype})({reducer_init(r, code)});
+      for (l = 0; l < {L}; ++l) acc[l] = ({ctype})({reducer_fold(r, code, "acc[l]", "t[l]")});
+      i = n;
+    }}
   }}
   for (; i < n; ++i) acc[i % {L}] = ({ctype})({reducer_fold(r, code, f"acc[i % {L}]", f"*(const {ctype} *)(a + i * sa)")});
-  for (w = {L} / 2; w > 0; w /= 2)
-    for (l = 0; l < w; ++l) acc[l] = ({ctype})({reducer_fold(r, code, "acc[l]", "acc[l + w]")});
+  {pairwise}
   return acc[0];"""
     fn = f"ms_r{r.block}_{code}"
     out = _per_isa(fn, ctype, sig, body)
-    out.append(f"""static void ms_k_reduce_{r.block}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
-  (void)data;
-#if MS_SIMD
-  *({ctype} *)args[1] = {fn}_tab[ms_isa_level](args[0], dims[0], steps[0]);
-#else
-  *({ctype} *)args[1] = {fn}_plain(args[0], dims[0], steps[0]);
-#endif
-}}""")
+    out.append(_reduce_entry(r, code, ctype, f"{fn}_tab[ms_isa_level]", f"{fn}_plain"))
     return "\n".join(out)
+
+
+def _reduce_entry(r, code, ctype, fold, plain):
+    """reduce_<block>_<code>: the block fold ``fold`` (``plain`` without SIMD) of each of
+    dims[3] rows (1 in a block's call; 256 from _core.reduce_rows), row k's dims[0]
+    elements at args[0] + k * dims[4], steps[0] bytes apart, its value to
+    args[1] + k * steps[1]: every row folded alone, so any number a call gives the same
+    bits. (The fold compiled into a loop of its ISA ran 1.3x slower than called a row.)"""
+    return f"""static void ms_k_reduce_{r.block}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
+  const npy_intp nr = dims[3];
+  npy_intp k;
+  (void)data;
+  for (k = 0; k < nr; ++k) {{
+    const char *a = args[0] + k * dims[4];
+#if MS_SIMD
+    *({ctype} *)(args[1] + k * steps[1]) = {fold}(a, dims[0], steps[0]);
+#else
+    *({ctype} *)(args[1] + k * steps[1]) = {plain}(a, dims[0], steps[0]);
+#endif
+  }}
+}}"""
 
 
 def _any_lane(isa, code, m):
@@ -986,7 +1022,7 @@ def _reduce_in_order(r, code, ctype):
   }}
   return res;
 }}"""]
-    call = plain = f"{fn}_in_order(args[0], dims[0], steps[0])"
+    fold = plain = f"{fn}_in_order"
     if r.simd is not None and code in FLOAT_CODES and compute_code(code) == code:
         op, cmp = r.simd, _SIMD_CMP[r.simd]
         def simd_fold(isa):
@@ -1023,16 +1059,9 @@ def _reduce_in_order(r, code, ctype):
         out += _per_arch(lambda isas: [simd_fold(isa) for isa in isas] + [
             _level_table(f"static {ctype} (*const {fn}_tab[4]){sig}", f"{fn}_in_order", isas,
                          lambda isa: f"{fn}_{isa}")])
-        call = f"{fn}_tab[ms_isa_level](args[0], dims[0], steps[0])"
-    out.append(f"""static void ms_k_reduce_{r.block}_{code}(char **args, npy_intp const *dims, npy_intp const *steps, void *data) {{
-  (void)data;
-#if MS_SIMD
-  *({ctype} *)args[1] = {call};
-#else
-  *({ctype} *)args[1] = {plain};
-#endif
-}}
-#undef MS_FOLD""")
+        fold = f"{fn}_tab[ms_isa_level]"
+    out.append(_reduce_entry(r, code, ctype, fold, plain))
+    out.append("#undef MS_FOLD")
     return "\n".join(out)
 
 

@@ -5,6 +5,7 @@ import pytest
 
 import mshadow as ms
 from mshadow.testing import simd_levels
+from test_reduce_rows import lanes_fold
 
 
 def _documented_sum(values, contiguous, dtype):
@@ -215,9 +216,9 @@ def test_column_sum_order_is_the_documented_one():
 
 @pytest.mark.parametrize("form", ["with_axis_last"])   # (except_dim folds: test_reduce_narrow)
 def test_short_rows_are_reduced_in_chunks_in_the_documented_order(form, monkeypatch):
-    # more than REGISTER_ROWS_FEW rows shorter than REGISTER_ROW_MIN, the last axis summed: a chunk stage evaluates the source a chunk at a
-    # time (CHUNK_ELEMS elements of whole slabs), numpy reduces each chunk as it reduces a
-    # tensor, in float32, and the chunks' results are added in order in float32
+    # more than REGISTER_ROWS_FEW rows shorter than REGISTER_ROW_MIN, the last axis summed:
+    # a chunk stage evaluates the source a chunk at a time (CHUNK_ELEMS elements of whole
+    # slabs), and each chunk's rows are folded alone by the block kernel (the lanes order)
     from mshadow.extension import reduce as red_mod
     monkeypatch.setattr(red_mod, "CHUNK_ELEMS", 40 * 7 * 11)
     rng = np.random.default_rng(16)
@@ -239,10 +240,11 @@ def test_short_rows_are_reduced_in_chunks_in_the_documented_order(form, monkeypa
                              [v[i:i + 11] for i in range(0, 60, 11)], 0)
     out = ms.new_tensor(red.shape)
     dis = ms.plan_for(out, red).disassemble()
-    assert "stage 0: chunk" in dis and "numpy add.reduce(chunk)" in dis, dis
+    assert "stage 0: chunk" in dis and "the block kernel reduce_sum_f32" in dis, dis
     out[:] = red
-    if axis == 2:      # the chunks hold whole rows: each output element is one chunk's
-        want = np.concatenate([np.add.reduce(c, axis=2, dtype=f32) for c in chunks])
+    if axis == 2:      # the chunks hold whole rows: each row folded alone
+        want = np.concatenate([lanes_fold(c.reshape(-1, 40), np.add, 0).reshape(c.shape[:2])
+                               for c in chunks])
     else:
         want = np.add.reduce(chunks[0], axis=axis, dtype=f32)
         for c in chunks[1:]:

@@ -159,7 +159,12 @@ def disassemble(program, indent=""):
         red = row.ufunc
         fn = row.arg if mask else f"{red}.reduce"
         lines.append(f"{indent}dst = numpy {fn}(chunk) per chunk"
-                     + ("" if mask else f", chunks combined by {red}"))
+                     + ("" if mask else f", chunks combined by {red}"
+                        + ("" if form == "except_dim"
+                           or compute_code(program.dst_code) != program.dst_code else
+                           f"; the last axis alone: each row by the block kernel "
+                           f"reduce_{row.block}_{program.dst_code} "
+                           f"(extension/reduce.py row_kernel)")))
     return "\n".join(lines + [indent + str(i) for i in program.instrs])
 
 

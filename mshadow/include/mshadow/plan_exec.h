@@ -427,6 +427,29 @@ static int ms_run_program(const ms_program *p) {
   return failed;
 }
 
+/* Each of `rows` rows of n elements (row k at a + k * ra, elements sa apart) reduced alone
+ * by a reducer's block kernel (reduce_<block>_<code>, ms_inst's fn) into out + k * so: the
+ * last axis of a chunk or a tensor whose rows are too short for a block a row (a kernel
+ * call a row of 49 elements cost 4x the fold). Rows shared among nt threads, in runs of
+ * MS_REDUCE_ROWS_RUN; each row's bits are the same at any thread count. */
+#define MS_REDUCE_ROWS_RUN 256
+static void ms_reduce_rows(ms_loop_fn fn, const char *a, npy_intp rows, npy_intp n, npy_intp ra,
+                           npy_intp sa, char *out, npy_intp so, int nt) {
+  const npy_intp runs = (rows + MS_REDUCE_ROWS_RUN - 1) / MS_REDUCE_ROWS_RUN;
+  npy_intp b;
+  if (nt > runs) nt = (int)runs;
+#ifdef _OPENMP
+  #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+#endif
+  for (b = 0; b < runs; ++b) {
+    const npy_intp k0 = b * MS_REDUCE_ROWS_RUN, left = rows - k0;
+    npy_intp dims[5] = {n, 0, 0, left < MS_REDUCE_ROWS_RUN ? left : MS_REDUCE_ROWS_RUN, ra};
+    npy_intp steps[2] = {sa, so};
+    char *args[2] = {(char *)(a + k0 * ra), out + k0 * so};
+    fn(args, dims, steps, NULL);
+  }
+}
+
 static int ms_max_threads(void) {
 #ifdef _OPENMP
   return omp_get_max_threads();
