@@ -251,10 +251,12 @@ def reduce_rows(str kernel, src, out):
     cdef Py_ssize_t so = dtype.itemsize
     cdef ms_loop_fn f = <ms_loop_fn> <size_t> fn
     cdef const char *base
+    cdef _Pins pins
+    pins.n = 0
+    pins.extra = NULL
     if t is not None:
         base = t.data()
-        if t.mem is not None:
-            (<Allocation> t.mem).pin()     # (at once: no Python runs before the pin)
+        _pin_now(t.mem, &pins)     # (at once: no Python runs before the pin)
     else:
         base = <const char *> cnp.PyArray_DATA(a)
     try:
@@ -264,8 +266,7 @@ def reduce_rows(str kernel, src, out):
             with nogil:
                 ms_reduce_rows(f, base, rows, n, ra, sa, o, so, nt)
     finally:
-        if t is not None and t.mem is not None:
-            (<Allocation> t.mem).unpin()
+        _unpin(&pins)
     return out
 
 
