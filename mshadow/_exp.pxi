@@ -332,6 +332,7 @@ cdef class ScaledExp(Exp):
         node = type(self).__new__(type(self))
         for f in ("key", "shape", "code", "leaves", "scalars", "exp_type") + self._extra:
             setattr(node, f, getattr(self, f))
+        (<Exp> node).site = self.site      # (the same node: an interned one keeps its site)
         s = scale_value(s, self.code, self.key[0], self._what)
         node.scale = (_wrap(self.scale * s, self.code) if self.code not in _FLOAT_CODES
                       else self.scale * s)
@@ -570,6 +571,9 @@ cdef list _sites = [None] * SITE_SLOTS
 # gather nodes over interned expressions, in a table of their own (_gather.pxi _GatherSite)
 DEF GATHER_SITE_SLOTS = 1024    # a power of 2
 cdef list _gather_sites = [None] * GATHER_SITE_SLOTS
+# reduction nodes over interned sources and tensors (_reduce.pxi _ReduceSite)
+DEF REDUCE_SITE_SLOTS = 1024    # a power of 2
+cdef list _reduce_sites = [None] * REDUCE_SITE_SLOTS
 
 
 cdef void _clear_sites() noexcept:
@@ -578,6 +582,8 @@ cdef void _clear_sites() noexcept:
         _sites[i] = None
     for i in range(GATHER_SITE_SLOTS):
         _gather_sites[i] = None
+    for i in range(REDUCE_SITE_SLOTS):
+        _reduce_sites[i] = None
 
 
 cdef inline size_t _mix(size_t h, void *p) noexcept:

@@ -76,16 +76,38 @@ ctypedef fused _sum_real:
 
 cdef void _keep_sum(const _sum_real *a, double *out, Py_ssize_t P, Py_ssize_t K,
                     Py_ssize_t Q) noexcept nogil:
-    """out[k] = the sum of a[p, k, q] over p, then q, in order, in float64 (from the first)."""
-    cdef Py_ssize_t p, k, q
-    cdef const _sum_real *row
+    """out[k] = the sum of a[p, k, q] over p, then q, in order, in float64 (from the first).
+    Eight k's sums go side by side, each in its own order: one sum alone waited on each add
+    (784 adds of a (16, 49) result took 0.8 us)."""
+    cdef Py_ssize_t p, k, k0, q
+    cdef const _sum_real *b
+    cdef double s0, s1, s2, s3, s4, s5, s6, s7
     for k in range(K):
         out[k] = <double> a[k * Q]
     for p in range(P):
-        for k in range(K):
-            row = a + (p * K + k) * Q
+        k0 = 0
+        while k0 + 8 <= K:           # (in registers: out may alias a, as far as C knows)
+            b = a + (p * K + k0) * Q
+            s0, s1, s2, s3 = out[k0], out[k0 + 1], out[k0 + 2], out[k0 + 3]
+            s4, s5, s6, s7 = out[k0 + 4], out[k0 + 5], out[k0 + 6], out[k0 + 7]
             for q in range(1 if p == 0 else 0, Q):
-                out[k] = out[k] + <double> row[q]
+                s0 = s0 + <double> b[q]
+                s1 = s1 + <double> b[Q + q]
+                s2 = s2 + <double> b[2 * Q + q]
+                s3 = s3 + <double> b[3 * Q + q]
+                s4 = s4 + <double> b[4 * Q + q]
+                s5 = s5 + <double> b[5 * Q + q]
+                s6 = s6 + <double> b[6 * Q + q]
+                s7 = s7 + <double> b[7 * Q + q]
+            out[k0], out[k0 + 1], out[k0 + 2], out[k0 + 3] = s0, s1, s2, s3
+            out[k0 + 4], out[k0 + 5], out[k0 + 6], out[k0 + 7] = s4, s5, s6, s7
+            k0 += 8
+        for k in range(k0, K):
+            b = a + (p * K + k) * Q
+            s0 = out[k]
+            for q in range(1 if p == 0 else 0, Q):
+                s0 = s0 + <double> b[q]
+            out[k] = s0
 
 
 cdef object _summed(object partial, ReduceRecipe rc):
@@ -270,6 +292,161 @@ def reduce_rows(str kernel, src, out):
     return out
 
 
+# ---- the node: a reduction's fields and its construction ---------------------------------
+# `y[:] = sum_rows(x)` builds its node every statement: in Python that was a third of a small
+# statement (1.1 us of 3.5). So the node's fields are compiled here (extension/reduce.py's
+# ReduceExp subclasses ReduceNode, with the chainer form and the checks that raise), and a
+# node over a tensor or an interned expression is interned as make_map's are (_exp.pxi): its
+# _ReduceSite, found by the identities of its parts, keeps the IR node, the result's Shape
+# and the recipe reduce_fast last decided for it.
+from .ir import Reduce as _IRReduce
+
+cdef object _REDUCE_TAG = _IRReduce.TAG
+cdef object _reduce_class = None      # extension/reduce.py's ReduceExp
+cdef tuple _REDUCERS = ()             # ms.red's reducers: the ones reduce_node takes
+cdef tuple _SCALE_FLOAT = (1.0,)      # a new node's scalars: its scale, 1
+cdef tuple _SCALE_INT = (1,)
+
+
+cdef class ReduceNode(ScaledExp):
+    """A lazy reduction (kComplex) of ``src`` by ``reducer``: ``form`` "except_dim" (keep
+    ``axis``, reduce the rest), "with_axis" (remove ``axis``) or "keepdim" (``axis`` kept
+    with size 1); ``mask``: the index of the first maximum or minimum; ``where``: its name
+    in messages."""
+    cdef public object src, form, reducer, axis, mask, where
+
+    _extra = ("src", "form", "reducer", "axis", "mask", "scale", "where")
+    _what = "reduction"
+
+
+cdef class _ReduceSite(_Site):
+    """An interned reduction node (``node``) of a source of one node and Shape object, its
+    result's Shape, and the recipe reduce_fast decided for them (``rc``, when ``gen`` is the
+    plan cache's generation; None: reduce.py's route)."""
+    cdef object src_key, src_shape, form, reducer, out_shape
+    cdef Py_ssize_t axis
+    cdef ReduceRecipe rc
+
+
+cdef inline bint _reducer_index(object reducer, Py_ssize_t *k) noexcept:
+    cdef Py_ssize_t i
+    for i in range(len(_REDUCERS)):
+        if PyTuple_GET_ITEM(_REDUCERS, i) == <PyObject *> reducer:
+            k[0] = i
+            return True
+    return False
+
+
+cdef object _reduce_out_shape(object shape, str form, Py_ssize_t a):
+    """The result's Shape: (shape[a],) for except_dim, shape less axis a for with_axis, axis a
+    as 1 for keepdim."""
+    cdef Py_ssize_t nd = len(shape), k
+    if form == "except_dim":
+        return _tuple_of(Shape, (shape[a],))
+    cdef list out = list(shape)
+    if form == "keepdim":
+        out[a] = 1
+    else:
+        del out[a]
+    return _tuple_of(Shape, tuple(out))
+
+
+cdef _ReduceSite _reduce_site(object src_key, object src_shape, str code, str form,
+                              object reducer, Py_ssize_t axis, bint mask, Py_ssize_t *slot):
+    """The site of these parts (None where it holds another node; ``slot``: its slot, -1 for
+    a node not to intern: an arg-mask, or a source neither a tensor nor interned)."""
+    slot[0] = -1
+    if mask or src_key is None:
+        return None
+    cdef size_t h = _mix(_mix(_mix(_mix(0, <PyObject *> src_key), <PyObject *> src_shape),
+                              <PyObject *> form), <PyObject *> reducer)
+    h = _mix_value(_mix(h, <PyObject *> code), <size_t> axis)
+    slot[0] = <Py_ssize_t> (h & (REDUCE_SITE_SLOTS - 1))
+    cdef _ReduceSite site = <_ReduceSite> _reduce_sites[slot[0]]
+    if (site is not None and site.src_key is src_key and site.src_shape is src_shape
+            and site.form is form and site.reducer is reducer and site.axis == axis
+            and site.code is code):
+        return site
+    return None
+
+
+cpdef object make_reduce(object src, str code, object shape, str form, object reducer,
+                         Py_ssize_t axis, bint mask, object where):
+    """The ReduceExp of checked parts: ``src`` a Tensor or an expression of dtype ``code``,
+    its result ``shape`` (None: the form's, _reduce_out_shape), ``axis`` in range,
+    ``reducer`` one of ms.red (scale 1)."""
+    if _reduce_class is None:
+        raise ImportError("mshadow.extension.reduce is not imported (import mshadow)")
+    cdef object src_key, interned_key = None
+    if isinstance(src, Tensor):
+        src_key = interned_key = _LEAF_KEY[(<Tensor> src).type_flag]
+        src_shape = (<Tensor> src).shape
+    else:
+        src_key = (<Exp?> src).key
+        src_shape = (<Exp> src).shape
+        if _interned_exp(src):
+            interned_key = src_key
+    cdef Py_ssize_t slot
+    cdef _ReduceSite site = _reduce_site(interned_key, src_shape, code, form, reducer, axis,
+                                         mask, &slot)
+    if site is None:
+        key = _tuple_of(_IRReduce, (_REDUCE_TAG, code, form, reducer.name, axis, mask, src_key))
+        out_shape = (_reduce_out_shape(src_shape, form, axis) if shape is None
+                     else shape if type(shape) is Shape else _tuple_of(Shape, tuple(shape)))
+        if slot >= 0:
+            site = _ReduceSite.__new__(_ReduceSite)
+            site.node, site.code, site.out_shape = key, code, out_shape
+            site.src_key, site.src_shape, site.form = interned_key, src_shape, form
+            site.reducer, site.axis = reducer, axis
+            _reduce_sites[slot] = site
+    else:
+        key, out_shape = site.node, site.out_shape
+    cdef bint is_float = _is_float_code(code)
+    cdef ReduceNode node = <ReduceNode> _new_exp(_reduce_class)
+    node.key = key
+    node.site = site
+    node.shape = out_shape
+    node.code = code
+    node.leaves = (src,) if isinstance(src, Tensor) else (<Exp> src).leaves
+    node.scale = 1.0 if is_float else 1
+    node.scalars = _SCALE_FLOAT if is_float else _SCALE_INT
+    node.exp_type = kComplex
+    node.src, node.form, node.reducer, node.axis = src, form, reducer, axis
+    node.mask, node.where = mask, where
+    return node
+
+
+def reduce_node(src, str form, reducer, axis, where, Py_ssize_t ndim=0):
+    """extension/reduce.py's node in its common case, checked and built here: ``src`` a
+    Tensor or an expression (of ``ndim`` axes, when given), ``reducer`` one of ms.red, ``axis``
+    an int in [0, ndim), no arg-mask; a reduction keeping the last axis has rows. Returns
+    None when any of that does not hold: reduce.py then checks again and raises the error
+    that says which."""
+    cdef object shape
+    cdef str code
+    if isinstance(src, Tensor):
+        shape, code = (<Tensor> src).shape, _CODE_BY_FLAG[(<Tensor> src).type_flag]
+    elif isinstance(src, Exp):
+        shape, code = (<Exp> src).shape, (<Exp> src).code
+    else:
+        return None
+    cdef Py_ssize_t k, nd = len(shape), a
+    if type(axis) is not int or not _reducer_index(reducer, &k) or (ndim and nd != ndim):
+        return None
+    a = axis
+    if not 0 <= a < nd:
+        return None
+    if form == "except_dim":
+        if a == nd - 1 and _rows_of(shape) == 0:     # (MapReduceKeepLowest needs a row)
+            return None
+    elif form == "with_axis":
+        if nd == 1:
+            return None
+    elif form != "keepdim":
+        return None
+    return make_reduce(src, code, None, form, reducer, a, False, where)
+
+
 # ---- the statement path: dst <saver> a reduction, from _assign ----------------------------------
 cdef object _reduce_recipe_of = None     # reduce.py fast_recipe(exp): a ReduceRecipe or None
 cdef dict _reduce_recipes = {}           # (reduction node, source shape) -> ReduceRecipe or None
@@ -278,13 +455,17 @@ cdef frozenset _SAVER_NAMES = frozenset()
 cdef dict _LEAF_NODES = {}               # ir.LEAF: a tensor's node by dtype code
 
 
-def install_reduce_path(recipe_of, savers, leaf_nodes):
+def install_reduce_path(recipe_of, savers, leaf_nodes, node_class, reducers):
     """reduce.py's entry: ``recipe_of(exp)`` decides a statement's recipe (or None: the
     statement goes through reduce.py); ``savers`` are the saver names, ``leaf_nodes``
-    ir.LEAF."""
-    global _reduce_recipe_of, _SAVER_NAMES, _LEAF_NODES
+    ir.LEAF, ``node_class`` the class of its nodes (a ReduceNode), ``reducers`` ms.red's."""
+    global _reduce_recipe_of, _SAVER_NAMES, _LEAF_NODES, _reduce_class, _REDUCERS
+    if not issubclass(node_class, ReduceNode):
+        raise TypeError(f"install_reduce_path: {node_class!r} is not a ReduceNode")
     _reduce_recipe_of, _SAVER_NAMES, _LEAF_NODES = recipe_of, frozenset(savers), dict(leaf_nodes)
+    _reduce_class, _REDUCERS = node_class, tuple(reducers)
     _reduce_recipes.clear()
+    _clear_sites()
     install_complex_fast("reduce", reduce_fast)
 
 
@@ -317,6 +498,119 @@ cdef tuple _merged_leaves(tuple leaves, ReduceRecipe rc):
     return tuple(out)
 
 
+cdef ReduceRecipe _statement_recipe(Exp e, object sshape):
+    """The recipe of ``e``'s statement over a source of Shape ``sshape``: the one its site
+    remembers (decided in this generation of the plan cache), else _recipe_for's, which the
+    site then remembers."""
+    cdef _ReduceSite site
+    if type(e.site) is not _ReduceSite:
+        return _recipe_for(e, sshape)
+    site = <_ReduceSite> e.site
+    if site.node is not e.key or site.src_shape is not sshape:
+        return _recipe_for(e, sshape)
+    if site.gen != _plan_gen:
+        gen = _plan_gen
+        site.rc = _recipe_for(e, sshape)
+        site.gen = gen
+    return site.rc
+
+
+DEF SMALL_REDUCE_BYTES = 16384   # a statement's partial results held on the stack,
+DEF SMALL_REDUCE_SLOTS = 2056    # in this many doubles (8 more: room to align to 64 bytes)
+
+
+cdef bint _reduce_small(ReduceRecipe rc, tuple leaves, tuple scalars, Tensor dst,
+                        object scale) except -1:
+    """``dst = scale * reduction`` of a float sum's recipe (no numpy step) whose plan binds on
+    the stack (one pass, a few leaves: run_plan's fast path) and whose partial results fit
+    in SMALL_REDUCE_BYTES: _run_recipe's run and additions with their buffers on the stack,
+    then finished (_finish_c's roundings) straight into dst's rows, so the same bits as
+    _run_recipe, _finish_c and _store_array, with no array. Returns False, having done
+    nothing, for any other recipe or destination."""
+    cdef Plan plan = rc.plan
+    if (plan.stage_plans or plan.nleaf + 1 > INLINE_LEAVES or plan.nscalar > INLINE_LEAVES
+            or not rc.float_sum or rc.numpy_steps or rc.init != 0):
+        return False
+    shape = rc.shape
+    cdef Py_ssize_t nd = len(shape), rows = _rows_of(shape), cols = shape[nd - 1]
+    cdef Py_ssize_t csize = plan.dst_size, A = 1, B = 1, M = 1, R = 1, nch = 1
+    cdef Py_ssize_t npart, ngroup = 0
+    if rc.by_rows:                   # one block a row (no numpy step): one partial a row
+        npart = rows
+    else:
+        A, B = _prod(shape[:rc.first]), shape[rc.first]
+        M = _prod(shape[rc.first + 1:nd - 1])
+        R = max(1, min(rc.rows_per_group, B))
+        nch = (B + R - 1) // R
+        npart, ngroup = A * M * nch * cols, A * M * cols
+    cdef Py_ssize_t part_bytes = (npart * csize + 63) // 64 * 64
+    if (npart == 0 or part_bytes + (ngroup + rc.K) * 8 > SMALL_REDUCE_BYTES
+            or dst.rows * dst.cols != rc.K or (csize != 4 and csize != 8)):
+        return False
+    cdef double buf[SMALL_REDUCE_SLOTS]
+    cdef char *part = <char *> ((<size_t> buf + 63) & ~(<size_t> 63))   # (as numpy's arrays)
+    cdef double *grouped = <double *> (part + part_bytes)
+    cdef double *values = grouped + ngroup
+    memset(part, 0, npart * csize)
+    cdef ms_leaf lv[INLINE_LEAVES]
+    cdef ms_gather gv[INLINE_LEAVES]
+    cdef char sv[16 * INLINE_LEAVES]
+    cdef _Pins pins
+    cdef bint dense, alias
+    cdef int flags = 0
+    cdef _Out o
+    pins.n = 0
+    pins.extra = NULL
+    try:
+        _bind_leaves(plan, leaves, scalars, shape, rows, cols, None, &pins, True, lv, gv, sv,
+                     &dense, &alias)
+        if rc.by_rows:               # (_reduce_parts, by rows)
+            _out_at(&o, part, csize, csize, rows, cols)
+            o.leaf.per_block = 1
+            _exec_bound(plan, lv, sv, &flags, &o, 0, rows, 0, cols)
+        else:                        # (_accumulate)
+            _out_at(&o, part, cols * csize, csize, A * B * M, cols)
+            o.leaf.per_block = 2
+            o.gB, o.gM, o.gR, o.gN = B, M, R, max(1, min(rc.rows_a_call, R))
+            _exec_bound(plan, lv, sv, &flags, &o, 0, A * B * M, 0, cols)
+    finally:
+        _unpin(&pins)
+    _warn_flags(flags)
+    with nogil:
+        if rc.by_rows:               # (_summed of the partials)
+            if csize == 4:
+                _keep_sum(<const float *> part, values, rc.P, rc.K, rc.Q)
+            else:
+                _keep_sum(<const double *> part, values, rc.P, rc.K, rc.Q)
+        else:                        # (_grouped, then _summed)
+            if csize == 4:
+                _add_groups(<const float *> part, grouped, A * M, nch, cols)
+            else:
+                _add_groups(<const double *> part, grouped, A * M, nch, cols)
+            _keep_sum(<const double *> grouped, values, rc.P, rc.K, rc.Q)
+    _finish_rows(values, scale, dst)
+    return True
+
+
+cdef int _finish_rows(const double *values, object scale, Tensor dst) except -1:
+    """_finish_c of ``values`` (dst's elements, in row-major order) into dst's rows, at its
+    pitch. dst: a live, writable cpu tensor of a float dtype (checked by the caller); its
+    address is taken here, with the GIL held until the last store."""
+    cdef char *d = dst.data()
+    cdef Py_ssize_t r, rows = dst.rows, cols = dst.cols, pitch = dst.stride * dst.itemsize
+    cdef double s = scale
+    cdef bint scaled = scale != 1
+    cdef int size = dst.itemsize
+    for r in range(rows):
+        if size == 4:
+            _scaled_f32(values + r * cols, <float *> (d + r * pitch), cols, <float> s, scaled)
+        elif size == 2:
+            _scaled_f16(values + r * cols, <uint16_t *> (d + r * pitch), cols, <float> s, scaled)
+        else:
+            _scaled_f64(values + r * cols, <double *> (d + r * pitch), cols, s, scaled)
+    return 0
+
+
 def reduce_fast(Tensor dst, exp, str saver, int nthreads):
     """``dst <saver> exp`` for a ReduceExp whose recipe has no numpy step, on the CPU: the
     recipe's run, its values finished (finish_values) and stored, saveto straight into
@@ -337,7 +631,7 @@ def reduce_fast(Tensor dst, exp, str saver, int nthreads):
         leaves, scalars, sshape = (<Exp> src).leaves, (<Exp> src).scalars, (<Exp> src).shape
     else:
         return False
-    cdef ReduceRecipe rc = _recipe_for(exp, sshape)
+    cdef ReduceRecipe rc = _statement_recipe(e, sshape)
     if rc is None or rc.numpy_steps:
         return False
     for x in leaves:
@@ -349,6 +643,8 @@ def reduce_fast(Tensor dst, exp, str saver, int nthreads):
         if leaves is None:
             return False
     _stamp(rc.plan)
+    if saver == "saveto" and _reduce_small(rc, leaves, scalars, dst, exp.scale):
+        return True
     res = _finish_c(_run_recipe(rc, leaves, scalars), exp.scale, rc.dtype, rc.out_shape)
     if saver == "saveto" and _store_array(dst, res):
         return True

@@ -27,7 +27,7 @@ from ..engine import assign, get_plan, register_complex
 from ..lower.cpu import REGISTER_ROW_MIN, group_rows_follow, reduce_schedule
 from ..dtypes import compute_code
 from ..errors import DTypeError, ShapeError
-from ..expr import (Exp, ScaledExp, TransposeExp, tcast, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
+from ..expr import (Exp, TransposeExp, tcast, scale_value as _scale_value, _CODE_BY_FLAG, _NP_BY_CODE,
                     _is_scalar, describe, kComplex)
 from ..op import _Reducer, red, reducer_names
 from ..readers import REDUCER_BY_NAME, REDUCER_IDS, REDUCER_TABLE
@@ -40,7 +40,6 @@ Tensor = _core.Tensor
 __all__ = ["ReduceExp", "sumall_except_dim", "reduce_except_dim", "sum_rows",
            "reduce_with_axis", "reduce_keepdim", "reduce_into"]
 
-from ..dtypes import INT_CODES as _INT_CODES
 # by reducer name (readers.REDUCER_TABLE): numpy's combining ufunc, its index-of function
 _UFUNC = {r.name: getattr(np, r.ufunc) for r in REDUCER_TABLE}
 _ARG = {r.name: getattr(np, r.arg) for r in REDUCER_TABLE if r.arg}
@@ -77,13 +76,12 @@ def scale_value(v, code, where):
     return _scale_value(v, code, where, "reduction")
 
 
-class ReduceExp(ScaledExp):
+class ReduceExp(_core.ReduceNode):
     """A lazy reduction (kComplex): ``form`` is "except_dim" (keep ``axis``, reduce the rest),
-    "with_axis" (remove ``axis``) or "keepdim" (``axis`` kept with size 1)."""
+    "with_axis" (remove ``axis``) or "keepdim" (``axis`` kept with size 1). Its fields and
+    construction are compiled (_core.ReduceNode, make_reduce, reduce_node)."""
 
-    __slots__ = ("src", "form", "reducer", "axis", "mask", "where")
-    _extra = ("src", "form", "reducer", "axis", "mask", "scale", "where")
-    _what = "reduction"
+    __slots__ = ()
 
     def as_chainer(self):
         """The reduction as mshadow's chainer, for use inside another expression (an
@@ -113,23 +111,8 @@ def _key_of(x):
     return ir.LEAF[_CODE_BY_FLAG[x.type_flag]] if isinstance(x, Tensor) else x.key
 
 
-_REDUCE_TAG = ir.Reduce.TAG
-
-
 def _node(src, code, shape, form, reducer, axis, mask, where):
-    node = ReduceExp.__new__(ReduceExp)
-    # ir.Reduce(code, form, ...) without Node.__new__'s argument packing (a third of the cost)
-    node.key = tuple.__new__(ir.Reduce, (_REDUCE_TAG, code, form, reducer.name, axis, mask,
-                                         _key_of(src)))
-    node.shape = tuple.__new__(Shape, shape)   # dims of the source's checked shape
-    node.code = code
-    node.leaves = (src,) if isinstance(src, Tensor) else tuple(src.leaves)
-    node.scale = 1 if code in _INT_CODES else 1.0
-    node.scalars = (node.scale,)
-    node.exp_type = kComplex
-    node.src, node.form, node.reducer, node.axis = src, form, reducer, axis
-    node.mask, node.where = mask, where
-    return node
+    return _core.make_reduce(src, code, shape, form, reducer, axis, mask, where)
 
 
 def _axis(axis, nd, where, what):
@@ -153,6 +136,9 @@ def check_keep_lowest(shape, where):
 
 
 def _except_dim(exp, dimkeep, reducer, where):
+    node = _core.reduce_node(exp, "except_dim", reducer, dimkeep, where)
+    if node is not None:
+        return node
     check_reducer(reducer, where)
     src, shape, code = source(exp, where)
     d = _axis(dimkeep, len(shape), where, "dimkeep")
@@ -179,6 +165,9 @@ def sumall_except_dim(exp, dimkeep):
 
 def sum_rows(exp):
     """``sum_rows(exp)`` of a 2-D expression: the column sums, ``sumall_except_dim<1>``."""
+    node = _core.reduce_node(exp, "except_dim", red.sum, 1, "sum_rows", 2)
+    if node is not None:
+        return node
     src, shape, code = source(exp, "sum_rows")
     if len(shape) != 2:
         raise ShapeError(f"sum_rows: expects a 2-D expression, got shape {tuple(shape)}")
@@ -187,6 +176,11 @@ def sum_rows(exp):
 
 
 def _with_axis(src, axis, reducer, mask, keepdim, name):
+    if not mask and type(reducer) is _Reducer:
+        node = _core.reduce_node(src, "keepdim" if keepdim else "with_axis", reducer, axis,
+                                 _where_of(name, reducer))
+        if node is not None:
+            return node
     check_reducer(reducer, name)
     src, shape, code = source(src, name)
     where = f"{name}<red::{reducer.name}, {'true' if mask else 'false'}>"
@@ -210,6 +204,12 @@ def _with_axis(src, axis, reducer, mask, keepdim, name):
         del out[a]
     return _node(src, code, out, "keepdim" if keepdim else "with_axis", reducer, a,
                  bool(mask), where)
+
+
+@functools.lru_cache(maxsize=64)
+def _where_of(name, reducer):
+    """reduce_with_axis / reduce_keepdim's name in messages, without the arg-mask."""
+    return f"{name}<red::{reducer.name}, false>"
 
 
 def _check_index_fits(n, code, axis, reducer, name, where):
@@ -804,7 +804,8 @@ def _eval(dst, exp, saver):
 
 
 register_complex("reduce", _eval, plan_of)
-_core.install_reduce_path(fast_recipe, SAVERS, ir.LEAF)
+_core.install_reduce_path(fast_recipe, SAVERS, ir.LEAF, ReduceExp,
+                          [getattr(red, r.name) for r in REDUCER_TABLE])
 
 
 # ---- the fused full reduction ---------------------------------------------------------
