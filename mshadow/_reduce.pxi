@@ -32,6 +32,9 @@ cdef class ReduceRecipe:
     cdef readonly Py_ssize_t first, rows_per_group, rows_a_call
     cdef readonly object init, ufunc, wide, cdt, dtype
     cdef Py_ssize_t P, K, Q
+    # the geometry of its run: rows x cols of shape; a leading axis's A x B x M (B reduced,
+    # R rows a group, nch groups); its partial results (npart) and their group sums (ngroup)
+    cdef Py_ssize_t rows, cols, A, B, M, R, nch, npart, ngroup
     cdef unsigned long long gen
 
     def __init__(self, Plan plan not None, bint by_rows, tuple shape, tuple src_shape,
@@ -64,6 +67,17 @@ cdef class ReduceRecipe:
         self.P = _prod(self.partial[:kept[0]])
         self.K = _prod(self.partial[kept[0]:kept[-1] + 1])
         self.Q = _prod(self.partial[kept[-1] + 1:])
+        self.rows, self.cols = _rows_of(self.shape), shape[nd - 1]
+        self.A = self.B = self.M = self.R = self.nch = 1
+        if by_rows:                  # one partial a block of a row
+            self.npart, self.ngroup = self.rows * ((self.cols + RBLOCK - 1) // RBLOCK), 0
+        else:
+            self.A, self.B = _prod(shape[:first]), shape[first]
+            self.M = _prod(shape[first + 1:nd - 1])
+            self.R = max(1, min(rows_per_group, self.B))
+            self.nch = (self.B + self.R - 1) // self.R
+            self.npart = self.A * self.M * self.nch * self.cols
+            self.ngroup = self.A * self.M * self.cols
         self.numpy_steps = (not self.float_sum or (by_rows and shape[nd - 1] > RBLOCK)
                             or (self.cdt, self.dtype) not in _FINISH_C)
         self.gen = _plan_gen
@@ -486,16 +500,18 @@ cdef ReduceRecipe _recipe_for(object exp, object sshape):
 cdef tuple _merged_leaves(tuple leaves, ReduceRecipe rc):
     """The leaves viewed as ``rc.shape`` (reshaped_view); None unless every one is a
     contiguous cpu tensor of the source's shape."""
-    cdef list out = []
+    cdef Py_ssize_t k, n = len(leaves)
+    cdef tuple out = PyTuple_New(n)
     cdef Tensor t
-    for x in leaves:
+    for k in range(n):
+        x = leaves[k]
         if not isinstance(x, Tensor):
             return None
         t = <Tensor> x
-        if t.device is not cpu or not _same_shape(t.shape, rc.src_shape) or not t.check_contiguous():
+        if t.device is not cpu or not _same_shape(t.shape, rc.src_shape) or not _dense(t):
             return None
-        out.append(t._view(rc.shape, t.offset, rc.shape[len(rc.shape) - 1]))
-    return tuple(out)
+        _tuple_put(out, k, t._view(rc.shape, t.offset, rc.cols))
+    return out
 
 
 cdef ReduceRecipe _statement_recipe(Exp e, object sshape):
@@ -531,18 +547,9 @@ cdef bint _reduce_small(ReduceRecipe rc, tuple leaves, tuple scalars, Tensor dst
     if (plan.stage_plans or plan.nleaf + 1 > INLINE_LEAVES or plan.nscalar > INLINE_LEAVES
             or not rc.float_sum or rc.numpy_steps or rc.init != 0):
         return False
-    shape = rc.shape
-    cdef Py_ssize_t nd = len(shape), rows = _rows_of(shape), cols = shape[nd - 1]
-    cdef Py_ssize_t csize = plan.dst_size, A = 1, B = 1, M = 1, R = 1, nch = 1
-    cdef Py_ssize_t npart, ngroup = 0
-    if rc.by_rows:                   # one block a row (no numpy step): one partial a row
-        npart = rows
-    else:
-        A, B = _prod(shape[:rc.first]), shape[rc.first]
-        M = _prod(shape[rc.first + 1:nd - 1])
-        R = max(1, min(rc.rows_per_group, B))
-        nch = (B + R - 1) // R
-        npart, ngroup = A * M * nch * cols, A * M * cols
+    cdef Py_ssize_t csize = plan.dst_size, npart = rc.npart, ngroup = rc.ngroup
+    cdef Py_ssize_t A = rc.A, B = rc.B, M = rc.M, R = rc.R, nch = rc.nch
+    cdef Py_ssize_t rows = rc.rows, cols = rc.cols
     cdef Py_ssize_t part_bytes = (npart * csize + 63) // 64 * 64
     if (npart == 0 or part_bytes + (ngroup + rc.K) * 8 > SMALL_REDUCE_BYTES
             or dst.rows * dst.cols != rc.K or (csize != 4 and csize != 8)):
@@ -562,8 +569,8 @@ cdef bint _reduce_small(ReduceRecipe rc, tuple leaves, tuple scalars, Tensor dst
     pins.n = 0
     pins.extra = NULL
     try:
-        _bind_leaves(plan, leaves, scalars, shape, rows, cols, None, &pins, True, lv, gv, sv,
-                     &dense, &alias)
+        _bind_leaves(plan, leaves, scalars, rc.shape, rows, cols, None, &pins, True, lv, gv,
+                     sv, &dense, &alias)
         if rc.by_rows:               # (_reduce_parts, by rows)
             _out_at(&o, part, csize, csize, rows, cols)
             o.leaf.per_block = 1
@@ -620,13 +627,15 @@ def reduce_fast(Tensor dst, exp, str saver, int nthreads):
     if (dst.device is not cpu or dst.readonly or dst.mem is None or not dst.mem.alive
             or saver not in _SAVER_NAMES or _reduce_recipe_of is None):
         return False
-    cdef Exp e = <Exp> exp
+    if not isinstance(exp, ReduceNode):
+        return False
+    cdef ReduceNode e = <ReduceNode> exp
     code = _CODE_BY_FLAG[dst.type_flag]
     if e.code != code or not _same_shape(e.shape, dst.shape):
         return False
-    src = exp.src
+    src = e.src
     if isinstance(src, Tensor):
-        leaves, scalars, sshape = (src,), (), (<Tensor> src).shape
+        leaves, scalars, sshape = e.leaves, (), (<Tensor> src).shape     # (leaves: (src,))
     elif isinstance(src, Exp):
         leaves, scalars, sshape = (<Exp> src).leaves, (<Exp> src).scalars, (<Exp> src).shape
     else:
@@ -643,9 +652,9 @@ def reduce_fast(Tensor dst, exp, str saver, int nthreads):
         if leaves is None:
             return False
     _stamp(rc.plan)
-    if saver == "saveto" and _reduce_small(rc, leaves, scalars, dst, exp.scale):
+    if saver == "saveto" and _reduce_small(rc, leaves, scalars, dst, e.scale):
         return True
-    res = _finish_c(_run_recipe(rc, leaves, scalars), exp.scale, rc.dtype, rc.out_shape)
+    res = _finish_c(_run_recipe(rc, leaves, scalars), e.scale, rc.dtype, rc.out_shape)
     if saver == "saveto" and _store_array(dst, res):
         return True
     t = from_numpy(res)
