@@ -263,13 +263,12 @@ def reduce_rows(str kernel, src, out):
         raise ValueError(f"reduce_rows: out must be a writeable C-contiguous 1-D {dtype} array")
     cdef Tensor t = None
     cdef cnp.ndarray a = None
-    cdef Py_ssize_t rows, n, ra, sa, total
+    cdef Py_ssize_t rows, n, ra = 0, sa = 0
     if isinstance(src, Tensor):
         t = <Tensor> src
         if t.device is not cpu or _NP_BY_CODE[_CODE_BY_FLAG[t.type_flag]] != dtype:
             raise ValueError(f"reduce_rows: a cpu tensor of {dtype} expected")
         rows, n = t.rows, t.cols
-        ra, sa = t.stride * t.itemsize, t.itemsize
     elif type(src) is np.ndarray and src.ndim == 2 and src.dtype == dtype:
         a = <cnp.ndarray> src
         rows, n = a.shape[0], a.shape[1]
@@ -278,32 +277,45 @@ def reduce_rows(str kernel, src, out):
         raise ValueError(f"reduce_rows: src must be a 2-D {dtype} array or a cpu tensor")
     if out.shape[0] != rows:
         raise ValueError(f"reduce_rows: {rows} rows into {out.shape[0]} values")
-    total = rows * n
     if rows == 0:
         return out
-    cdef int nt = max(1, min(_num_threads, total // _share_of(total, dtype.itemsize,
-                                                              MIN_PER_THREAD)))
-    cdef char *o = <char *> cnp.PyArray_DATA(out)
-    cdef Py_ssize_t so = dtype.itemsize
-    cdef ms_loop_fn f = <ms_loop_fn> <size_t> fn
-    cdef const char *base
+    if t is not None:
+        _fold_rows(<size_t> fn, t, <char *> cnp.PyArray_DATA(out))
+    else:
+        _fold_rows_at(<size_t> fn, <const char *> cnp.PyArray_DATA(a), rows, n, ra, sa,
+                      <char *> cnp.PyArray_DATA(out), dtype.itemsize)
+    return out
+
+
+cdef int _fold_rows_at(size_t fn, const char *base, Py_ssize_t rows, Py_ssize_t n,
+                       Py_ssize_t ra, Py_ssize_t sa, char *out, Py_ssize_t itemsize) except -1:
+    """``rows`` rows of ``n`` elements from ``base`` (``ra`` bytes a row, ``sa`` an element)
+    each folded by the block kernel ``fn`` into ``out``, one element of ``itemsize`` a row;
+    enough rows are shared among threads (without the GIL: the caller pins the memory)."""
+    cdef Py_ssize_t total = rows * n
+    cdef int nt = max(1, min(_num_threads, total // _share_of(total, itemsize, MIN_PER_THREAD)))
+    cdef ms_loop_fn f = <ms_loop_fn> fn
+    if total < MIN_PER_THREAD:
+        ms_reduce_rows(f, base, rows, n, ra, sa, out, itemsize, 1)
+    else:
+        with nogil:
+            ms_reduce_rows(f, base, rows, n, ra, sa, out, itemsize, nt)
+    return 0
+
+
+cdef int _fold_rows(size_t fn, Tensor t, char *out) except -1:
+    """_fold_rows_at of a cpu tensor's rows (its leading axes), pinned for the run."""
     cdef _Pins pins
     pins.n = 0
     pins.extra = NULL
-    if t is not None:
-        base = t.data()
-        _pin_now(t.mem, &pins)     # (at once: no Python runs before the pin)
-    else:
-        base = <const char *> cnp.PyArray_DATA(a)
+    cdef const char *base = t.data()
+    _pin_now(t.mem, &pins)     # (at once: no Python runs before the pin)
     try:
-        if total < MIN_PER_THREAD:
-            ms_reduce_rows(f, base, rows, n, ra, sa, o, so, 1)
-        else:
-            with nogil:
-                ms_reduce_rows(f, base, rows, n, ra, sa, o, so, nt)
+        _fold_rows_at(fn, base, t.rows, t.cols, t.stride * t.itemsize, t.itemsize, out,
+                      t.itemsize)
     finally:
         _unpin(&pins)
-    return out
+    return 0
 
 
 # ---- the node: a reduction's fields and its construction ---------------------------------
@@ -340,6 +352,8 @@ cdef class _ReduceSite(_Site):
     cdef object src_key, src_shape, form, reducer, out_shape
     cdef Py_ssize_t axis
     cdef ReduceRecipe rc
+    cdef bint row_decided     # row_fn is decided: a tensor source's block kernel (0: none)
+    cdef size_t row_fn
 
 
 cdef inline bint _reducer_index(object reducer, Py_ssize_t *k) noexcept:
@@ -463,20 +477,24 @@ def reduce_node(src, str form, reducer, axis, where, Py_ssize_t ndim=0):
 
 # ---- the statement path: dst <saver> a reduction, from _assign ----------------------------------
 cdef object _reduce_recipe_of = None     # reduce.py fast_recipe(exp): a ReduceRecipe or None
+cdef object _row_kernel_of = None        # reduce.py row_kernel(shape, code, form, reducer, axis)
 cdef dict _reduce_recipes = {}           # (reduction node, source shape) -> ReduceRecipe or None
 DEF REDUCE_RECIPES_MAX = 1024            # then emptied: a recipe is cheap to decide again
 cdef frozenset _SAVER_NAMES = frozenset()
 cdef dict _LEAF_NODES = {}               # ir.LEAF: a tensor's node by dtype code
 
 
-def install_reduce_path(recipe_of, savers, leaf_nodes, node_class, reducers):
+def install_reduce_path(recipe_of, row_kernel_of, savers, leaf_nodes, node_class, reducers):
     """reduce.py's entry: ``recipe_of(exp)`` decides a statement's recipe (or None: the
-    statement goes through reduce.py); ``savers`` are the saver names, ``leaf_nodes``
-    ir.LEAF, ``node_class`` the class of its nodes (a ReduceNode), ``reducers`` ms.red's."""
-    global _reduce_recipe_of, _SAVER_NAMES, _LEAF_NODES, _reduce_class, _REDUCERS
+    statement goes through reduce.py), ``row_kernel_of(shape, code, form, reducer name,
+    axis)`` the block kernel that folds a tensor's rows alone (or None); ``savers`` are the
+    saver names, ``leaf_nodes`` ir.LEAF, ``node_class`` the class of its nodes (a
+    ReduceNode), ``reducers`` ms.red's."""
+    global _reduce_recipe_of, _row_kernel_of, _SAVER_NAMES, _LEAF_NODES, _reduce_class, _REDUCERS
     if not issubclass(node_class, ReduceNode):
         raise TypeError(f"install_reduce_path: {node_class!r} is not a ReduceNode")
     _reduce_recipe_of, _SAVER_NAMES, _LEAF_NODES = recipe_of, frozenset(savers), dict(leaf_nodes)
+    _row_kernel_of = row_kernel_of
     _reduce_class, _REDUCERS = node_class, tuple(reducers)
     _reduce_recipes.clear()
     _clear_sites()
@@ -533,6 +551,53 @@ cdef ReduceRecipe _statement_recipe(Exp e, object sshape):
 
 DEF SMALL_REDUCE_BYTES = 16384   # a statement's partial results held on the stack,
 DEF SMALL_REDUCE_SLOTS = 2056    # in this many doubles (8 more: room to align to 64 bytes)
+
+
+cdef size_t _statement_row_kernel(ReduceNode e, object sshape) except? 0:
+    """The block kernel that folds each row of ``e``'s tensor source (of Shape ``sshape``)
+    alone, as reduce.py's reduce_into does first (row_kernel), remembered by e's site; 0
+    for none, or for a node without its site (reduce.py then runs it)."""
+    if type(e.site) is not _ReduceSite:
+        return 0
+    cdef _ReduceSite site = <_ReduceSite> e.site
+    if site.node is not e.key or site.src_shape is not sshape:
+        return 0
+    if not site.row_decided:
+        name = _row_kernel_of(tuple(sshape), e.code, e.form, e.reducer.name, e.axis)
+        site.row_fn = 0 if name is None else <size_t> _KERNELS[name]
+        site.row_decided = True
+    return site.row_fn
+
+
+cdef bint _rows_small(size_t fn, Tensor src, Tensor dst, object scale) except -1:
+    """``dst = scale * reduction`` of the tensor ``src``'s rows, each folded alone by the
+    block kernel ``fn`` (reduce.py's first route: the same bits) into a buffer on the stack,
+    then stored into dst's rows (times ``scale`` in the dtype: float32 or float64; an
+    integer's scale must be 1). Returns False, having done nothing, for more rows than
+    SMALL_REDUCE_BYTES holds or another scale."""
+    cdef Py_ssize_t rows = src.rows, isz = src.itemsize, r
+    cdef bint scaled = scale != 1
+    cdef bint is_float = _is_float_code(_CODE_BY_FLAG[src.type_flag])
+    if (rows == 0 or src.cols == 0 or rows * isz > SMALL_REDUCE_BYTES
+            or dst.rows * dst.cols != rows or (scaled and not is_float)):
+        return False
+    cdef double buf[SMALL_REDUCE_SLOTS]
+    cdef char *vals = <char *> ((<size_t> buf + 63) & ~(<size_t> 63))
+    _fold_rows(fn, src, vals)
+    cdef char *d = dst.data()
+    cdef Py_ssize_t cols = dst.cols, pitch = dst.stride * dst.itemsize, k
+    cdef float s32 = <float> (<double> scale) if is_float else 1
+    cdef double s64 = <double> scale if is_float else 1
+    for r in range(dst.rows):
+        if not scaled:
+            memcpy(d + r * pitch, vals + r * cols * isz, cols * isz)
+        elif isz == 4:
+            for k in range(cols):
+                (<float *> (d + r * pitch))[k] = (<float *> vals)[r * cols + k] * s32
+        else:
+            for k in range(cols):
+                (<double *> (d + r * pitch))[k] = (<double *> vals)[r * cols + k] * s64
+    return True
 
 
 cdef bint _reduce_small(ReduceRecipe rc, tuple leaves, tuple scalars, Tensor dst,
@@ -640,6 +705,11 @@ def reduce_fast(Tensor dst, exp, str saver, int nthreads):
         leaves, scalars, sshape = (<Exp> src).leaves, (<Exp> src).scalars, (<Exp> src).shape
     else:
         return False
+    cdef size_t row_fn
+    if isinstance(src, Tensor) and saver == "saveto" and (<Tensor> src).device is cpu:
+        row_fn = _statement_row_kernel(e, sshape)
+        if row_fn and _rows_small(row_fn, <Tensor> src, dst, e.scale):
+            return True
     cdef ReduceRecipe rc = _statement_recipe(e, sshape)
     if rc is None or rc.numpy_steps:
         return False

@@ -117,7 +117,8 @@ def test_reduce_py_still_normalises_and_refuses():
 
 def test_install_reduce_path_takes_only_reduce_nodes():
     with pytest.raises(TypeError, match="not a ReduceNode"):
-        _core.install_reduce_path(red_mod.fast_recipe, red_mod.SAVERS, ir.LEAF, object, [])
+        _core.install_reduce_path(red_mod.fast_recipe, red_mod.row_kernel, red_mod.SAVERS, ir.LEAF,
+                                  object, [])
 
 
 # ---- the small statement, with no array ---------------------------------------------------
@@ -214,3 +215,84 @@ def test_a_small_statement_into_a_read_only_or_freed_destination_raises():
     with pytest.raises(ValueError, match="read-only"):
         t[:] = ms.sum_rows(x)
     np.testing.assert_array_equal(arr, 0)
+
+
+# ---- a tensor's rows, folded alone, from the statement path --------------------------------
+ROWS = [
+    ("with_axis last", (6, 20), lambda x, r: ms.reduce_with_axis(x, 1, r)),
+    ("with_axis last of 3-D", (3, 5, 49), lambda x, r: ms.reduce_with_axis(x, 2, r)),
+    ("keepdim last", (7, 16), lambda x, r: ms.reduce_keepdim(x, 1, r)),
+    ("keep the first of 2-D", (9, 33), lambda x, r: ms.reduce_except_dim(x, 0, r)),
+    ("scaled", (5, 17), lambda x, r: ms.reduce_with_axis(x, 1, r) * 0.3),
+    ("negated", (5, 17), lambda x, r: -ms.reduce_with_axis(x, 1, r)),
+    ("rows of a block", (3, 4096), lambda x, r: ms.reduce_with_axis(x, 1, r)),
+    ("more rows than the stack holds", (5000, 3), lambda x, r: ms.reduce_with_axis(x, 1, r)),
+]
+REDUCERS = ("sum", "maximum", "minimum", "product")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.int64])
+@pytest.mark.parametrize("reducer", REDUCERS)
+@pytest.mark.parametrize("name,shape,build", ROWS, ids=[c[0] for c in ROWS])
+def test_a_tensors_rows_give_reduce_pys_bits(name, shape, build, reducer, dtype):
+    rng = np.random.default_rng(13)
+    if np.dtype(dtype).kind == "f":
+        a = (rng.standard_normal(shape) * (0.9 if reducer == "product" else 4)).astype(dtype)
+        flat = a.reshape(-1)
+        flat[[0, 3]] = [np.nan, -0.0]
+    else:
+        a = rng.integers(0, 7, shape).astype(dtype)
+    red_obj = getattr(ms.red, reducer)
+    for pad in (False, True):
+        x = _tensor(a, pad=pad)
+        try:
+            exp = build(x, red_obj)
+        except Exception as err:            # an integer scaled by 0.3: refused as reduce.py does
+            assert np.dtype(dtype).kind != "f" and "scale" in str(err)
+            return
+        for dpad in (False, True):
+            fast = ms.new_tensor(tuple(exp.shape), dtype=dtype, pad=dpad, init=3)
+            slow = ms.new_tensor(tuple(exp.shape), dtype=dtype, pad=dpad, init=3)
+            fast[:] = exp
+            red_mod._eval(slow, exp, "saveto")                  # reduce.py's own route
+            np.testing.assert_array_equal(fast.numpy(), slow.numpy(),
+                                          err_msg=f"{name} pad={pad}/{dpad}")
+
+
+def test_a_tensors_rows_from_the_statement_path_never_enter_reduce_py(monkeypatch):
+    def refuse(dst, exp, saver):
+        raise AssertionError(f"reduce.py ran {exp!r} ({saver})")
+    a = np.arange(60, dtype=np.float32).reshape(4, 15)
+    x, y = _tensor(a), ms.new_tensor((4,))
+    y[:] = ms.reduce_with_axis(x, 1, ms.red.maximum)      # (the first statement decides)
+    monkeypatch.setitem(ms.engine._complex_engines, "reduce", refuse)
+    for r, want in ((ms.red.sum, a.sum(1)), (ms.red.maximum, a.max(1)),
+                    (ms.red.minimum, a.min(1))):
+        y[:] = ms.reduce_with_axis(x, 1, r)
+        y[:] = ms.reduce_with_axis(x, 1, r)
+        np.testing.assert_array_equal(y.numpy(), want)
+    v = x[1:3]                                            # a view is a tensor too
+    y2 = ms.new_tensor((2,))
+    y2[:] = ms.reduce_with_axis(v, 1, ms.red.sum)
+    y2[:] = ms.reduce_with_axis(v, 1, ms.red.sum)
+    np.testing.assert_array_equal(y2.numpy(), a[1:3].sum(1))
+
+
+def test_a_tensors_rows_into_their_own_tensor():
+    a = np.arange(1, 17, dtype=np.float32).reshape(4, 4)
+    x = _tensor(a)
+    for _ in range(2):                                    # decided, then from the site
+        x[:] = _tensor(a)
+        x[0][:] = ms.reduce_with_axis(x, 1, ms.red.sum)   # dst is the first row it reads
+        np.testing.assert_array_equal(x.numpy()[0], a.sum(1))
+        np.testing.assert_array_equal(x.numpy()[1:], a[1:])
+
+
+def test_a_freed_tensor_source_raises_from_the_statement_path():
+    x, y = _tensor(np.ones((4, 8), np.float32)), ms.new_tensor((4,))
+    e = ms.reduce_with_axis(x, 1, ms.red.sum)
+    y[:] = e
+    ms.free_space(x)
+    with pytest.raises(ms.FreedTensorError):
+        y[:] = e
+    np.testing.assert_array_equal(y.numpy(), 8)

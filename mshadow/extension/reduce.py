@@ -804,7 +804,7 @@ def _eval(dst, exp, saver):
 
 
 register_complex("reduce", _eval, plan_of)
-_core.install_reduce_path(fast_recipe, SAVERS, ir.LEAF, ReduceExp,
+_core.install_reduce_path(fast_recipe, row_kernel, SAVERS, ir.LEAF, ReduceExp,
                           [getattr(red, r.name) for r in REDUCER_TABLE])
 
 
