@@ -426,7 +426,7 @@ def fast_recipe(exp):
     if exp.mask:
         return None
     if isinstance(src, Tensor):     # reduce_into's tensor sum: the identity of its leaf
-        if form != "except_dim" or not REDUCER_BY_NAME[name].lanes:
+        if not REDUCER_BY_NAME[name].lanes:
             return None
         key, code = _TENSOR_VALUES[exp.code], exp.code
     elif _fusable(src):
@@ -751,12 +751,12 @@ def reduce_into(dst, src, form, reducer_name, axis, mask, scale, saver):
         # expression's (rows of 49 float32: numpy's add.reduce took 4x torch's time)
         a = _Fused(_rows_reduced(kernel, src, _result_shape(tuple(src.shape), form, axis),
                                  np.dtype(_NP_BY_CODE[_code_of_src(src)])))
-    elif (isinstance(src, Tensor) and form == "except_dim" and REDUCER_BY_NAME[reducer_name].lanes
+    elif (isinstance(src, Tensor) and REDUCER_BY_NAME[reducer_name].lanes and not mask
             and src.device is cpu):   # (a TensorContainer too: numpy's order was its own)
-        # a tensor's sum over all axes but one goes through the fused pass as any
-        # expression's: sumall_except_dim(x) and sumall_except_dim(x * 1.0) give the same
-        # bits, as in mshadow, in one pass (numpy's reduction over three axes of a
-        # (32, 64, 56, 56) tensor took 2.1x torch's time)
+        # a tensor's sum goes through the fused pass as any expression's: sumall_except_dim(x)
+        # and sumall_except_dim(x * 1.0), reduce_with_axis(x, 0) and reduce_with_axis(x * 1.0,
+        # 0) give the same bits, as in mshadow, in one pass (numpy's reduction over three
+        # axes of a (32, 64, 56, 56) tensor took 2.1x torch's time)
         src = _core.make_map("identity", (src,))
     # one errstate for the whole computation (entering one costs a microsecond, a tenth of a
     # small reduction's statement): silent, as the C folds are (a NaN, an overflow)
