@@ -1,18 +1,22 @@
 """Reductions of reduceto1d.h and reduce_with_axis.h as kComplex expressions and their engine.
 
-A source that is a tensor, ``t.T`` or a strided view is reduced by numpy over a zero-copy
-view. A sum over any other expression is fused: the expression is evaluated block by block
+A source that is ``t.T`` or a strided view is reduced by numpy over a zero-copy view, and so
+is a tensor's maximum or minimum over leading axes; a tensor's last axis alone is folded a row
+at a time by the reducer's block kernel, and a tensor's sum over other axes is fused as
+``x * 1`` is. A sum over any other expression is fused: the expression is evaluated block by block
 and summed where it is computed, with no temporary of its size (docs/reduce_nn.md gives the
 summation order); so are maximum and minimum. The arg-mask (argmax/argmin) over such an
 expression evaluates it a chunk of slabs at a time into cache-sized scratch and takes each
 chunk's indices with numpy. The small result is stored through the engine (saveto of a plain
 cpu destination: copied straight into it, _core.store_array).
 """
-# Design: the reduction never writes the destination itself; every store goes through
+# Design: this route never writes the destination itself; every store goes through
 # mshadow.engine.assign with the assignment's saver, or, for saveto, _core.store_array, which
 # copies only what saveto would store and leaves everything else (read-only, freed, another
 # dtype or shape, overlapping bytes) to the engine, so dtype, read-only and freed-tensor rules
-# live in one place. mshadow's reduce_with_axis/reduce_keepdim are chainers that nest in
+# live in one place. (The compiled statement path, _core.reduce_fast, stores a saveto into a
+# live, writable cpu destination of the right dtype and shape itself, after the whole result
+# is computed, and leaves everything else to this route.) mshadow's reduce_with_axis/reduce_keepdim are chainers that nest in
 # element-wise expressions; here they are evaluated by this engine and must be assigned to a
 # tensor first.
 import functools
