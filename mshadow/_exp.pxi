@@ -332,7 +332,10 @@ cdef class ScaledExp(Exp):
         node = type(self).__new__(type(self))
         for f in ("key", "shape", "code", "leaves", "scalars", "exp_type") + self._extra:
             setattr(node, f, getattr(self, f))
-        (<Exp> node).site = self.site      # (the same node: an interned one keeps its site)
+        # the same IR node (a scale is not part of it): an interned node keeps its site, and
+        # so what the site decided for that node (a reduction's recipe: the scale is applied
+        # when the values are finished)
+        (<Exp> node).site = self.site
         s = scale_value(s, self.code, self.key[0], self._what)
         node.scale = (_wrap(self.scale * s, self.code) if self.code not in _FLOAT_CODES
                       else self.scale * s)

@@ -368,7 +368,6 @@ cdef inline bint _reducer_index(object reducer, Py_ssize_t *k) noexcept:
 cdef object _reduce_out_shape(object shape, str form, Py_ssize_t a):
     """The result's Shape: (shape[a],) for except_dim, shape less axis a for with_axis, axis a
     as 1 for keepdim."""
-    cdef Py_ssize_t nd = len(shape), k
     if form == "except_dim":
         return _tuple_of(Shape, (shape[a],))
     cdef list out = list(shape)
@@ -573,8 +572,8 @@ cdef bint _rows_small(size_t fn, Tensor src, Tensor dst, object scale) except -1
     """``dst = scale * reduction`` of the tensor ``src``'s rows, each folded alone by the
     block kernel ``fn`` (reduce.py's first route: the same bits) into a buffer on the stack,
     then stored into dst's rows (times ``scale`` in the dtype: float32 or float64; an
-    integer's scale must be 1). Returns False, having done nothing, for more rows than
-    SMALL_REDUCE_BYTES holds or another scale."""
+    integer's scale must be 1). Returns False, having stored nothing, for more rows than
+    SMALL_REDUCE_BYTES holds, another scale, or a dst resized meanwhile."""
     cdef Py_ssize_t rows = src.rows, isz = src.itemsize, r
     cdef bint scaled = scale != 1
     cdef bint is_float = _is_float_code(_CODE_BY_FLAG[src.type_flag])
@@ -584,11 +583,15 @@ cdef bint _rows_small(size_t fn, Tensor src, Tensor dst, object scale) except -1
     cdef double buf[SMALL_REDUCE_SLOTS]
     cdef char *vals = <char *> ((<size_t> buf + 63) & ~(<size_t> 63))
     _fold_rows(fn, src, vals)
+    # dst's geometry now, checked again: another thread may have resized it while the rows
+    # were folded without the GIL (it is held from here to the last store)
     cdef char *d = dst.data()
-    cdef Py_ssize_t cols = dst.cols, pitch = dst.stride * dst.itemsize, k
+    cdef Py_ssize_t drows = dst.rows, cols = dst.cols, pitch = dst.stride * dst.itemsize, k
+    if drows * cols != rows:
+        return False
     cdef float s32 = <float> (<double> scale) if is_float else 1
     cdef double s64 = <double> scale if is_float else 1
-    for r in range(dst.rows):
+    for r in range(drows):
         if not scaled:
             memcpy(d + r * pitch, vals + r * cols * isz, cols * isz)
         elif isz == 4:
@@ -660,16 +663,19 @@ cdef bint _reduce_small(ReduceRecipe rc, tuple leaves, tuple scalars, Tensor dst
             else:
                 _add_groups(<const double *> part, grouped, A * M, nch, cols)
             _keep_sum(<const double *> grouped, values, rc.P, rc.K, rc.Q)
-    _finish_rows(values, scale, dst)
-    return True
+    return _finish_rows(values, rc.K, scale, dst)
 
 
-cdef int _finish_rows(const double *values, object scale, Tensor dst) except -1:
-    """_finish_c of ``values`` (dst's elements, in row-major order) into dst's rows, at its
-    pitch. dst: a live, writable cpu tensor of a float dtype (checked by the caller); its
-    address is taken here, with the GIL held until the last store."""
+cdef bint _finish_rows(const double *values, Py_ssize_t n, object scale, Tensor dst) except -1:
+    """_finish_c of ``n`` ``values`` (dst's elements, in row-major order) into dst's rows, at
+    its pitch: False, having stored nothing, when dst no longer holds ``n`` elements (another
+    thread resized it while the values were computed without the GIL). dst: a cpu tensor of
+    a float dtype; its address and geometry are taken here, with the GIL held until the
+    last store."""
     cdef char *d = dst.data()
     cdef Py_ssize_t r, rows = dst.rows, cols = dst.cols, pitch = dst.stride * dst.itemsize
+    if rows * cols != n:
+        return False
     cdef double s = scale
     cdef bint scaled = scale != 1
     cdef int size = dst.itemsize
@@ -680,13 +686,14 @@ cdef int _finish_rows(const double *values, object scale, Tensor dst) except -1:
             _scaled_f16(values + r * cols, <uint16_t *> (d + r * pitch), cols, <float> s, scaled)
         else:
             _scaled_f64(values + r * cols, <double *> (d + r * pitch), cols, s, scaled)
-    return 0
+    return True
 
 
 def reduce_fast(Tensor dst, exp, str saver, int nthreads):
-    """``dst <saver> exp`` for a ReduceExp whose recipe has no numpy step, on the CPU: the
-    recipe's run, its values finished (finish_values) and stored, saveto straight into
-    dst (store_array), any other saver by the leaf's cached plan. Returns False, having
+    """``dst <saver> exp`` for a ReduceExp on the CPU: a tensor's rows folded alone by the
+    block kernel (_rows_small, saveto), or a recipe with no numpy step: its run, its
+    values finished (finish_values) and stored, saveto straight into dst (on the stack,
+    _reduce_small, or store_array), any other saver by the leaf's cached plan. Returns False, having
     done nothing, for anything it does not take (a check that fails, a first statement
     of its kind, another schedule): reduce.py then runs it, with its errors."""
     if (dst.device is not cpu or dst.readonly or dst.mem is None or not dst.mem.alive

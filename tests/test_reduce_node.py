@@ -257,6 +257,25 @@ def test_a_tensors_rows_give_reduce_pys_bits(name, shape, build, reducer, dtype)
             red_mod._eval(slow, exp, "saveto")                  # reduce.py's own route
             np.testing.assert_array_equal(fast.numpy(), slow.numpy(),
                                           err_msg=f"{name} pad={pad}/{dpad}")
+        _check_numpy(fast.numpy(), a, name, reducer, exp)
+
+
+def _check_numpy(got, a, name, reducer, exp):
+    """The values against numpy: integers exactly (wrapping in the dtype), floats closely
+    (NaN where numpy has one)."""
+    axis = a.ndim - 1                  # (each case reduces the last axis alone)
+    f = {"sum": np.add, "maximum": np.maximum, "minimum": np.minimum,
+         "product": np.multiply}[reducer]
+    if a.dtype.kind == "f":
+        want = f.reduce(a.astype(np.float64), axis=axis)
+        want = want * float(exp.scale)
+        scale = np.nanmax(np.abs(want)) if np.isfinite(want).any() else 1.0
+        np.testing.assert_allclose(got.reshape(want.shape), want, rtol=1e-4,
+                                   atol=1e-5 * (scale + 1), err_msg=name)
+    else:
+        want = f.reduce(a, axis=axis, dtype=a.dtype).astype(np.int64) * int(exp.scale)
+        np.testing.assert_array_equal(got.reshape(want.shape), want.astype(a.dtype),
+                                      err_msg=name)
 
 
 def test_a_tensors_rows_from_the_statement_path_never_enter_reduce_py(monkeypatch):
@@ -323,3 +342,47 @@ def test_a_tensors_sum_over_any_axis_has_the_bits_of_its_expression(shape, axis,
         else:
             tol = 2e-3 if dtype == np.float16 else 1e-5
             np.testing.assert_allclose(t.numpy().astype(np.float64), want, rtol=tol, atol=tol * 30)
+
+
+@pytest.mark.parametrize("case", ["rows of a tensor", "a small sum"])
+def test_a_destination_resized_by_another_thread_during_the_statement(case):
+    """The values are computed without the GIL; another thread may resize the destination
+    meanwhile. Its geometry is read again before the stores: a ShapeError or the right
+    values, never a read past the stack buffer (a segfault before)."""
+    import sys
+    import threading
+    import time
+    if case == "rows of a tensor":
+        x = ms.new_tensor((4096, 8), init=1.0)
+        build, want = (lambda: ms.reduce_with_axis(x, 1, ms.red.maximum)), 1.0
+        n = 4096
+    else:
+        x = ms.new_tensor((8192, 4), init=1.0)
+        build, want = (lambda: ms.sum_rows(x)), 8192.0
+        n = 4
+    c = ms.TensorContainer((n,))
+    stop = threading.Event()
+
+    def flip():
+        while not stop.is_set():
+            c.resize((1 << 16,))
+            c.resize((n,))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    t = threading.Thread(target=flip)
+    t.start()
+    try:
+        t0 = time.time()
+        while time.time() - t0 < 1.5:
+            try:
+                c[:] = build()
+            except ShapeError:
+                pass
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(old)
+    c.resize((n,))
+    c[:] = build()
+    np.testing.assert_array_equal(c.numpy(), want)
