@@ -201,11 +201,53 @@ def rows_section(args, torch, lib):
                      "array first; the C loop adds each row in order"])
 
 
+AXES = (((64, 64), 0), ((4096, 1000), 0), ((100000, 7), 0), ((64, 512, 49), 1),
+        ((32, 64, 3136), 1))
+
+
+def axes_section(args, torch):
+    """``y[:] = reduce_with_axis(x, k, red.sum)`` of a tensor over a leading or middle axis
+    (the fused pass, as x * 1 runs) against numpy's add.reduce(out=) and torch.sum(out=)."""
+    rows = []
+    for shape, k in AXES:
+        a = np.random.default_rng(3).uniform(-1, 1, shape).astype(np.float32)
+        out = shape[:k] + shape[k + 1:]
+        x, y, yn = ms.from_numpy(a), ms.new_tensor(out), np.empty(out, np.float32)
+        alts = {"ms": lambda: y.__setitem__(slice(None), ms.reduce_with_axis(x, k, ms.red.sum)),
+                "numpy": lambda: np.add.reduce(a, axis=k, out=yn)}
+        if torch is not None:
+            at, yt = torch.from_numpy(a), torch.from_numpy(yn)
+            alts["torch"] = lambda: torch.sum(at, dim=k, out=yt)
+        want = a.astype(np.float64).sum(axis=k)
+        for name, fn in alts.items():
+            fn()
+            np.testing.assert_allclose(y.numpy() if name == "ms" else yn, want, rtol=1e-4,
+                                       atol=1e-3, err_msg=name)
+        samples = {name: [] for name in alts}
+        for _ in range(args.rounds):
+            for name, fn in alts.items():
+                samples[name].append(timeit(fn))
+        med = {name: statistics.median(v) for name, v in samples.items()}
+        r = [f"{'x'.join(map(str, shape))} axis {k}", fmt_time(med["ms"]), fmt_time(med["numpy"]),
+             fmt_ratio(med["ms"] / med["numpy"])]
+        if torch is not None:
+            r += [fmt_time(med["torch"]), fmt_ratio(med["ms"] / med["torch"])]
+        rows.append(r)
+    print_table(f"sum over a leading or middle axis of a tensor, float32, medians of "
+                f"{args.rounds} interleaved rounds",
+                ["shape", "mshadow", "numpy", "ms/np"]
+                + (["torch", "ms/torch"] if torch is not None else []), rows,
+                ["ratios > 1: mshadow slower; mshadow: a statement, y[:] = "
+                 "reduce_with_axis(x, k, red.sum); numpy: np.add.reduce(x, axis=k, out=y); "
+                 "torch: torch.sum(x, dim=k, out=y)"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--sizes", default="1e5,1e6,1e7")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: sum,small,rows")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated sections to skip: sum,small,rows,axes")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     sizes = [int(float(s)) for s in args.sizes.split(",")]
@@ -223,6 +265,8 @@ def main():
         lib = build_c(tmp)
         if "rows" not in skip:
             rows_section(args, torch, lib)
+        if "axes" not in skip:
+            axes_section(args, torch)
         if "sum" in skip:
             return
         for dtype in (np.float32, np.float64):

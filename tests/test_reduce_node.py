@@ -386,3 +386,29 @@ def test_a_destination_resized_by_another_thread_during_the_statement(case):
     c.resize((n,))
     c[:] = build()
     np.testing.assert_array_equal(c.numpy(), want)
+
+
+def test_a_small_statement_makes_no_array():
+    """_reduce_small keeps its partials on the stack: a statement's peak of traced memory
+    (numpy traces its arrays' buffers) stays where it was; past 16 KiB the route of arrays
+    runs, and its arrays show."""
+    import tracemalloc
+
+    def peak_of(shape):
+        x, y = ms.new_tensor(shape, init=1.0), ms.new_tensor((shape[1],))
+        e = ms.sum_rows(x)
+        y[:] = e                              # (the first statement decides its recipe)
+        tracemalloc.start()
+        try:
+            y[:] = e
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            y[:] = e
+            peak = tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+        np.testing.assert_array_equal(y.numpy(), shape[0])
+        return peak
+
+    assert peak_of((64, 500)) < 1024          # partials 2 KB, sums 4 KB + 4 KB: the stack
+    assert peak_of((64, 3000)) > 12000        # 12 + 24 + 24 KB: arrays
