@@ -24,9 +24,12 @@ cdef class ReduceRecipe:
     ``src_shape``, are read as ``shape`` (reduce.py _rows_merged). The values are finished
     in the compute type ``cdt`` (cast, scaled) and stored as ``dtype``. ``numpy_steps``: a step
     calls numpy (not a float sum, a row of several blocks, an integer finish); the
-    statement path leaves those to reduce.py, under its errstate."""
+    statement path leaves those to reduce.py, under its errstate, but where
+    ``values_by_row``: a float reduction by rows of one block each and no other axis, whose
+    partials are its values (numpy's reduce of one element a row keeps it, for any
+    reducer)."""
     cdef readonly Plan plan
-    cdef readonly bint by_rows, merged, float_sum, numpy_steps
+    cdef readonly bint by_rows, merged, float_sum, numpy_steps, values_by_row
     cdef readonly object shape, src_shape     # Shapes
     cdef readonly tuple partial, rest, out_shape
     cdef readonly Py_ssize_t first, rows_per_group, rows_a_call
@@ -80,6 +83,8 @@ cdef class ReduceRecipe:
             self.ngroup = self.A * self.M * self.cols
         self.numpy_steps = (not self.float_sum or (by_rows and shape[nd - 1] > RBLOCK)
                             or (self.cdt, self.dtype) not in _FINISH_C)
+        self.values_by_row = (by_rows and shape[nd - 1] <= RBLOCK and not rest
+                              and (self.cdt, self.dtype) in _FINISH_C)
         self.gen = _plan_gen
 
 
@@ -605,7 +610,8 @@ cdef bint _rows_small(size_t fn, Tensor src, Tensor dst, object scale) except -1
 
 cdef bint _reduce_small(ReduceRecipe rc, tuple leaves, tuple scalars, Tensor dst,
                         object scale) except -1:
-    """``dst = scale * reduction`` of a float sum's recipe (no numpy step) whose plan binds on
+    """``dst = scale * reduction`` of a float sum's recipe (no numpy step), or of one whose
+    partials are its values (values_by_row: maximum, minimum, product too), whose plan binds on
     the stack (one pass, a few leaves: run_plan's fast path) and whose partial results fit
     in SMALL_REDUCE_BYTES: _run_recipe's run and additions with their buffers on the stack,
     then finished (_finish_c's roundings) straight into dst's rows, so the same bits as
@@ -613,7 +619,7 @@ cdef bint _reduce_small(ReduceRecipe rc, tuple leaves, tuple scalars, Tensor dst
     nothing, for any other recipe or destination."""
     cdef Plan plan = rc.plan
     if (plan.stage_plans or plan.nleaf + 1 > INLINE_LEAVES or plan.nscalar > INLINE_LEAVES
-            or not rc.float_sum or rc.numpy_steps or rc.init != 0):
+            or not (rc.values_by_row or rc.float_sum and not rc.numpy_steps and rc.init == 0)):
         return False
     cdef Py_ssize_t csize = plan.dst_size, npart = rc.npart, ngroup = rc.ngroup
     cdef Py_ssize_t A = rc.A, B = rc.B, M = rc.M, R = rc.R, nch = rc.nch
@@ -652,7 +658,7 @@ cdef bint _reduce_small(ReduceRecipe rc, tuple leaves, tuple scalars, Tensor dst
         _unpin(&pins)
     _warn_flags(flags)
     with nogil:
-        if rc.by_rows:               # (_summed of the partials)
+        if rc.by_rows:               # (_summed of the partials; values_by_row: a copy)
             if csize == 4:
                 _keep_sum(<const float *> part, values, rc.P, rc.K, rc.Q)
             else:
@@ -718,7 +724,7 @@ def reduce_fast(Tensor dst, exp, str saver, int nthreads):
         if row_fn and _rows_small(row_fn, <Tensor> src, dst, e.scale):
             return True
     cdef ReduceRecipe rc = _statement_recipe(e, sshape)
-    if rc is None or rc.numpy_steps:
+    if rc is None or rc.numpy_steps and not rc.values_by_row:
         return False
     for x in leaves:
         x = _read_tensor(x)
@@ -731,6 +737,8 @@ def reduce_fast(Tensor dst, exp, str saver, int nthreads):
     _stamp(rc.plan)
     if saver == "saveto" and _reduce_small(rc, leaves, scalars, dst, e.scale):
         return True
+    if rc.numpy_steps:       # (values_by_row: only the small path runs it here)
+        return False
     res = _finish_c(_run_recipe(rc, leaves, scalars), e.scale, rc.dtype, rc.out_shape)
     if saver == "saveto" and _store_array(dst, res):
         return True

@@ -412,3 +412,36 @@ def test_a_small_statement_makes_no_array():
 
     assert peak_of((64, 500)) < 1024          # partials 2 KB, sums 4 KB + 4 KB: the stack
     assert peak_of((64, 3000)) > 12000        # 12 + 24 + 24 KB: arrays
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+@pytest.mark.parametrize("reducer", ["maximum", "minimum", "product", "sum"])
+@pytest.mark.parametrize("shape", [(64, 64), (7, 130), (3, 4, 200), (200, 1)])
+def test_an_expressions_rows_with_any_reducer_run_compiled(shape, reducer, dtype):
+    """reduce_with_axis(e, -1, r) in registers by rows of one block: the partials are the
+    values (reduce.py's numpy step over one block a row keeps them), so the statement path
+    takes maximum, minimum and product too, with reduce.py's bits (NaN, -0 and inf kept)."""
+    rng = np.random.default_rng(19)
+    a = (rng.standard_normal(shape) * (0.9 if reducer == "product" else 3)).astype(dtype)
+    flat = a.reshape(-1)
+    flat[[0, 5, 9]] = [np.nan, -0.0, np.inf]
+    x = _tensor(a)
+    red_obj = getattr(ms.red, reducer)
+    for build in (lambda: ms.reduce_with_axis(x * 1, len(shape) - 1, red_obj),
+                  lambda: ms.reduce_keepdim(ms.F(ms.op.identity, x), len(shape) - 1, red_obj) * -2):
+        exp = build()
+        fast = ms.new_tensor(tuple(exp.shape), dtype=dtype, init=5)
+        slow = ms.new_tensor(tuple(exp.shape), dtype=dtype, init=5)
+        assert _core.reduce_fast(fast, exp, "saveto", 1)
+        with np.errstate(all="ignore"):
+            red_mod._eval(slow, exp, "saveto")
+        bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+        np.testing.assert_array_equal(fast.numpy().view(bits), slow.numpy().view(bits))
+        f = {"sum": np.add, "maximum": np.maximum, "minimum": np.minimum,
+             "product": np.multiply}[reducer]
+        with np.errstate(all="ignore"):
+            want = f.reduce(a.astype(np.float64), axis=-1, keepdims=exp.form == "keepdim")
+            want = want * float(exp.scale)
+        got = fast.numpy().astype(np.float64).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=3e-3 if dtype == np.float16 else 1e-4,
+                                   atol=1e-2 if dtype == np.float16 else 1e-4)
