@@ -81,6 +81,17 @@ def build_c(tmp):
     return lib
 
 
+def interleaved_medians(alts, rounds, sample=None):
+    """{name: the median over ``rounds`` interleaved rounds of ``sample(fn)``} for each of
+    ``alts`` (a round times every alternative once, in order; default sample: timeit)."""
+    sample = sample or timeit
+    samples = {name: [] for name in alts}
+    for _ in range(rounds):
+        for name, fn in alts.items():
+            samples[name].append(sample(fn))
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def timeit(fn, min_time=0.01):
     fn()
     n, t0 = 0, time.perf_counter()
@@ -132,11 +143,8 @@ def small_section(args, torch):
             fn()
             got = y.numpy() if name == "mshadow" else yn
             np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=name)
-        samples = {name: [] for name in alts}
-        for _ in range(args.rounds):
-            for name, fn in alts.items():
-                samples[name].append(min(timeit(fn, 0.002) for _ in range(3)))
-        med = {name: statistics.median(v) for name, v in samples.items()}
+        med = interleaved_medians(alts, args.rounds,
+                                  lambda fn: min(timeit(fn, 0.002) for _ in range(3)))
         m = med["mshadow"]
         others = [name for name in alts if name != "mshadow"]
         rows.append([label, f"{m * 1e6:.2f}"] + [f"{med[o] * 1e6:.2f}" for o in others]
@@ -181,11 +189,7 @@ def rows_section(args, torch, lib):
                 got = y.numpy() if name.startswith("ms") else yc if name.startswith("C") else yn
                 np.testing.assert_allclose(got, want * (2 if name.endswith("*2") else 1),
                                            rtol=1e-4, atol=1e-4, err_msg=name)
-            samples = {name: [] for name in alts}
-            for _ in range(args.rounds):
-                for name, fn in alts.items():
-                    samples[name].append(timeit(fn))
-            med = {name: statistics.median(v) for name, v in samples.items()}
+            med = interleaved_medians(alts, args.rounds)
             r = [f"{shape[0]}x{shape[1]}", fmt_time(med["ms x"]), fmt_time(med["ms x*2"]),
                  fmt_ratio(med["ms x"] / med["numpy x"]), fmt_ratio(med["ms x*2"] / med["numpy x*2"]),
                  fmt_ratio(med["ms x"] / med["C loop x"])]
@@ -223,11 +227,7 @@ def axes_section(args, torch):
             fn()
             np.testing.assert_allclose(y.numpy() if name == "ms" else yn, want, rtol=1e-4,
                                        atol=1e-3, err_msg=name)
-        samples = {name: [] for name in alts}
-        for _ in range(args.rounds):
-            for name, fn in alts.items():
-                samples[name].append(timeit(fn))
-        med = {name: statistics.median(v) for name, v in samples.items()}
+        med = interleaved_medians(alts, args.rounds)
         r = [f"{'x'.join(map(str, shape))} axis {k}", fmt_time(med["ms"]), fmt_time(med["numpy"]),
              fmt_ratio(med["ms"] / med["numpy"])]
         if torch is not None:
@@ -286,11 +286,7 @@ def main():
                 ref = float(np.dot(x.astype(np.float64), x.astype(np.float64)))
                 got = float(ms.sum(t * t))
                 assert abs(got - ref) <= 1e-4 * ref, (got, ref)
-                samples = {k: [] for k in alts}
-                for _ in range(args.rounds):
-                    for k, fn in alts.items():
-                        samples[k].append(timeit(fn))
-                med = {k: statistics.median(v) for k, v in samples.items()}
+                med = interleaved_medians(alts, args.rounds)
                 m = med["ms.sum(x*x)"]
                 rows.append([f"{n:.0e}"] + [fmt_time(m), fmt_ratio(m / med["C loop"])]
                             + [fmt_ratio(med[k] / m) for k in alts if k not in ("ms.sum(x*x)", "C loop")])

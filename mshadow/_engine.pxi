@@ -706,6 +706,26 @@ def run_reduce(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows=False
     return _reduce_parts(plan, as_shape(shape), leaves, scalars, by_rows)
 
 
+cdef void _parts_out(_Out *o, char *parts, Py_ssize_t itemsize, Py_ssize_t rows,
+                     Py_ssize_t cols, bint contiguous) noexcept:
+    """``o``: a reduction's per-block partials of rows x cols, in block order into ``parts``
+    (one long row when ``contiguous``, else ceil(cols / RBLOCK) a row)."""
+    _out_at(o, parts, ((rows * cols if contiguous else cols) + RBLOCK - 1) // RBLOCK * itemsize,
+            itemsize, rows, cols)
+    o.leaf.per_block = 1
+    o.contiguous = contiguous
+
+
+cdef void _groups_out(_Out *o, char *acc, Py_ssize_t itemsize, Py_ssize_t A, Py_ssize_t B,
+                      Py_ssize_t M, Py_ssize_t R, Py_ssize_t cols,
+                      Py_ssize_t rows_a_call) noexcept:
+    """``o``: a grouped run's accumulator rows (run_accumulate's (A, M, groups, cols) layout)
+    at ``acc``, R rows of B a group, ``rows_a_call`` of them a fold's call."""
+    _out_at(o, acc, cols * itemsize, itemsize, A * B * M, cols)
+    o.leaf.per_block = 2
+    o.gB, o.gM, o.gR, o.gN = B, M, R, max(1, min(rows_a_call, R))
+
+
 cdef object _reduce_parts(Plan plan, shape, tuple leaves, tuple scalars, bint by_rows):
     """run_reduce, ``shape`` checked (as_shape)."""
     cdef Py_ssize_t rows = _rows_of(shape), cols = shape[-1]
@@ -717,11 +737,7 @@ cdef object _reduce_parts(Plan plan, shape, tuple leaves, tuple scalars, bint by
         nparts = (rows if not contiguous else 1) * (
             ((cols if not contiguous else rows * cols) + RBLOCK - 1) // RBLOCK)
         parts = np.zeros(max(nparts, 1), dtype=_NP_BY_CODE[plan.program.dst_code])
-        _out_at(&o, <char *> cnp.PyArray_DATA(parts),
-                ((rows * cols if contiguous else cols) + RBLOCK - 1) // RBLOCK * parts.itemsize,
-                parts.itemsize, rows, cols)
-        o.leaf.per_block = 1
-        o.contiguous = contiguous
+        _parts_out(&o, <char *> cnp.PyArray_DATA(parts), parts.itemsize, rows, cols, contiguous)
         _exec(r.bound, &o, 0, rows, 0, cols)
     except BaseException:
         _close_run(r, False)
@@ -854,10 +870,8 @@ cdef object _accumulate(Plan plan, shape, tuple leaves, tuple scalars, Py_ssize_
     try:
         if acc.size:
             _fill_whole(r.bound, True)
-            _out_at(&o, <char *> cnp.PyArray_DATA(acc), cols * acc.itemsize, acc.itemsize,
-                    A * B * M, cols)
-            o.leaf.per_block = 2
-            o.gB, o.gM, o.gR, o.gN = B, M, R, max(1, min(rows_a_call, R))
+            _groups_out(&o, <char *> cnp.PyArray_DATA(acc), acc.itemsize, A, B, M, R, cols,
+                        rows_a_call)
             _exec(r.bound, &o, 0, A * B * M, 0, cols)
     except BaseException:
         _close_run(r, False)

@@ -361,11 +361,11 @@ cdef class _ReduceSite(_Site):
     cdef size_t row_fn
 
 
-cdef inline bint _reducer_index(object reducer, Py_ssize_t *k) noexcept:
+cdef inline bint _is_reducer(object reducer) noexcept:
+    """``reducer`` is one of ms.red's (by identity)."""
     cdef Py_ssize_t i
     for i in range(len(_REDUCERS)):
         if PyTuple_GET_ITEM(_REDUCERS, i) == <PyObject *> reducer:
-            k[0] = i
             return True
     return False
 
@@ -462,8 +462,8 @@ def reduce_node(src, str form, reducer, axis, where, Py_ssize_t ndim=0):
         shape, code = (<Exp> src).shape, (<Exp> src).code
     else:
         return None
-    cdef Py_ssize_t k, nd = len(shape), a
-    if type(axis) is not int or not _reducer_index(reducer, &k) or (ndim and nd != ndim):
+    cdef Py_ssize_t nd = len(shape), a
+    if type(axis) is not int or not _is_reducer(reducer) or (ndim and nd != ndim):
         return None
     a = axis
     if not 0 <= a < nd:
@@ -536,15 +536,22 @@ cdef tuple _merged_leaves(tuple leaves, ReduceRecipe rc):
     return out
 
 
+cdef inline _ReduceSite _site_of_statement(Exp e, object sshape):
+    """``e``'s site where it still holds e's node over a source of Shape ``sshape``, else None."""
+    if type(e.site) is not _ReduceSite:
+        return None
+    cdef _ReduceSite site = <_ReduceSite> e.site
+    if site.node is not e.key or site.src_shape is not sshape:
+        return None
+    return site
+
+
 cdef ReduceRecipe _statement_recipe(Exp e, object sshape):
     """The recipe of ``e``'s statement over a source of Shape ``sshape``: the one its site
     remembers (decided in this generation of the plan cache), else _recipe_for's, which the
     site then remembers."""
-    cdef _ReduceSite site
-    if type(e.site) is not _ReduceSite:
-        return _recipe_for(e, sshape)
-    site = <_ReduceSite> e.site
-    if site.node is not e.key or site.src_shape is not sshape:
+    cdef _ReduceSite site = _site_of_statement(e, sshape)
+    if site is None:
         return _recipe_for(e, sshape)
     if site.gen != _plan_gen:
         gen = _plan_gen
@@ -561,10 +568,8 @@ cdef size_t _statement_row_kernel(ReduceNode e, object sshape) except? 0:
     """The block kernel that folds each row of ``e``'s tensor source (of Shape ``sshape``)
     alone, as reduce.py's reduce_into does first (row_kernel), remembered by e's site; 0
     for none, or for a node without its site (reduce.py then runs it)."""
-    if type(e.site) is not _ReduceSite:
-        return 0
-    cdef _ReduceSite site = <_ReduceSite> e.site
-    if site.node is not e.key or site.src_shape is not sshape:
+    cdef _ReduceSite site = _site_of_statement(e, sshape)
+    if site is None:
         return 0
     if not site.row_decided:
         name = _row_kernel_of(tuple(sshape), e.code, e.form, e.reducer.name, e.axis)
@@ -645,14 +650,11 @@ cdef bint _reduce_small(ReduceRecipe rc, tuple leaves, tuple scalars, Tensor dst
     try:
         _bind_leaves(plan, leaves, scalars, rc.shape, rows, cols, None, &pins, True, lv, gv,
                      sv, &dense, &alias)
-        if rc.by_rows:               # (_reduce_parts, by rows)
-            _out_at(&o, part, csize, csize, rows, cols)
-            o.leaf.per_block = 1
+        if rc.by_rows:               # (as _reduce_parts by rows)
+            _parts_out(&o, part, csize, rows, cols, False)
             _exec_bound(plan, lv, sv, &flags, &o, 0, rows, 0, cols)
-        else:                        # (_accumulate)
-            _out_at(&o, part, cols * csize, csize, A * B * M, cols)
-            o.leaf.per_block = 2
-            o.gB, o.gM, o.gR, o.gN = B, M, R, max(1, min(rc.rows_a_call, R))
+        else:                        # (as _accumulate)
+            _groups_out(&o, part, csize, A, B, M, R, cols, rc.rows_a_call)
             _exec_bound(plan, lv, sv, &flags, &o, 0, A * B * M, 0, cols)
     finally:
         _unpin(&pins)
