@@ -314,7 +314,7 @@ _FOLD_SAVER = {s.op: s.name for s in ir.SAVER_TABLE if s.op is not None}
 GROUP_BYTES = 4096   # narrow rows a fold takes a call, at most (plan_exec.h ms_group_rows)
 GROUP_ROWS_MIN = 3   # fewer a call: one, the fold in the value's chain (at 2, sum_rows(x * 2)
                      # of 4096 x 512 float32 took 1.02-1.14x the chain's time; at 3, 0.86x)
-WIDE_ROWS_A_CALL = 16   # wider rows of a tensor a fold takes a call (it reads them in place)
+WIDE_ROWS_A_CALL = 4    # wider rows of a tensor a fold takes a call (it reads them in place)
 
 
 def rows_a_call(shape, first, cdt, in_place=False):
@@ -324,7 +324,10 @@ def rows_a_call(shape, first, cdt, in_place=False):
     - narrow rows: up to GROUP_BYTES of them, at least GROUP_ROWS_MIN;
     - wider rows of a tensor (``in_place``: the fold reads them where they are):
       WIDE_ROWS_A_CALL (sum_rows of 256 x 1024 float32, in cache: 0.66-0.70x the time of a
-      row a call at 8 to 64 rows; of 4096 x 1024, from memory, 0.9-1.07x: the same);
+      row a call at 8 to 64 rows on Zen 5. On Zen 3 (AVX2), 4 rows: in cache 41-45 us
+      against 51-60 at 16; 4096 x 1024 from L3 665-932 us against 1098-1316 at 16: a call's
+      rows are that many interleaved streams, and each row's prefetch of the next call's row
+      helped at 4 rows a call and cost 1.3x at 16, in a C replica of acc_<block>_<code>);
     - wider rows of an expression: 1, the fold as the chain's last step (their values would
       be evaluated into registers first: 1.1-1.5x the time at 4 to 16 rows)."""
     if not group_rows_follow(shape, first):
