@@ -199,9 +199,12 @@ def test_add_groups_refuses_what_it_cannot_add():
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("rows, width", [(301, 600), (70, 1024), (150, 2100), (17, 4099)])
+# rows chosen so a call's last rows number 1, 2, 3 and 4 (the kernel peels the first and
+# the last row of a call, nr >= 2), at widths around its stretches
+@pytest.mark.parametrize("rows, width", [(301, 600), (70, 1024), (150, 2100), (17, 4099),
+                                         (2, 1031), (3, 1024), (67, 777), (131, 1100)])
 def test_wide_rows_of_a_tensor_fold_several_a_call(threads, dtype, rows, width):
-    # a tensor's rows wider than GROUP_BYTES / GROUP_ROWS_MIN are read in place, 16 a call
+    # a tensor's rows wider than GROUP_BYTES / GROUP_ROWS_MIN are read in place, several a call
     # (reduce.WIDE_ROWS_A_CALL), an expression's a row a call in its chain: both the
     # documented order's bits, a pitched tensor's too, at any row count
     from mshadow.extension.reduce import WIDE_ROWS_A_CALL, rows_a_call
