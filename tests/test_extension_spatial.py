@@ -453,6 +453,26 @@ def test_unpack_patch2col_of_padded_expression_in_bands(threads):
         ms.set_num_threads(old)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width, stride", [(511, 1), (1023, 1), (510, 1), (1021, 2)])
+def test_im2col_block_that_starts_deep_in_the_right_padding(dtype, width, stride):
+    """A block of columns that starts two or more columns into the right padding (width 511,
+    pad 2: ow 513, the block at column 512 starts at ox 512, one past the last image column
+    + 1) is zeros only: its kernel once also stored a zero before its output, into the end of
+    the register before it (b * 2 lost its last element of the block in float64)."""
+    rng = np.random.default_rng(width)
+    img = rng.standard_normal((1, 2, 3, width)).astype(dtype)
+    col = ref_im2col(np_pad(img, 2, 2), 3, 3, stride, stride, 1, 1)
+    b = rng.standard_normal(col.shape).astype(dtype)
+    for make, want in [
+            (lambda c: c, col),
+            (lambda c: T(b) * 2 + c, b * 2 + col),
+            (lambda c: c + T(b) * 2, col + b * 2),
+            (lambda c: ms.F(ms.op.relu, T(b) * 2) * c, np.maximum(b * 2, 0) * col)]:
+        e = make(ms.unpack_patch2col(ms.pad(T(img), 2), 3, 3, stride, stride))
+        np.testing.assert_array_equal(run(e, want.shape, dtype), want)
+
+
 @pytest.mark.parametrize("dtype", DTYPES + [np.int8])
 @pytest.mark.parametrize("case", PATCH_CASES)
 def test_pack_col2patch(dtype, case):
