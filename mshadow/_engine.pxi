@@ -100,6 +100,8 @@ cdef extern from "mshadow/plan_exec.h":
     int ms_max_threads() nogil
     int ms_have_openmp() nogil
     long long ms_team_wake_ns(int nt) nogil
+    long long ms_cache_bytes() nogil
+    long long ms_stream_bytes_a_ns() nogil
 
 
 DEF BLOCK = 512            # elements per block: 8 registers of doubles stay in a 32 KiB L1
@@ -238,25 +240,36 @@ def cap_blas_threads():
 # region: 1-10 us on most machines, 83 us on a 2-vCPU Firecracker VM, where E1 at 1e5
 # float32 elements took 112 us on 2 threads against 12.8 us on one. So what waking the team
 # costs, W ns, is measured once a team size, the first time a run could take threads
-# (ms_team_wake_ns), and a thread's share must move SHARE_BYTES_A_NS * W bytes at least,
-# counting every leaf and the destination once an element (_share_of): E1 in cache moved 94
-# bytes a ns on one thread (12 bytes an element of float32), the cheapest work a share
-# holds, so a share that size just pays for its wake; never fewer than MIN_PER_THREAD
+# (ms_team_wake_ns), and a thread's share must move R * W bytes at least, counting every
+# leaf and the destination once an element (_share_of), R being what one thread moves a ns
+# through the cheapest work a share holds (E1), so a share that size just pays for its
+# wake: SHARE_BYTES_A_NS (E1 in cache moved 94 bytes a ns on one thread, 12 bytes an element
+# of float32) for a run whose bytes fit in the core's cache (ms_cache_bytes), and for a
+# larger one what E1 moves from past that cache (ms_stream_bytes_a_ns, measured with W) if
+# that is less (an Intel Xeon's L3: 39 bytes a ns, where E1 at 1e6 float32 took 1.4x the
+# time of an OpenMP C loop on 2 threads, run on one). Never fewer than MIN_PER_THREAD
 # elements, or 4096 for a band of a staged run (each band wakes the team again). Work that
 # computes more than it moves asks for its own rate (_share_at: softmax's rows run at about
 # one element a ns).
 DEF SHARE_BYTES_A_NS = 96
 cdef bint _shares_measured = False
 cdef long long _wake_ns = 0
+cdef long long _cache_bytes = 1 << 20
+cdef long long _past_cache_bytes_a_ns = SHARE_BYTES_A_NS
 
 
 cdef int _thread_shares() except -1:
-    """Measure what waking the team costs (above)."""
-    global _shares_measured, _wake_ns
+    """Measure what waking the team costs, and E1's rate past the cache (above)."""
+    global _shares_measured, _wake_ns, _cache_bytes, _past_cache_bytes_a_ns
     cdef int nt = _num_threads if ms_have_openmp() else 1
-    # with the GIL held (about a millisecond, once): callers may hold addresses not yet
+    cdef long long rate
+    # with the GIL held (a few milliseconds, once): callers may hold addresses not yet
     # pinned (softmax_rows), which another thread's free_space must not unmap meanwhile
     _wake_ns = ms_team_wake_ns(nt)
+    _cache_bytes = ms_cache_bytes()
+    if nt > 1:
+        rate = ms_stream_bytes_a_ns()
+        _past_cache_bytes_a_ns = min(SHARE_BYTES_A_NS, rate) if rate > 0 else SHARE_BYTES_A_NS
     _shares_measured = True
     return 0
 
@@ -273,8 +286,11 @@ cdef Py_ssize_t _share_of(Py_ssize_t n, Py_ssize_t bytes_an_element,
                           Py_ssize_t floor) except -1:
     """The fewest elements a thread takes of a run of ``n`` elements that moves
     ``bytes_an_element`` each (at least ``floor``)."""
+    cdef Py_ssize_t each = max(bytes_an_element, 1)
+    cdef long long rate
     _measure_wake_for(n, floor)
-    return max(floor, SHARE_BYTES_A_NS * _wake_ns // max(bytes_an_element, 1))
+    rate = SHARE_BYTES_A_NS if n * each <= _cache_bytes else _past_cache_bytes_a_ns
+    return max(floor, rate * _wake_ns // each)
 
 
 cdef Py_ssize_t _share_at(Py_ssize_t per_ns, Py_ssize_t n) except -1:
@@ -284,14 +300,27 @@ cdef Py_ssize_t _share_at(Py_ssize_t per_ns, Py_ssize_t n) except -1:
     return max(MIN_PER_THREAD, per_ns * _wake_ns)
 
 
+def thread_share(Py_ssize_t n, Py_ssize_t bytes_an_element):
+    """The fewest elements a thread takes of an element-wise run of ``n`` elements that
+    moves ``bytes_an_element`` each (leaves and destination): the rule of thread_shares."""
+    if n < 0 or bytes_an_element < 1:
+        raise ValueError(f"thread_share: n must be >= 0 and bytes_an_element >= 1, "
+                         f"got {n} and {bytes_an_element}")
+    return _share_of(n, bytes_an_element, MIN_PER_THREAD)
+
+
 def thread_shares():
-    """``{"wake_us", "bytes"}``: what waking the team of set_num_threads' size took
-    (measured once, as the first run that could take threads does), and the bytes a
-    thread's share of a run must move at least (its leaves' and destination's elements;
-    never fewer than 32768 elements, 4096 for a band of a staged run)."""
+    """``{"wake_us", "bytes", "cache_bytes", "past_cache_bytes_a_ns", "past_cache_bytes"}``:
+    what waking the team of set_num_threads' size took (measured once, as the first run
+    that could take threads does), and the bytes a thread's share of a run must move at
+    least (its leaves' and destination's elements; never fewer than 32768 elements, 4096
+    for a band of a staged run): "bytes" for a run whose bytes fit in "cache_bytes", else
+    "past_cache_bytes" (E1's measured rate from past the cache, where that is the lower)."""
     if not _shares_measured:
         _thread_shares()
-    return {"wake_us": _wake_ns / 1000.0, "bytes": SHARE_BYTES_A_NS * _wake_ns}
+    return {"wake_us": _wake_ns / 1000.0, "bytes": SHARE_BYTES_A_NS * _wake_ns,
+            "cache_bytes": _cache_bytes, "past_cache_bytes_a_ns": _past_cache_bytes_a_ns,
+            "past_cache_bytes": _past_cache_bytes_a_ns * _wake_ns}
 
 
 def get_num_threads():

@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from mshadow.testing import CHILD_CWD, child_env
 
 
@@ -34,13 +36,23 @@ def test_a_runs_smallest_share_pays_for_waking_the_team():
     n0 = ms.get_num_threads()
     try:
         ms.set_num_threads(1)
-        assert _core.thread_shares() == {"wake_us": 0.0, "bytes": 0}
+        one = _core.thread_shares()
+        assert one["wake_us"] == 0.0 and one["bytes"] == 0 and one["past_cache_bytes"] == 0
         if not _core.have_openmp():
             return
         ms.set_num_threads(2)
         s = _core.thread_shares()
         assert s["wake_us"] > 0 and s["bytes"] == 96 * round(s["wake_us"] * 1000)
         assert _core.thread_shares() == s                    # measured once
+        # a run past the cache: E1's measured rate from there where it is the lower
+        W = round(s["wake_us"] * 1000)
+        assert s["cache_bytes"] > 0 and 0 < s["past_cache_bytes_a_ns"] <= 96
+        assert s["past_cache_bytes"] == s["past_cache_bytes_a_ns"] * W
+        small = s["cache_bytes"] // 12
+        assert _core.thread_share(small, 12) == max(32768, 96 * W // 12)
+        assert _core.thread_share(small + 1, 12) == max(32768, s["past_cache_bytes"] // 12)
+        with pytest.raises(ValueError, match="bytes_an_element"):
+            _core.thread_share(10, 0)
         n = max(2 * 32768, 2 * s["bytes"] // 12) + 17        # both threads take E1's shares
         w, g = ms.new_tensor((n,), 1.5), ms.new_tensor((n,), 2.0)
         w[:] = -0.5 * (g + 0.25 * w)
