@@ -136,3 +136,31 @@ def test_free_space_of_the_transposed_source_while_a_tiled_run_reads_it():
     proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _FREE_RACE],
                           capture_output=True, text=True, timeout=300, cwd=root)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(300, 67), (257, 513), (33, 1000), (9, 4096)])
+def test_every_simd_level_packs_the_same_tiles(dtype, shape):
+    # the pack of a tile: 8 x 8 / 4 x 4 blocks in AVX registers at avx2 and above (transpose.h),
+    # 4 x 4 / 2 x 2 in SSE2 registers, element by element at plain; a source whose
+    # column step is not a whole number of rows' elements (a pitched tensor) and a view
+    # starting at an odd column. Every level gives numpy's values.
+    rng = np.random.default_rng(shape[0])
+    wide = rng.standard_normal((shape[1], shape[0] + 3)).astype(dtype)
+    b = rng.standard_normal(shape).astype(dtype)
+    sources = {"pitched": _tensor(wide[:, :shape[0]], pad=True),
+               "odd view": ms.slice_axis(_tensor(wide), 1, 1, shape[0] + 1)}
+    wants = {"pitched": wide[:, :shape[0]].T + b, "odd view": wide[:, 1:shape[0] + 1].T + b}
+    old = ms.simd_info()["active"]
+    try:
+        for level in ms.simd_info()["compiled"]:
+            try:
+                ms.set_simd_level(level)
+            except ValueError:       # above this CPU's
+                continue
+            for name, c in sources.items():
+                a = ms.new_tensor(shape, dtype=dtype)
+                a[:] = c.T + _tensor(b)
+                assert np.array_equal(a.numpy(), wants[name]), (level, name)
+    finally:
+        ms.set_simd_level(old)
