@@ -318,7 +318,7 @@ MS_PG_FILL(double, f64)
       _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                     \
       {                                                                                       \
         T *xp = xpad + (ptrdiff_t)ms_pg_thread() * plane;                                     \
-        _Pragma("omp for schedule(static)")                                                   \
+        _Pragma("omp for schedule(static) nowait")                                            \
         for (n = 0; n < N; ++n) {                                                             \
           ms_pg_fill_##t(xp, x + n * C * H * ldx, 0, C, H, Wd, ldx, py, px, Hp, wrow);        \
           ms_pg_tiles_##t(level, wp, xp, off, ncol, y + n * K * oh * ldy, oh * ldy, m, K, CK, \
@@ -336,7 +336,7 @@ MS_PG_FILL(double, f64)
       {                                                                                       \
         _Pragma("omp for schedule(static)")                                                   \
         for (i = 0; i < C; ++i) ms_pg_fill_##t(xpad, xn, i, i + 1, H, Wd, ldx, py, px, Hp, wrow);\
-        _Pragma("omp for schedule(static)")                                                   \
+        _Pragma("omp for schedule(static) nowait")                                            \
         for (i = 0; i < ntile; ++i)                                                           \
           ms_pg_tiles_##t(level, wp, xpad, off, ncol, yn, oh * ldy, m, K, CK, alpha, beta, i,  \
                           i + 1);                                                             \
@@ -438,7 +438,8 @@ static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
         /* this thread's taps: the same for every image, so each sum has one owner */      \
         const ptrdiff_t j0 = ntap * tid / nth, j1 = ntap * (tid + 1) / nth;                   \
         ptrdiff_t q0, jt, kt;                                                                 \
-        _Pragma("omp for schedule(static)")                                                   \
+        /* (nowait: the transpose's barrier covers the fill; a barrier sleeps, PASSIVE) */     \
+        _Pragma("omp for schedule(static) nowait")                                            \
         for (i = 0; i < C; ++i) ms_pg_fill_##t(xpad, xn, i, i + 1, H, Wd, ldx, py, px, Hp, wrow);\
         _Pragma("omp for schedule(static)")                                                   \
         for (i = 0; i < oh; ++i)   /* gt's rows of output row i: g[n, :, i, :] transposed */ \

@@ -433,7 +433,10 @@ static int ms_run_program(const ms_program *p) {
     if (lost) failed |= MS_RUN_NOMEM;
     ms_clear_thread_flags();
 #ifdef _OPENMP
-    #pragma omp for schedule(static)
+    /* nowait: what follows is each thread's own, and under OMP_WAIT_POLICY=PASSIVE every
+     * barrier a thread waits at sleeps and is woken through the kernel (E1 of 1e6 float32
+     * on 2 threads paid 1.13-1.16x an omp parallel for's time for the second barrier) */
+    #pragma omp for schedule(static) nowait
 #endif
     for (b = 0; b < total; ++b) {
       if (lost) continue;
