@@ -262,9 +262,10 @@ static inline void ms_pack_tile(char *out, const ms_leaf *L, npy_intp y, npy_int
   npy_intp c = 0, r;
 #if MS_HAVE_TRANSPOSE_AVX2
   /* 8 x 8 (float32) or 4 x 4 (float64) blocks in AVX registers at the AVX2 level and
-   * above (ms_isa_level, kernels_gen.h's, included before this header): the 4 x 4 SSE2
-   * pack below was a third of A[:] = B + C.T's time at 1000^2 float32; an element's own
-   * alignment, which the scalar edges need */
+   * above (ms_isa_level, kernels_gen.h's, included before this header): A[:] = B + C.T of
+   * 2048^2 float32 took 0.81x a 32 x 32-tiled C loop's time with the SSE2 pack below,
+   * 0.65x with this one. The source at its elements' alignment, which the scalar edges
+   * of the transpose need. */
   if (ms_isa_level >= MS_ISA_AVX2 && h >= 8 && (ts == 4 || ts == 8) && L->colstep % ts == 0 &&
       ((uintptr_t)L->ptr % (uintptr_t)ts) == 0) {
     const char *s0 = L->ptr + y * ts + x0 * L->colstep;
@@ -530,9 +531,9 @@ static long long ms_cache_bytes(void) {
 /* The bytes a ns one thread moves through E1 (w = a * (g + b * w), float32: 12 bytes an
  * element) over buffers past the cache (2 x 2 MiB at least, and 4 times the cache in
  * all): the best of 3 passes after one that touches the pages. Where the next level is
- * slow (an Intel Xeon's L3: 39 bytes a ns, against 94 in L2) a run from there is worth
- * threads at a third of the in-cache size; where it is fast (Zen 3's L3) the in-cache rule
- * stands. 0 if the buffers cannot be had. */
+ * slow (an Intel Xeon VM's L3: 39-43 bytes a ns, against 94 in L2) a run from there is
+ * worth threads at less than half the in-cache size; where it streams at 96 or more the
+ * in-cache rule stands. 0 if the buffers cannot be had. */
 static long long ms_stream_bytes_a_ns(void) {
   long long cache = ms_cache_bytes(), best = -1, dt;
   size_t half = (size_t)(cache * 2 > (2LL << 20) ? cache * 2 : (2LL << 20));

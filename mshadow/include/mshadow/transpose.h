@@ -14,7 +14,7 @@
 
 /* d[c * ldd + r] = s[r * lds + c] for r < rows, c < cols: blocks of 8 x 8 floats or 4 x 4
  * doubles transposed in AVX registers (the scalar loop's strided stores were a fifth of
- * conv2d's weight gradient time; a 4 x 4 SSE2 pack, a third of A[:] = B + C.T's), the edges one by one */
+ * conv2d's weight gradient time), the edges one by one */
 static MS_T256 void ms_transpose_avx2_f32(const float *s, ptrdiff_t lds, float *d,
                                            ptrdiff_t ldd, ptrdiff_t rows, ptrdiff_t cols) {
   ptrdiff_t r0, c0, r, c;
