@@ -256,20 +256,22 @@ cdef bint _shares_measured = False
 cdef long long _wake_ns = 0
 cdef long long _cache_bytes = 1 << 20
 cdef long long _past_cache_bytes_a_ns = SHARE_BYTES_A_NS
+cdef bint _stream_measured = False   # one thread's rate: once a process, not once a team
 
 
 cdef int _thread_shares() except -1:
     """Measure what waking the team costs, and E1's rate past the cache (above)."""
-    global _shares_measured, _wake_ns, _cache_bytes, _past_cache_bytes_a_ns
+    global _shares_measured, _wake_ns, _cache_bytes, _past_cache_bytes_a_ns, _stream_measured
     cdef int nt = _num_threads if ms_have_openmp() else 1
     cdef long long rate
-    # with the GIL held (a few milliseconds, once): callers may hold addresses not yet
-    # pinned (softmax_rows), which another thread's free_space must not unmap meanwhile
+    # with the GIL held (a few milliseconds, the first time): callers may hold addresses not
+    # yet pinned (softmax_rows), which another thread's free_space must not unmap meanwhile
     _wake_ns = ms_team_wake_ns(nt)
     _cache_bytes = ms_cache_bytes()
-    if nt > 1:
+    if nt > 1 and not _stream_measured:
         rate = ms_stream_bytes_a_ns()
         _past_cache_bytes_a_ns = min(SHARE_BYTES_A_NS, rate) if rate > 0 else SHARE_BYTES_A_NS
+        _stream_measured = True
     _shares_measured = True
     return 0
 

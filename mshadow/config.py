@@ -108,7 +108,7 @@ def _threads():
                 s = shares()
                 text += (f"; waking them takes {s['wake_us']:.1f} us, so a thread's share "
                          f"of a run moves at least {s['bytes'] / 1024:.0f} KiB")
-                if s.get("past_cache_bytes", s["bytes"]) < s["bytes"]:
+                if s["past_cache_bytes"] < s["bytes"]:
                     text += (f", {s['past_cache_bytes'] / 1024:.0f} KiB for a run past the "
                              f"{s['cache_bytes'] / 1024:.0f} KiB cache (E1 moves "
                              f"{s['past_cache_bytes_a_ns']} bytes a ns from there)")

@@ -142,9 +142,9 @@ def test_free_space_of_the_transposed_source_while_a_tiled_run_reads_it():
 @pytest.mark.parametrize("shape", [(300, 67), (257, 513), (33, 1000), (9, 4096)])
 def test_every_simd_level_packs_the_same_tiles(dtype, shape):
     # the pack of a tile: 8 x 8 / 4 x 4 blocks in AVX registers at avx2 and above (transpose.h),
-    # 4 x 4 / 2 x 2 in SSE2 registers, element by element at plain; a source whose
-    # column step is not a whole number of rows' elements (a pitched tensor) and a view
-    # starting at an odd column. Every level gives numpy's values.
+    # 4 x 4 / 2 x 2 in SSE2 registers, element by element at plain; a pitched source (its
+    # row pitch past its width) and a view starting at an odd column. Every level gives
+    # numpy's values.
     rng = np.random.default_rng(shape[0])
     wide = rng.standard_normal((shape[1], shape[0] + 3)).astype(dtype)
     b = rng.standard_normal(shape).astype(dtype)
