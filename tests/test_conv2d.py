@@ -248,24 +248,22 @@ def _random_shapes(rng, n, filters):
     return out
 
 
-@pytest.mark.usefixtures("restore_engine_state")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_conv2d_direct_gives_the_panels_bits(dtype):
-    """A stride-1 convolution of a tensor is read straight from each padded image
-    (panel_gemm.h ms_pg_conv); of an expression, from im2col's panels. Each output adds
-    the same products in the same order, so ``x`` and ``x * 1`` give the same bits, at
-    both levels, on 1 and 3 threads (threads take whole images from 3 images on, else
-    share each image), for any pad, kernel and pitched rows, with every saver; numpy in
-    float64 the oracle of both."""
+def _direct_levels():
     from mshadow.testing import simd_levels
     levels = [lv for lv in simd_levels() if lv in ("avx2", "avx512")]
     if not levels:
         pytest.skip("the direct kernels are x86 AVX2 / AVX-512 ones, which this CPU lacks: "
                     "both are BLAS's")
-    rng = np.random.default_rng(11)
-    shapes = [((3, 5, 9, 20), (7, 3, 3), 1), ((1, 4, 6, 3), (9, 5, 2), (2, 0)),
-              ((4, 2, 5, 5), (3, 1, 1), 0), ((2, 3, 3, 1), (2, 3, 3), (1, 2))]
-    for (N, C, H, W), (K, kh, kw), pad in shapes + _random_shapes(rng, 4, 20):
+    return levels
+
+
+def _check_direct_against_panels(cases, dtype, rng, savers=(("saveto", np.nan), ("minusto", 2))):
+    """Each stride-1 case read straight from the padded image (``x``) and from im2col's
+    panels (``x * 1``): numpy in float64 the oracle of both, the same bits at both levels,
+    on 1 and 3 threads (threads take whole images from 3 images on, else share each
+    image), from pitched rows."""
+    levels = _direct_levels()
+    for (N, C, H, W), (K, kh, kw), pad in cases:
         x = rng.standard_normal((N, C, H, W)).astype(dtype)
         w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
         cols = _ref_cols(x, kh, kw, pad, 1)
@@ -280,13 +278,78 @@ def test_conv2d_direct_gives_the_panels_bits(dtype):
             ms.set_simd_level(level)
             for threads in (1, 3):
                 ms.set_num_threads(threads)
-                for saver, init, expect in (("saveto", np.nan, want), ("minusto", 2, 2 - want)):
+                for saver, init in savers:
+                    expect = {"saveto": want, "plusto": init + want, "minusto": init - want}[saver]
                     direct = ms.new_tensor((N, K, oh, ow), dtype=dtype, init=init)
                     panels = ms.new_tensor((N, K, oh, ow), dtype=dtype, init=init)
                     ms.nn.conv2d(direct, X, Wt, pad, 1, saver)
                     ms.nn.conv2d(panels, X * 1, Wt, pad, 1, saver)
                     np.testing.assert_allclose(direct.numpy(), expect, **_tol(dtype))
                     assert direct.numpy().tobytes() == panels.numpy().tobytes(), \
+                        ((N, C, H, W), (K, kh, kw), pad, level, threads, saver)
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_direct_gives_the_panels_bits(dtype):
+    """A stride-1 convolution of a tensor is read straight from each padded image
+    (panel_gemm.h ms_pg_conv); of an expression, from im2col's panels. Each output adds
+    the same products in the same order, so ``x`` and ``x * 1`` give the same bits, for
+    any pad and kernel, with every saver."""
+    rng = np.random.default_rng(11)
+    shapes = [((3, 5, 9, 20), (7, 3, 3), 1), ((1, 4, 6, 3), (9, 5, 2), (2, 0)),
+              ((4, 2, 5, 5), (3, 1, 1), 0), ((2, 3, 3, 1), (2, 3, 3), (1, 2))]
+    _check_direct_against_panels(shapes + _random_shapes(rng, 4, 20), dtype, rng)
+
+
+# widths around the vector widths (8 and 16 floats at AVX-512, 4 and 8 at AVX2; tiles of 48
+# and 16 floats): the row ends fall at every phase of the tiles
+_ROW_PHASE_WIDTHS = (6, 7, 8, 14, 15, 16, 17, 23, 30, 46, 47, 48, 56, 57, 64, 100)
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_direct_at_every_row_phase(dtype):
+    """Where an output row is at least a vector wide, the direct convolution skips the
+    kw - 1 columns of each padded row that wrap around its edge: a tile of 2-3 vectors
+    across a row's end loads and stores its vectors in two pieces, one of them possibly
+    empty (a row ending at a vector's start), a tile may span three rows, and the image's
+    last tile is partial; plusto reads both pieces."""
+    rng = np.random.default_rng(12)
+    shapes = [((1, 2, 5, W), (9, 3, 3), 1) for W in _ROW_PHASE_WIDTHS]
+    shapes += [((2, 3, 4, 31), (17, 3, 5), (1, 2)), ((1, 1, 3, 16), (8, 1, 1), 0)]
+    _check_direct_against_panels(shapes, dtype, rng, savers=(("saveto", np.nan), ("plusto", 3)))
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_grad_data_direct_into_pitched_rows_at_every_row_phase(dtype):
+    """The data gradient's direct form writes a pitched dx: a vector across a row's end
+    stores its second piece a pitch further on, and one spanning three rows (a row
+    narrower than a vector) goes lane by lane. numpy's adjoint the oracle; a dense dx the
+    same bits; both levels, 1 and 3 threads, saveto and plusto."""
+    levels = _direct_levels()
+    rng = np.random.default_rng(13)
+    shapes = [((2, 3, 4, W), (5, 3, 3), 1) for W in _ROW_PHASE_WIDTHS]
+    shapes += [((1, 2, 3, 20), (3, 1, 1), 0), ((1, 2, 3, 9), (4, 3, 2), (0, 1))]
+    for (N, C, H, W), (K, kh, kw), pad in shapes:
+        py, px = (pad, pad) if isinstance(pad, int) else pad
+        oh, ow = H + 2 * py - kh + 1, W + 2 * px - kw + 1
+        w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
+        g = rng.standard_normal((N, K, oh, ow)).astype(dtype)
+        want = _ref_grad_data(g, w, (N, C, H, W), pad, 1)
+        G, Wt = ms.from_numpy(g), ms.from_numpy(w)
+        for level in levels:
+            ms.set_simd_level(level)
+            for threads in (1, 3):
+                ms.set_num_threads(threads)
+                for saver, init, expect in (("saveto", np.nan, want), ("plusto", 3, 3 + want)):
+                    pitched = ms.new_tensor((N, C, H, W), dtype=dtype, init=init, pad=True)
+                    dense = ms.new_tensor((N, C, H, W), dtype=dtype, init=init)
+                    ms.nn.conv2d_grad_data(pitched, G, Wt, pad, 1, saver)
+                    ms.nn.conv2d_grad_data(dense, G, Wt, pad, 1, saver)
+                    np.testing.assert_allclose(pitched.numpy(), expect, **_tol(dtype))
+                    assert pitched.numpy().tobytes() == dense.numpy().tobytes(), \
                         ((N, C, H, W), (K, kh, kw), pad, level, threads, saver)
 
 
