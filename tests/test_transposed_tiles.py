@@ -164,3 +164,41 @@ def test_every_simd_level_packs_the_same_tiles(dtype, shape):
                 assert np.array_equal(a.numpy(), wants[name]), (level, name)
     finally:
         ms.set_simd_level(old)
+
+
+def _several_chains(x, y, b):
+    """Statements of several instructions, with registers (1 or 2) and without."""
+    F, op = ms.F, ms.op
+    return [(x * 2 + 1) * (b * 3 - 1),
+            F(op.exp, x) * F(op.tanh, b) + (y - b) / (b * b + 1),
+            x * F(op.exp, b * 0.5 + y),
+            x + y * b - x * 3]
+
+
+@pytest.mark.parametrize("shape", [(67, 300), (257, 513), (33, 1000), (300, 67)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_tiles_rows_in_one_call_give_an_untiled_runs_bits(shape, dtype, threads):
+    """A tile's rows go through each instruction together (plan_exec.h ms_tile_rows), as
+    many as the registers hold (2 rows of 256 columns with registers; the whole tile
+    without): the same bits as the statement over tensors holding the transposes (no
+    tiles), and numpy's values."""
+    rng = np.random.default_rng(shape[0] + shape[1])
+    xv = rng.standard_normal(shape[::-1]).astype(dtype)
+    yv = rng.standard_normal(shape[::-1]).astype(dtype)
+    bv = rng.standard_normal(shape).astype(dtype)
+    x, y, b = _tensor(xv, pad=True), _tensor(yv), _tensor(bv, pad=True)
+    xt, yt = _tensor(np.ascontiguousarray(xv.T)), _tensor(np.ascontiguousarray(yv.T))
+    f = {"exp": np.exp, "tanh": np.tanh}
+    want = [(xv.T * 2 + 1) * (bv * 3 - 1),
+            f["exp"](xv.T) * f["tanh"](bv) + (yv.T - bv) / (bv * bv + 1),
+            xv.T * f["exp"](bv * 0.5 + yv.T),
+            xv.T + yv.T * bv - xv.T * 3]
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    for k, (tiled, plain) in enumerate(zip(_several_chains(x.T, y.T, b),
+                                           _several_chains(xt, yt, b))):
+        a = ms.new_tensor(shape, dtype=dtype, pad=True, init=np.nan)
+        r = ms.new_tensor(shape, dtype=dtype, init=np.nan)
+        a[:] = tiled
+        r[:] = plain
+        np.testing.assert_allclose(a.numpy(), want[k], **tol)
+        assert a.numpy().tobytes() == r.numpy().tobytes(), k

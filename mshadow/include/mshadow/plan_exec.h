@@ -351,6 +351,27 @@ static inline size_t ms_tile_bytes(const ms_program *p) {
   return b;
 }
 
+/* Rows of a tile (n columns from x0, h rows) one ms_run_block call takes: each instruction
+ * then runs them a call a row with the operands moved on a row, its setup once (a call of
+ * ms_run_block a row was 6-7% of A[:] = B + C.T at 1000^2 float32). Plain leaves only
+ * (a row at ptr + y * rowstep; no map, no partials), no gather or implicit_dot, and the
+ * rows' values within the registers (reg_bytes of 8-byte elements at most). */
+static inline npy_intp ms_tile_rows(const ms_program *p, npy_intp n, npy_intp h) {
+  int k, j;
+  npy_intp g = h;
+  if (p->gB > 0 || n <= 0) return 1;
+  for (k = 0; k < p->ninst; ++k) {
+    const ms_inst *in = &p->inst[k];
+    if (in->gemm || in->gather || in->rows) return 1;
+    for (j = 0; j <= in->nin; ++j)
+      if (in->kind[j] == MS_OPD_LEAF && (p->leaf[in->idx[j]].per_block ||
+                                         p->leaf[in->idx[j]].nmap))
+        return 1;
+  }
+  if (p->nreg && g > p->reg_bytes / 8 / n) g = p->reg_bytes / 8 / n;
+  return g > 1 ? g : 1;
+}
+
 /* Tile i of a tiled run: rows [yb, yb + h) of band i / nbx (p->tile rows, the last fewer),
  * columns of block i % nbx. Each transposed leaf's elements of the tile are copied into
  * the thread's scratch first; the tile's rows then run reading the copies in row order.
@@ -381,8 +402,10 @@ static inline void ms_run_tile(const ms_program *p, char *regs, char *mem, npy_i
     scratch += ms_tile_copy_bytes(p, L);
   }
   /* narrow rows several a call where the program can (ms_rows_per_block: the copies are
-   * dense rows), each call within a block's registers */
-  const npy_intp g = ms_rows_per_block(&q);
+   * dense rows), else the tile's rows a call where ms_tile_rows allows, each call within a
+   * block's registers */
+  npy_intp g = ms_rows_per_block(&q);
+  if (g == 1) g = ms_tile_rows(&q, n, h);
   for (r = 0; r < h; r += g) ms_run_block(&q, regs, yb + r, x0, 0, h - r < g ? h - r : g);
 }
 
