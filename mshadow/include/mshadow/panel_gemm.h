@@ -78,10 +78,12 @@ static inline ptrdiff_t ms_pg_nr(int level, size_t item) {
 }
 
 /* The k loop of a tile: row k of B (at pb + off[k], pb the tile's first column): its NV
- * vectors times the packed column k of the block, into acc (MS_PG_TILE's locals). MODE 0:
- * all lanes of every vector, in one row; 2 + j: all lanes, the row's end in vector j (lanes
- * klo there, khi gap further on; the vectors after it gap further on); 1: anything
- * else, vector v at src[v] in two pieces (a partial tile, or one across 3 rows) */
+ * vectors times the packed column k of the block, into acc (MS_PG_TILE's locals). MODE
+ * MS_PG_ONE_ROW: all lanes of every vector, in one row; MS_PG_END_IN + j: all lanes, the
+ * row's end in vector j (lanes klo there, khi gap further on; the vectors after it gap
+ * further on); MS_PG_ANY: vector v at src[v] in two pieces (a partial tile, or one across
+ * 3 rows) */
+enum { MS_PG_ONE_ROW, MS_PG_ANY, MS_PG_END_IN };
 #define MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, MODE)                              \
   for (k = 0; k < CK; ++k) {                                                                  \
     const T *b0 = pb + off[k], *b1 = b0 + gap;                                                \
@@ -93,11 +95,11 @@ static inline ptrdiff_t ms_pg_nr(int level, size_t item) {
     (void)b1;                                                                                 \
     _Pragma("GCC unroll 4")                                                                   \
     for (v = 0; v < NV; ++v)                                                                  \
-      bv[v] = (MODE) == 0       ? LOAD(b0 + v * W, W)                                         \
-              : (MODE) == 1     ? LD2M(b0 + src[v], mlo[v], mhi[v], gap)                      \
-              : v < (MODE) - 2  ? LOAD(b0 + v * W, W)                                         \
-              : v > (MODE) - 2  ? LOAD(b1 + v * W, W)                                         \
-                                : LD2M(b0 + v * W, klo, khi, gap);                      \
+      bv[v] = (MODE) == MS_PG_ONE_ROW         ? LOAD(b0 + v * W, W)                           \
+              : (MODE) == MS_PG_ANY           ? LD2M(b0 + src[v], mlo[v], mhi[v], gap)        \
+              : v < (MODE) - MS_PG_END_IN     ? LOAD(b0 + v * W, W)                           \
+              : v > (MODE) - MS_PG_END_IN     ? LOAD(b1 + v * W, W)                           \
+                                              : LD2M(b0 + v * W, klo, khi, gap);              \
     _Pragma("GCC unroll 12")                                                                  \
     for (r = 0; r < MR; ++r) {                                                                \
       const V ar = SET1(a[r]);                                                                \
@@ -152,7 +154,7 @@ MS_PG_LANES(double, f64)
     const ptrdiff_t src0 = (q0 / m.R) * m.srow + x0, end = m.R - x0; /* lanes to the row's end */\
     const T *pb = p + src0;                                                                   \
     ptrdiff_t k, src[NV], d[NV];                                                              \
-    MT mlo[NV], mhi[NV], klo = MASK(0), khi = MASK(0);   /* klo, khi: MODE 2 + j's loads */  \
+    MT mlo[NV], mhi[NV], klo = MASK(0), khi = MASK(0);   /* klo, khi: MS_PG_END_IN + j's */  \
     int r, v, nv[NV], sa[NV], whole = 1, mode;                                                \
     for (v = 0; v < NV; ++v) {                                                                \
       const int left = cols - v * W;                                                          \
@@ -171,15 +173,15 @@ MS_PG_LANES(double, f64)
         whole = 0;                                                                            \
     }                                                                                         \
     if (cols == NV * W && (gap == 0 || end >= NV * W))                                        \
-      mode = 0;                                                                               \
+      mode = MS_PG_ONE_ROW;                                                                   \
     else if (cols == NV * W && end + m.R >= NV * W) {   /* across one row's end */           \
       const int j = (int)(end / W);                                                           \
-      mode = 2 + j;                                                                           \
+      mode = MS_PG_END_IN + j;                                                                \
       /* (the end at a vector's start: all its lanes from the next row) */                  \
       klo = MASK(end - j * W);                                                                \
       khi = MASKHI(end - j * W, W);                                                           \
     } else                                                                                    \
-      mode = 1;                                                                               \
+      mode = MS_PG_ANY;                                                                       \
     /* every loop over r and v unrolled: constant indices keep acc in registers (a loop   \
      * to the run-time ``rows`` made the compiler store all of acc every k: 59 GFLOP/s,    \
      * not 141) */                                                                            \
@@ -188,12 +190,14 @@ MS_PG_LANES(double, f64)
       _Pragma("GCC unroll 4")                                                                 \
       for (v = 0; v < NV; ++v) acc[r][v] = ZERO();                                            \
     }                                                                                         \
-    switch (mode) {   /* a constant MODE a loop: the loads and masks fixed */               \
-      case 0: MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, 0) break;                   \
-      case 2: MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, 2) break;                   \
-      case 3: MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, 3) break;                   \
-      case 4: MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, 4) break;                   \
-      default: MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, 1) break;                  \
+    switch (mode) {   /* a constant MODE a loop: the loads and masks fixed (NV <= 3) */      \
+      case MS_PG_ONE_ROW: MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, MS_PG_ONE_ROW) break;\
+      case MS_PG_END_IN: MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, MS_PG_END_IN) break;\
+      case MS_PG_END_IN + 1:                                                                  \
+        MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, MS_PG_END_IN + 1) break;          \
+      case MS_PG_END_IN + 2:                                                                  \
+        MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, MS_PG_END_IN + 2) break;          \
+      default: MS_PG_KLOOP(T, V, MR, NV, W, LOAD, LD2M, SET1, FMA, MS_PG_ANY) break;          \
     }                                                                                         \
     _Pragma("GCC unroll 12")                                                                  \
     for (r = 0; r < MR; ++r) {                                                                \
