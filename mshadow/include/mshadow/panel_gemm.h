@@ -114,7 +114,8 @@ enum { MS_PG_ONE_ROW, MS_PG_ANY, MS_PG_END_IN };
  * dropped. A panel is one row: srow = R = ow = ldo = its width. A convolution reads the
  * padded image, rows of srow columns, and either skips the kw - 1 columns of each row that
  * wrap around its edge (R = ow: a vector across a row's end is loaded and stored in two
- * pieces, so it needs ow >= the vector width) or computes them and drops them (R = srow). */
+ * pieces, so it needs ow >= the vector width; ms_pg_conv asks for a tile's width) or
+ * computes them and drops them (R = srow). */
 typedef struct { ptrdiff_t srow, R, ow, ldo; } ms_pg_cols;
 
 /* n lanes t[0..n) of columns q.. into row o: the lanes MS_PG_TILE could not store as
@@ -372,11 +373,12 @@ MS_PG_FILL(double, f64)
                              ptrdiff_t ldy, T alpha, T beta, T *xpad, ptrdiff_t *off, int nt) {\
     const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
     const ptrdiff_t CK = C * kh * kw, plane = C * Hp * wrow;                                  \
-    /* the kw - 1 columns of each row that wrap around the edge are skipped where a vector \
+    /* the kw - 1 columns of each row that wrap around the edge are skipped where a tile  \
      * spans at most two rows, else computed and dropped (on 56x56, 3.4% of the products, \
-     * and tiles across a row's end stored lane by lane: 136 -> 146 GFLOP/s, one thread) */ \
-    const ptrdiff_t vw = (level >= 3 ? 64 : 32) / (ptrdiff_t)sizeof(T);                       \
-    const ptrdiff_t R = ow >= vw ? ow : wrow;                                                 \
+     * and tiles across a row's end stored lane by lane: 136 -> 146 GFLOP/s, one thread; \
+     * on 28x28 at AVX-512, where 4 tiles in 7 would take MS_PG_ANY's two loads a vector, \
+     * 27 -> 31 ms) */                                                                      \
+    const ptrdiff_t R = ow >= ms_pg_nr(level, sizeof(T)) ? ow : wrow;                         \
     const ms_pg_cols m = {wrow, R, ow, ldy};                                                  \
     /* the columns up to the last output: the last row's wrap-around is never read */       \
     const ptrdiff_t ncol = (oh - 1) * R + ow;                                                 \
