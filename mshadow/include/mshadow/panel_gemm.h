@@ -164,7 +164,7 @@ MS_PG_LANES(double, f64)
       src[v] = (q / m.R) * m.srow + x - src0;                                                 \
       d[v] = (q / m.R) * m.ldo + x;                                                           \
       /* the lanes in this row; the rest are the next rows' (the next row's alone where   \
-       * gap != 0: ms_pg_conv skips wrap-around columns only where R >= W) */              \
+       * gap != 0: ms_pg_conv skips wrap-around columns only where R is a tile wide) */    \
       sa[v] = x + nv[v] <= m.R ? nv[v] : (int)(m.R - x);                                      \
       mlo[v] = MASK(sa[v]);                                                                   \
       mhi[v] = MASKHI(sa[v], nv[v]);                                                          \
@@ -317,7 +317,7 @@ MS_PG_TILES(double, f64)
   static void ms_pg_gemm_##t(int level, const T *wp, const T *p, const ptrdiff_t *off,       \
                              ptrdiff_t w, T *c, ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK,    \
                              T alpha, T beta, int nt) {                                       \
-    const ms_pg_cols m = {w, w > 0 ? w : 1, w, w};                                               \
+    const ms_pg_cols m = {w, w > 0 ? w : 1, w, w};                                            \
     const ptrdiff_t n = ms_pg_ntiles_##t(level, K, w);                                        \
     ptrdiff_t i;                                                                              \
     (void)nt;                                                                                 \

@@ -81,6 +81,22 @@ typedef struct {
   npy_intp x0;          /* the first column: blocks cover columns [x0, cols) (a column band) */
 } ms_program;
 
+/* Whether ms_run_block can take several rows a call: every leaf plain (a row at ptr + y *
+ * rowstep: no map, no group accumulator), no implicit_dot, and gathers only where
+ * `gathers` (whole rows from column 0). */
+static inline int ms_rows_together(const ms_program *p, int gathers) {
+  int k, j;
+  for (k = 0; k < p->ninst; ++k) {
+    const ms_inst *in = &p->inst[k];
+    if (in->gemm || (in->gather && !gathers)) return 0;
+    for (j = 0; j <= in->nin; ++j)
+      if (in->kind[j] == MS_OPD_LEAF && (p->leaf[in->idx[j]].per_block > 1 ||
+                                         p->leaf[in->idx[j]].nmap))
+        return 0;
+  }
+  return 1;
+}
+
 /* Rows a block holds: several when rows are narrow (a call per row of every kernel cost
  * more than the row's elements: concat of 28-wide rows, pool of small maps), 1 otherwise.
  * Only plain leaves (a row at ptr + y * rowstep) and no implicit_dot, column band or group:
@@ -90,16 +106,9 @@ typedef struct {
  * and here a row is one block) take a call a row, each row reduced alone as it was (rows
  * of 49 float32 a block each: sumall_except_dim of (32, 512, 7, 7) took 6x einsum's time). */
 static inline npy_intp ms_rows_per_block(const ms_program *p) {
-  int k, j;
-  if (p->gB > 0 || p->x0 != 0 || p->cols <= 0 || 2 * p->cols > p->block) return 1;
-  for (k = 0; k < p->ninst; ++k) {
-    const ms_inst *in = &p->inst[k];
-    if (in->gemm) return 1;
-    for (j = 0; j <= in->nin; ++j)
-      if (in->kind[j] == MS_OPD_LEAF && (p->leaf[in->idx[j]].per_block > 1 ||
-                                         p->leaf[in->idx[j]].nmap))
-        return 1;
-  }
+  if (p->gB > 0 || p->x0 != 0 || p->cols <= 0 || 2 * p->cols > p->block ||
+      !ms_rows_together(p, 1))
+    return 1;
   return p->block / p->cols;
 }
 
@@ -352,22 +361,13 @@ static inline size_t ms_tile_bytes(const ms_program *p) {
 }
 
 /* Rows of a tile (n columns from x0, h rows) one ms_run_block call takes: each instruction
- * then runs them a call a row with the operands moved on a row, its setup once (a call of
- * ms_run_block a row was 6-7% of A[:] = B + C.T at 1000^2 float32). Plain leaves only
- * (a row at ptr + y * rowstep; no map, no partials), no gather or implicit_dot, and the
- * rows' values within the registers (reg_bytes of 8-byte elements at most). */
+ * then runs them a call a row with the operands moved on a row, its setup once (A[:] = B +
+ * C.T at 1000^2 float32: 558-597 -> 554-566 us). ms_rows_together's programs, no gather (a
+ * tile starts mid-row), and the rows' values within the registers (reg_bytes of 8-byte
+ * elements at most). A tiled run has no group and no partials (_stages.pxi). */
 static inline npy_intp ms_tile_rows(const ms_program *p, npy_intp n, npy_intp h) {
-  int k, j;
   npy_intp g = h;
-  if (p->gB > 0 || n <= 0) return 1;
-  for (k = 0; k < p->ninst; ++k) {
-    const ms_inst *in = &p->inst[k];
-    if (in->gemm || in->gather || in->rows) return 1;
-    for (j = 0; j <= in->nin; ++j)
-      if (in->kind[j] == MS_OPD_LEAF && (p->leaf[in->idx[j]].per_block ||
-                                         p->leaf[in->idx[j]].nmap))
-        return 1;
-  }
+  if (n <= 0 || !ms_rows_together(p, 0)) return 1;
   if (p->nreg && g > p->reg_bytes / 8 / n) g = p->reg_bytes / 8 / n;
   return g > 1 ? g : 1;
 }
