@@ -41,15 +41,22 @@ cdef extern from "mshadow/panel_gemm.h":
     void ms_pg_gemm_f64(int level, const double *wp, const double *p, const Py_ssize_t *off,
                         Py_ssize_t w, double *c, Py_ssize_t ldc, Py_ssize_t K, Py_ssize_t CK,
                         double alpha, double beta, int nt) nogil
+    ctypedef struct ms_pg_conv_plan:
+        int by_channels, pack_rows
+        Py_ssize_t group, nbuf, npix, scratch
+    void ms_pg_conv_plan_for(int level, size_t item, Py_ssize_t K, Py_ssize_t N, Py_ssize_t oh,
+                             Py_ssize_t ow, Py_ssize_t wrow, int nt, ms_pg_conv_plan *pl) nogil
     void ms_pg_conv_f32(int level, const float *wp, Py_ssize_t K, const float *x, Py_ssize_t N,
                         Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py,
                         Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, float *y, Py_ssize_t ldy,
-                        float alpha, float beta, float *xpad, Py_ssize_t *off, int nt) nogil
+                        float alpha, float beta, const ms_pg_conv_plan *pl, float *xpad,
+                        Py_ssize_t *off, Py_ssize_t *pix, float *scr, int nt) nogil
     void ms_pg_conv_f64(int level, const double *wp, Py_ssize_t K, const double *x,
                         Py_ssize_t N, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx,
                         Py_ssize_t py, Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, double *y,
-                        Py_ssize_t ldy, double alpha, double beta, double *xpad,
-                        Py_ssize_t *off, int nt) nogil
+                        Py_ssize_t ldy, double alpha, double beta, const ms_pg_conv_plan *pl,
+                        double *xpad, Py_ssize_t *off, Py_ssize_t *pix, double *scr,
+                        int nt) nogil
     Py_ssize_t ms_pg_kpad(int level, size_t item, Py_ssize_t K) nogil
     void ms_pg_convw_f32(int level, const float *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t H,
                          Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py, Py_ssize_t px,
@@ -62,6 +69,10 @@ cdef extern from "mshadow/panel_gemm.h":
 
 # the SIMD levels by name, as _core.simd_info() gives them
 _LEVELS = ("plain", "sse2", "avx2", "avx512")
+
+cdef extern from "mshadow/alloc.h":
+    void *ms_aligned_malloc(size_t nbytes) nogil
+    void ms_aligned_free(void *p) nogil
 
 cdef extern from "mshadow/half.h":
     float ms_half_to_float(uint16_t h) nogil
@@ -502,14 +513,17 @@ cdef int _pg_level(str level, int flag):
 
 
 cdef char *_pg_pack(int lvl, int flag, char *w, Py_ssize_t rs, Py_ssize_t cs, Py_ssize_t K,
-                    Py_ssize_t CK) except? NULL:
+                    Py_ssize_t CK, int mr=0) except? NULL:
     """The (K x CK) matrix at ``w`` (element (m, k) at m * rs + k * cs) packed for
-    panel_gemm.h at level ``lvl`` (malloc'd: the caller frees it); NULL at level 0."""
+    panel_gemm.h at level ``lvl`` in blocks of ``mr`` rows (0: ms_pg_tile's), malloc'd
+    (the caller frees it); NULL at level 0."""
     if lvl == 0:
         return NULL
-    cdef int mr = ms_pg_mr(lvl)
+    if mr <= 0:
+        mr = ms_pg_mr(lvl)
     cdef Py_ssize_t item = 4 if flag == MS_TYPEFLAG_FLOAT32 else 8
-    cdef char *wp = <char *> malloc(max(1, ((K + mr - 1) // mr) * mr * CK * item))
+    # (on a cache line: ms_pg_ktile loads its rows whole)
+    cdef char *wp = <char *> ms_aligned_malloc(max(1, ((K + mr - 1) // mr) * mr * CK * item))
     if wp == NULL:
         raise MemoryError()
     if flag == MS_TYPEFLAG_FLOAT32:
@@ -626,7 +640,7 @@ def conv_panels(Tensor c, Tensor a, ColumnPanels b, Py_ssize_t K, Py_ssize_t nim
             with nogil:
                 rc = _product(flag, mc, ma, mb, K, CK, 0, fa, fb, ia, ib, nthreads)
     finally:
-        free(wp)
+        ms_aligned_free(wp)
         free(off)
         a.mem.unpin()
         c.mem.unpin()
@@ -670,7 +684,7 @@ def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1,
                 g.mem.unpin()
                 c.mem.unpin()
         finally:
-            free(wp)
+            ms_aligned_free(wp)
             free(off)
         return
     gemm(c, a._view(Shape(K, CK), a.offset, CK), True,
@@ -702,7 +716,8 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     cdef Py_ssize_t CI = K if grad_data else C      # input channels
     cdef Py_ssize_t CK = CI * kh * kw, Hp = H + 2 * py, Wp = W + 2 * px
     nthreads = max(1, nthreads)
-    cdef Py_ssize_t nbuf = nthreads if N >= nthreads else 1, m, j, i, r, q
+    cdef Py_ssize_t m, j, i, r, q
+    cdef ms_pg_conv_plan pl
     if (w.stride != w.cols or x.shape[1] != CI or py < 0 or px < 0
             or tuple(y.shape) != (N, KO, Hp - kh + 1, Wp - kw + 1)):
         raise ShapeError(f"conv_direct: data {x.shape}, weight {w.shape} (pad {py}, {px}) "
@@ -716,7 +731,10 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     cdef char *wt = NULL
     cdef char *wp = NULL
     cdef char *xpad = NULL
+    cdef char *scr = NULL
     cdef Py_ssize_t *off = NULL
+    cdef Py_ssize_t *pix = NULL
+    ms_pg_conv_plan_for(lvl, item, KO, N, Hp - kh + 1, Wp - kw + 1, Wp, nthreads, &pl)
     try:
         if grad_data:   # w' (C x (K, ky, kx)): w[k, c, kh-1-ky, kw-1-kx]
             wt = <char *> malloc(max(1, KO * CK * item))
@@ -733,10 +751,13 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
                             # col2im never does: inf * 0 would be a NaN there
                             return False
             wsrc = wt
-        wp = _pg_pack(lvl, flag, wsrc, CK, 1, KO, CK) if KO and CK else NULL
+        wp = _pg_pack(lvl, flag, wsrc, CK, 1, KO, CK, pl.pack_rows) if KO and CK else NULL
         off = <Py_ssize_t *> malloc(max(1, CK) * sizeof(Py_ssize_t))
-        xpad = <char *> calloc(max(1, nbuf * CI * Hp * Wp), item)   # borders stay 0
-        if off == NULL or xpad == NULL:
+        # (the borders stay 0)
+        xpad = <char *> calloc(max(1, pl.nbuf * pl.group * CI * Hp * Wp), item)
+        pix = <Py_ssize_t *> malloc(max(1, pl.npix) * sizeof(Py_ssize_t))
+        scr = <char *> ms_aligned_malloc(max(1, pl.scratch) * item)
+        if off == NULL or xpad == NULL or pix == NULL or scr == NULL:
             raise MemoryError()
         if KO and CK:
             xs, ys = x.data(), y.data()
@@ -746,20 +767,36 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
                     if flag == MS_TYPEFLAG_FLOAT32:
                         ms_pg_conv_f32(lvl, <float *> wp, KO, <float *> xs, N, CI, H, W,
                                        x.stride, py, px, kh, kw, <float *> ys, y.stride,
-                                       <float> fa, <float> fb, <float *> xpad, off, nthreads)
+                                       <float> fa, <float> fb, &pl, <float *> xpad, off, pix,
+                                       <float *> scr, nthreads)
                     else:
                         ms_pg_conv_f64(lvl, <double *> wp, KO, <double *> xs, N, CI, H, W,
                                        x.stride, py, px, kh, kw, <double *> ys, y.stride, fa,
-                                       fb, <double *> xpad, off, nthreads)
+                                       fb, &pl, <double *> xpad, off, pix, <double *> scr,
+                                       nthreads)
             finally:
                 _unpin3(x, w, y)
             return True
     finally:
         free(wt)
-        free(wp)
+        ms_aligned_free(wp)
         free(xpad)
         free(off)
+        free(pix)
+        ms_aligned_free(scr)
     return False    # nothing to add up (no channel or tap): BLAS's product scales y
+
+
+def conv_direct_plan(str level, Py_ssize_t item, Py_ssize_t K, Py_ssize_t N, Py_ssize_t oh,
+                     Py_ssize_t ow, Py_ssize_t wrow, int nthreads=1):
+    """How conv_direct tiles a convolution at ``level`` (panel_gemm.h
+    ms_pg_conv_plan_for), for tests and docs: {"by_channels": ms_pg_ktile's tiles (pixels
+    x channel vectors) rather than ms_pg_tile's, "group": images a padded buffer holds,
+    "nbuf": buffers (one a thread where threads take whole buffers)}."""
+    cdef ms_pg_conv_plan pl
+    cdef int lvl = _LEVELS.index(level) if level in _LEVELS else 0
+    ms_pg_conv_plan_for(lvl, item, K, N, oh, ow, wrow, max(1, nthreads), &pl)
+    return {"by_channels": bool(pl.by_channels), "group": pl.group, "nbuf": pl.nbuf}
 
 
 def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssize_t px,

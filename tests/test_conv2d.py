@@ -501,3 +501,94 @@ def test_gemm_tn_image_of_a_freed_gradient_leaks_nothing():
         with pytest.raises(FreedTensorError):
             _blas().gemm_tn_image(c, a, g, 0, 1, level)
     assert rss() - before < 32 << 20
+
+
+# Small images with many channels: tiles of pixels x channel vectors (panel_gemm.h
+# ms_pg_ktile). K around the channel blocks (64 and 16 float32 channels at AVX-512 and
+# AVX2, 32 and 8 float64), C * kh * kw past a chunk of 64 taps, images whose pixels share
+# tiles (several to a buffer), a buffer past one range of 48 tiles (20 x 20)
+_BY_CHANNELS = [((5, 9, 7, 7), (64, 3, 3), 1), ((2, 3, 5, 9), (60, 3, 1), (1, 2)),
+                ((7, 16, 1, 1), (70, 1, 1), 0), ((3, 2, 20, 20), (64, 3, 3), 1),
+                ((1, 4, 3, 5), (33, 2, 3), (0, 1))]
+
+
+def _plan(level, dtype, K, N, oh, ow, wrow, threads):
+    from mshadow.dot import _blas
+    return _blas().conv_direct_plan(level, np.dtype(dtype).itemsize, K, N, oh, ow, wrow,
+                                    threads)
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_direct_by_channels_gives_the_panels_bits(dtype):
+    """Where its tiles compute fewer lanes, the direct convolution vectorises over output
+    channels, a tile of a few pixels (of one image or of several in one buffer) times a
+    block of channels, k chunk by chunk. Each output still adds its products in (c, ky, kx)
+    order, fused, from 0: numpy in float64 the oracle, im2col's panels the same bits, on
+    1, 3 and 4 threads (threads take whole buffers, or share one), with every saver, from
+    pitched rows. The plan of each run is checked, so the cases cover
+    both ways of sharing the work and buffers of several images."""
+    levels = _direct_levels()
+    rng = np.random.default_rng(14)
+    seen = set()
+    for (N, C, H, W), (K, kh, kw), pad in _BY_CHANNELS:
+        py, px = (pad, pad) if isinstance(pad, int) else pad
+        oh, ow = H + 2 * py - kh + 1, W + 2 * px - kw + 1
+        x = rng.standard_normal((N, C, H, W)).astype(dtype)
+        w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
+        want = (w.reshape(K, -1).astype(np.float64) @ _ref_cols(x, kh, kw, pad, 1)).reshape(
+            K, N, oh, ow).transpose(1, 0, 2, 3)
+        X = ms.new_tensor((N, C, H, W), dtype=dtype, pad=True)
+        X.numpy()[...] = x
+        Wt = ms.from_numpy(w)
+        for level in levels:
+            ms.set_simd_level(level)
+            for threads in (1, 3, 4):
+                plan = _plan(level, dtype, K, N, oh, ow, W + 2 * px, threads)
+                assert plan["by_channels"], ((N, C, H, W), K, level)
+                seen.add((plan["nbuf"] > 1 or threads == 1, plan["group"] > 1))
+                ms.set_num_threads(threads)
+                for saver, init in (("saveto", np.nan), ("plusto", 3), ("minusto", 2)):
+                    expect = {"saveto": want, "plusto": init + want, "minusto": init - want}[saver]
+                    direct = ms.new_tensor((N, K, oh, ow), dtype=dtype, init=init)
+                    panels = ms.new_tensor((N, K, oh, ow), dtype=dtype, init=init)
+                    ms.nn.conv2d(direct, X, Wt, pad, 1, saver)
+                    ms.nn.conv2d(panels, X * 1, Wt, pad, 1, saver)
+                    np.testing.assert_allclose(direct.numpy(), expect, **_tol(dtype))
+                    assert direct.numpy().tobytes() == panels.numpy().tobytes(), \
+                        ((N, C, H, W), (K, kh, kw), pad, level, threads, saver)
+    # whole buffers and shared ones, one image a buffer and several
+    assert seen == {(True, True), (True, False), (False, True), (False, False)}, seen
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_grad_data_direct_by_channels_into_pitched_rows(dtype):
+    """The data gradient of a layer with many input channels on small maps takes the
+    channel tiles too (its output channels are the forward's input ones): numpy's adjoint
+    the oracle (72 taps: two chunks), a pitched dx the same bits as a dense one, both
+    levels, 1 and 3 threads."""
+    levels = _direct_levels()
+    rng = np.random.default_rng(15)
+    for (N, C, H, W), (K, kh, kw), pad in [((3, 64, 7, 7), (8, 3, 3), 1),
+                                           ((2, 40, 4, 6), (3, 3, 2), (1, 0))]:
+        py, px = (pad, pad) if isinstance(pad, int) else pad
+        oh, ow = H + 2 * py - kh + 1, W + 2 * px - kw + 1
+        w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
+        g = rng.standard_normal((N, K, oh, ow)).astype(dtype)
+        want = _ref_grad_data(g, w, (N, C, H, W), pad, 1)
+        G, Wt = ms.from_numpy(g), ms.from_numpy(w)
+        for level in levels:
+            ms.set_simd_level(level)
+            # (the gradient's padded rows: W + kw - 1 - px on each side)
+            assert _plan(level, dtype, C, N, H, W, W + 2 * (kw - 1 - px), 1)["by_channels"]
+            for threads in (1, 3):
+                ms.set_num_threads(threads)
+                for saver, init, expect in (("saveto", np.nan, want), ("plusto", 3, 3 + want)):
+                    pitched = ms.new_tensor((N, C, H, W), dtype=dtype, init=init, pad=True)
+                    dense = ms.new_tensor((N, C, H, W), dtype=dtype, init=init)
+                    ms.nn.conv2d_grad_data(pitched, G, Wt, pad, 1, saver)
+                    ms.nn.conv2d_grad_data(dense, G, Wt, pad, 1, saver)
+                    np.testing.assert_allclose(pitched.numpy(), expect, **_tol(dtype))
+                    assert pitched.numpy().tobytes() == dense.numpy().tobytes(), \
+                        ((N, C, H, W), (K, kh, kw), pad, level, threads, saver)
