@@ -716,8 +716,8 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     cdef Py_ssize_t CI = K if grad_data else C      # input channels
     cdef Py_ssize_t CK = CI * kh * kw, Hp = H + 2 * py, Wp = W + 2 * px
     nthreads = max(1, nthreads)
-    cdef Py_ssize_t m, j, i, r, q
     cdef ms_pg_conv_plan pl
+    cdef bint finite
     if (w.stride != w.cols or x.shape[1] != CI or py < 0 or px < 0
             or tuple(y.shape) != (N, KO, Hp - kh + 1, Wp - kw + 1)):
         raise ShapeError(f"conv_direct: data {x.shape}, weight {w.shape} (pad {py}, {px}) "
@@ -740,16 +740,14 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
             wt = <char *> malloc(max(1, KO * CK * item))
             if wt == NULL:
                 raise MemoryError()
-            for m in range(KO):
-                for j in range(CI):
-                    for i in range(kh * kw):
-                        r = (m * CI + j) * kh * kw + i
-                        q = (j * KO + m) * kh * kw + kh * kw - 1 - i
-                        memcpy(wt + r * item, wsrc + q * item, item)
-                        if not _finite(wt + r * item, flag):
-                            # this form also multiplies w by grad's zero border, where
-                            # col2im never does: inf * 0 would be a NaN there
-                            return False
+            # this form also multiplies w by grad's zero border, where col2im never does:
+            # inf * 0 would be a NaN there
+            if flag == MS_TYPEFLAG_FLOAT32:
+                finite = _flip_taps(<float *> wt, <float *> wsrc, KO, CI, kh * kw)
+            else:
+                finite = _flip_taps(<double *> wt, <double *> wsrc, KO, CI, kh * kw)
+            if not finite:
+                return False
             wsrc = wt
         wp = _pg_pack(lvl, flag, wsrc, CK, 1, KO, CK, pl.pack_rows) if KO and CK else NULL
         off = <Py_ssize_t *> malloc(max(1, CK) * sizeof(Py_ssize_t))
@@ -862,11 +860,22 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
     return True
 
 
-cdef inline bint _finite(char *p, int flag) noexcept nogil:
-    """Whether the float32 (else float64) at p is finite."""
-    if flag == MS_TYPEFLAG_FLOAT32:
-        return isfinite((<float *> p)[0])
-    return isfinite((<double *> p)[0])
+cdef bint _flip_taps(floating *dst, const floating *src, Py_ssize_t KO, Py_ssize_t CI,
+                     Py_ssize_t taps) noexcept nogil:
+    """dst (KO x (CI, taps)) = src (CI, KO, taps) with each filter's taps reversed (the
+    data gradient's weight); whether every value is finite."""
+    cdef Py_ssize_t m, j, i
+    cdef const floating *f
+    cdef floating v
+    cdef bint finite = True
+    for m in range(KO):
+        for j in range(CI):
+            f = src + (j * KO + m) * taps + taps - 1
+            for i in range(taps):
+                v = f[-i]
+                finite &= isfinite(v)
+                dst[(m * CI + j) * taps + i] = v
+    return finite
 
 
 cdef void _store_sums(floating *dw, floating *s, Py_ssize_t K, Py_ssize_t CK, Py_ssize_t KP,
