@@ -44,8 +44,9 @@ cdef extern from "mshadow/panel_gemm.h":
     ctypedef struct ms_pg_conv_plan:
         int by_channels, pack_rows
         Py_ssize_t group, nbuf, npix, scratch
-    void ms_pg_conv_plan_for(int level, size_t item, Py_ssize_t K, Py_ssize_t N, Py_ssize_t oh,
-                             Py_ssize_t ow, Py_ssize_t wrow, int nt, ms_pg_conv_plan *pl) nogil
+    void ms_pg_conv_plan_for(int level, size_t item, Py_ssize_t K, Py_ssize_t CK, Py_ssize_t N,
+                             Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t wrow, int nt,
+                             ms_pg_conv_plan *pl) nogil
     void ms_pg_conv_f32(int level, const float *wp, Py_ssize_t K, const float *x, Py_ssize_t N,
                         Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py,
                         Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, float *y, Py_ssize_t ldy,
@@ -734,7 +735,7 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     cdef char *scr = NULL
     cdef Py_ssize_t *off = NULL
     cdef Py_ssize_t *pix = NULL
-    ms_pg_conv_plan_for(lvl, item, KO, N, Hp - kh + 1, Wp - kw + 1, Wp, nthreads, &pl)
+    ms_pg_conv_plan_for(lvl, item, KO, CK, N, Hp - kh + 1, Wp - kw + 1, Wp, nthreads, &pl)
     try:
         if grad_data:   # w' (C x (K, ky, kx)): w[k, c, kh-1-ky, kw-1-kx]
             wt = <char *> malloc(max(1, KO * CK * item))
@@ -785,15 +786,16 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     return False    # nothing to add up (no channel or tap): BLAS's product scales y
 
 
-def conv_direct_plan(str level, Py_ssize_t item, Py_ssize_t K, Py_ssize_t N, Py_ssize_t oh,
-                     Py_ssize_t ow, Py_ssize_t wrow, int nthreads=1):
-    """How conv_direct tiles a convolution at ``level`` (panel_gemm.h
+def conv_direct_plan(str level, Py_ssize_t item, Py_ssize_t K, Py_ssize_t CK, Py_ssize_t N,
+                     Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t wrow, int nthreads=1):
+    """How conv_direct tiles a convolution (K output channels of oh x ow, CK taps each, from
+    padded rows of wrow) at ``level`` (panel_gemm.h
     ms_pg_conv_plan_for), for tests and docs: {"by_channels": ms_pg_ktile's tiles (pixels
     x channel vectors) rather than ms_pg_tile's, "group": images a padded buffer holds,
     "nbuf": buffers (one a thread where threads take whole buffers)}."""
     cdef ms_pg_conv_plan pl
     cdef int lvl = _LEVELS.index(level) if level in _LEVELS else 0
-    ms_pg_conv_plan_for(lvl, item, K, N, oh, ow, wrow, max(1, nthreads), &pl)
+    ms_pg_conv_plan_for(lvl, item, K, CK, N, oh, ow, wrow, max(1, nthreads), &pl)
     return {"by_channels": bool(pl.by_channels), "group": pl.group, "nbuf": pl.nbuf}
 
 

@@ -506,16 +506,17 @@ def test_gemm_tn_image_of_a_freed_gradient_leaks_nothing():
 # Small images with many channels: tiles of pixels x channel vectors (panel_gemm.h
 # ms_pg_ktile). K around the channel blocks (64 and 16 float32 channels at AVX-512 and
 # AVX2, 32 and 8 float64), C * kh * kw past a chunk of 64 taps, images whose pixels share
-# tiles (several to a buffer), a buffer past one range of 48 tiles (20 x 20)
-_BY_CHANNELS = [((5, 9, 7, 7), (64, 3, 3), 1), ((2, 3, 5, 9), (60, 3, 1), (1, 2)),
-                ((7, 16, 1, 1), (70, 1, 1), 0), ((3, 2, 20, 20), (64, 3, 3), 1),
+# tiles (several to a buffer), a buffer past one range of 48 tiles (30 x 10)
+_BY_CHANNELS = [((5, 9, 7, 7), (64, 3, 3), 1), ((2, 48, 6, 4), (60, 3, 2), (1, 2)),
+                ((7, 16, 1, 1), (70, 1, 1), 0), ((2, 32, 30, 10), (64, 3, 3), 1),
                 ((1, 4, 3, 5), (33, 2, 3), (0, 1))]
 
 
-def _plan(level, dtype, K, N, oh, ow, wrow, threads):
+def _plan(level, dtype, K, CK, N, oh, ow, wrow, threads):
+    """_blas.conv_direct_plan; ``dtype`` a dtype or its item size."""
     from mshadow.dot import _blas
-    return _blas().conv_direct_plan(level, np.dtype(dtype).itemsize, K, N, oh, ow, wrow,
-                                    threads)
+    item = dtype if isinstance(dtype, int) else np.dtype(dtype).itemsize
+    return _blas().conv_direct_plan(level, item, K, CK, N, oh, ow, wrow, threads)
 
 
 @pytest.mark.usefixtures("restore_engine_state")
@@ -544,7 +545,7 @@ def test_conv2d_direct_by_channels_gives_the_panels_bits(dtype):
         for level in levels:
             ms.set_simd_level(level)
             for threads in (1, 3, 4):
-                plan = _plan(level, dtype, K, N, oh, ow, W + 2 * px, threads)
+                plan = _plan(level, dtype, K, C * kh * kw, N, oh, ow, W + 2 * px, threads)
                 assert plan["by_channels"], ((N, C, H, W), K, level)
                 seen.add((plan["nbuf"] > 1 or threads == 1, plan["group"] > 1))
                 ms.set_num_threads(threads)
@@ -581,7 +582,8 @@ def test_conv2d_grad_data_direct_by_channels_into_pitched_rows(dtype):
         for level in levels:
             ms.set_simd_level(level)
             # (the gradient's padded rows: W + kw - 1 - px on each side)
-            assert _plan(level, dtype, C, N, H, W, W + 2 * (kw - 1 - px), 1)["by_channels"]
+            assert _plan(level, dtype, C, K * kh * kw, N, H, W, W + 2 * (kw - 1 - px), 1)[
+                "by_channels"]
             for threads in (1, 3):
                 ms.set_num_threads(threads)
                 for saver, init, expect in (("saveto", np.nan, want), ("plusto", 3, 3 + want)):
@@ -592,3 +594,19 @@ def test_conv2d_grad_data_direct_by_channels_into_pitched_rows(dtype):
                     np.testing.assert_allclose(pitched.numpy(), expect, **_tol(dtype))
                     assert pitched.numpy().tobytes() == dense.numpy().tobytes(), \
                         ((N, C, H, W), (K, kh, kw), pad, level, threads, saver)
+
+
+def test_conv2d_direct_plan_weighs_the_lane_stores():
+    """Regression: the first cut chose ms_pg_ktile's tiles wherever they computed fewer
+    lanes, and a first layer (3 channels, 27 taps) on 56 x 56 ran 2.5x slower: each lane
+    stored alone cost more than its 27 products. The plan counts the stores: such a layer
+    keeps ms_pg_tile's vector stores; 512 channels on 7 x 7 take the channel tiles, four
+    images to a buffer on one thread (a thread a buffer on two)."""
+    for level in ("avx2", "avx512"):
+        for item in (4, 8):
+            assert not _plan(level, item, 64, 27, 8, 56, 56, 58, 1)["by_channels"]
+            assert not _plan(level, item, 3, 576, 8, 28, 28, 30, 1)["by_channels"]
+            one = _plan(level, item, 512, 4608, 64, 7, 7, 9, 1)
+            assert one == {"by_channels": True, "group": 4, "nbuf": 1}, (level, item, one)
+            two = _plan(level, item, 512, 4608, 64, 7, 7, 9, 2)
+            assert two == {"by_channels": True, "group": 4, "nbuf": 2}, (level, item, two)

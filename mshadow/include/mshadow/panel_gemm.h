@@ -431,22 +431,30 @@ MS_PG_KTILE(avx2, MS_PG_T256, double, f64, __m256d, MS_PG_KMP_AVX2, MS_PG_KNV_AV
 
 static inline ptrdiff_t ms_pg_ceil(ptrdiff_t a, ptrdiff_t b) { return (a + b - 1) / b; }
 
-/* The tile that computes fewer lanes (ms_pg_tile's, pixels a row of vectors across the
- * padded rows, its wrap-around columns too where a row is narrower than a tile; or
- * ms_pg_ktile's, channels in vectors), ms_pg_ktile's on a tie: it runs the faster
- * (16 x 128 x 28 x 28, K = 128: 145 -> 164 GFLOP/s; 8 x 128 x 56 x 56: 146 -> 164). */
-static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrdiff_t N,
-                                       ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t wrow, int nt,
-                                       ms_pg_conv_plan *pl) {
+/* The tile that costs less: lanes computed, each CK taps and, where it is stored alone,
+ * MS_PG_STORE_TAPS vectors' taps more (a scalar store with the savers' scalars, about 1.5
+ * cycles). ms_pg_tile's are a row of vectors across the padded rows, its wrap-around
+ * columns too where a row is narrower than a tile (and then stored lane by lane);
+ * ms_pg_ktile's are channels in vectors, stored lane by lane. The store's cost keeps 3
+ * input channels on 56 x 56 on ms_pg_tile (1.3 -> 0.5 ms: ms_pg_ktile's tiles of 27
+ * taps stored more than they computed); small images take ms_pg_ktile's (AVX-512,
+ * float32, one thread: 16 x 128 x 28 x 28, K = 128: 145 -> 164 GFLOP/s). */
+#define MS_PG_STORE_TAPS 3
+static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrdiff_t CK,
+                                       ptrdiff_t N, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t wrow,
+                                       int nt, ms_pg_conv_plan *pl) {
   const ptrdiff_t nr = ms_pg_nr(level, item), mr = ms_pg_mr(level);
   const ptrdiff_t kb = ms_pg_kb(level, item), mp = ms_pg_kmp(level), npx = oh * ow;
   const ptrdiff_t R = ow >= nr ? ow : wrow, ncol = (oh - 1) * R + ow;
   const ptrdiff_t team = nt > 1 ? nt : 1, per_thread = ms_pg_ceil(N > 0 ? N : 1, team);
+  const double store = MS_PG_STORE_TAPS * (double)(level >= 3 ? 64 : 32) / (double)item;
   ptrdiff_t g = npx > 0 ? ms_pg_ceil(MS_PG_KPIX, npx) : 1;
   double by_pixels, by_channels;
   if (g > per_thread) g = per_thread;   /* every thread a buffer while there are images */
-  by_pixels = (double)ms_pg_ceil(K, mr) * mr * ms_pg_ceil(ncol, nr) * nr;
-  by_channels = (double)ms_pg_ceil(K, kb) * kb * ms_pg_ceil(g * npx, mp) * mp / g;
+  by_pixels = (double)ms_pg_ceil(K, mr) * mr * ms_pg_ceil(ncol, nr) * nr *
+              ((double)CK + (R == ow ? 0 : store));
+  by_channels = (double)ms_pg_ceil(K, kb) * kb * ms_pg_ceil(g * npx, mp) * mp / g *
+                ((double)CK + store);
   pl->by_channels = oh > 0 && ow > 0 && K > 0 && by_channels <= by_pixels;
   pl->pack_rows = (int)(pl->by_channels ? kb : mr);
   pl->group = pl->by_channels ? g : 1;
@@ -762,10 +770,10 @@ MS_PG_CONVW(double, f64)
 static inline int ms_pg_mr(int level) { (void)level; return 1; }
 static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
   (void)level; (void)item; return K; }
-static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrdiff_t N,
-                                       ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t wrow, int nt,
-                                       ms_pg_conv_plan *pl) {
-  (void)level; (void)item; (void)K; (void)N; (void)oh; (void)ow; (void)wrow; (void)nt;
+static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrdiff_t CK,
+                                       ptrdiff_t N, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t wrow,
+                                       int nt, ms_pg_conv_plan *pl) {
+  (void)level; (void)item; (void)K; (void)CK; (void)N; (void)oh; (void)ow; (void)wrow; (void)nt;
   memset(pl, 0, sizeof *pl);
   pl->pack_rows = 1;
   pl->group = pl->nbuf = 1;
