@@ -59,6 +59,7 @@ cdef extern from "mshadow/panel_gemm.h":
                         double *xpad, Py_ssize_t *off, Py_ssize_t *pix, double *scr,
                         int nt) nogil
     Py_ssize_t ms_pg_kpad(int level, size_t item, Py_ssize_t K) nogil
+    Py_ssize_t ms_pg_wgroup(Py_ssize_t N, Py_ssize_t Hp, Py_ssize_t wrow) nogil
     void ms_pg_convw_f32(int level, const float *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t H,
                          Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py, Py_ssize_t px,
                          Py_ssize_t kh, Py_ssize_t kw, const float *g, Py_ssize_t K, float *s,
@@ -816,7 +817,7 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
     cdef Py_ssize_t K = dw.shape[0], C = dw.shape[1], kh = dw.shape[2], kw = dw.shape[3]
     cdef Py_ssize_t N = x.shape[0], H = x.shape[2], W = x.shape[3], item = dw.itemsize
     cdef Py_ssize_t Hp = H + 2 * py, Wp = W + 2 * px, oh = Hp - kh + 1, ow = Wp - kw + 1
-    cdef Py_ssize_t CK = C * kh * kw, KP, ncol
+    cdef Py_ssize_t CK = C * kh * kw, KP
     if (dw.stride != dw.cols or g.stride != g.cols or x.shape[1] != C or py < 0 or px < 0
             or tuple(g.shape) != (N, K, oh, ow)):
         raise ShapeError(f"conv_direct_grad_weight: data {x.shape} and gradient {g.shape} "
@@ -825,7 +826,7 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
         return False    # a sum of nothing: BLAS's product scales dw
     nthreads = max(1, nthreads)
     KP = ms_pg_kpad(lvl, item, K)
-    ncol = (oh - 1) * Wp + ow
+    cdef Py_ssize_t G = ms_pg_wgroup(N, Hp, Wp)     # images a pass stacks
     cdef double fa, fb
     cdef uint64_t ia, ib
     _scalars(flag, alpha, beta, &fa, &fb, &ia, &ib)
@@ -833,8 +834,8 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
     cdef char *gs = g.data()
     cdef char *ds = dw.data()
     cdef char *s = <char *> calloc(CK * KP, item)
-    cdef char *xpad = <char *> calloc(C * Hp * Wp, item)    # borders stay 0
-    cdef char *gt = <char *> calloc(ncol * KP, item)        # wrap-around columns stay 0
+    cdef char *xpad = <char *> calloc(G * C * Hp * Wp, item)    # borders stay 0
+    cdef char *gt = <char *> calloc(G * Hp * Wp * KP, item)     # wrap-around columns stay 0
     cdef Py_ssize_t *off = <Py_ssize_t *> malloc(CK * sizeof(Py_ssize_t))
     try:
         if s == NULL or xpad == NULL or gt == NULL or off == NULL:
@@ -883,17 +884,21 @@ cdef bint _flip_taps(floating *dst, const floating *src, Py_ssize_t KO, Py_ssize
 cdef void _store_sums(floating *dw, floating *s, Py_ssize_t K, Py_ssize_t CK, Py_ssize_t KP,
                       floating alpha, floating beta) noexcept nogil:
     """dw (K x CK) = alpha * s^T + beta * dw, s's rows (taps) KP apart, each element as the
-    kernels store it (beta 0: dw not read)."""
-    cdef Py_ssize_t k, j
+    kernels store it (beta 0: dw not read). In bands of 16 filters: a line of s a tap, the
+    band's rows of dw written side by side (one filter at a time read s a line an element:
+    8 of 125 ms for 512 x 512 x 3 x 3 filters)."""
+    cdef Py_ssize_t k, j, k0, k1
     cdef floating v
-    for k in range(K):
+    for k0 in range(0, K, 16):
+        k1 = min(K, k0 + 16)
         for j in range(CK):
-            v = s[j * KP + k]
-            if alpha != 1:
-                v = alpha * v
-            if beta != 0:
-                v = v + beta * dw[k * CK + j]
-            dw[k * CK + j] = v
+            for k in range(k0, k1):
+                v = s[j * KP + k]
+                if alpha != 1:
+                    v = alpha * v
+                if beta != 0:
+                    v = v + beta * dw[k * CK + j]
+                dw[k * CK + j] = v
 
 
 def product(dst, exp, tuple sign_beta, int nthreads):

@@ -610,3 +610,34 @@ def test_conv2d_direct_plan_weighs_the_lane_stores():
             assert one == {"by_channels": True, "group": 4, "nbuf": 1}, (level, item, one)
             two = _plan(level, item, 512, 4608, 64, 7, 7, 9, 2)
             assert two == {"by_channels": True, "group": 4, "nbuf": 2}, (level, item, two)
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+def test_grad_weight_of_stacked_images_skips_the_rows_between_them():
+    """The weight gradient stacks small images in one buffer (panel_gemm.h ms_pg_wgroup),
+    the columns of a pass running image by image. The rows between two images' outputs
+    are skipped, never multiplied by gt's zeros: an inf in an image's last row (pad 0)
+    reaches only the taps that read it, as in the column-matrix path; numpy the oracle, and
+    image by image (a buffer of one, the sums carried in dw) the same values."""
+    from mshadow.testing import simd_levels
+    N, C, H, W, K = 5, 2, 5, 4, 3
+    rng = np.random.default_rng(16)
+    x = rng.random((N, C, H, W)).astype(np.float32)
+    x[1, 0, H - 1, 1] = np.inf
+    g = rng.random((N, K, H - 2, W - 2)).astype(np.float32)
+    # (5 x 4 padded images: all 5 in one buffer)
+    win = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 3), axis=(2, 3))
+    want = np.einsum("nkyx,ncyxij->kcij", g.astype(np.float64), win)
+    assert np.isinf(want[:, 0, 2, :]).any() and np.isfinite(want[:, 0, :2, :]).all()
+    for level in simd_levels():
+        ms.set_simd_level(level)
+        got = ms.new_tensor((K, C, 3, 3))
+        ms.nn.conv2d_grad_weight(got, ms.from_numpy(x), ms.from_numpy(g), 0, 1)
+        assert (np.isfinite(got.numpy()) == np.isfinite(want)).all(), level
+        np.testing.assert_allclose(got.numpy(), want, rtol=2e-5)
+        one = ms.new_tensor((K, C, 3, 3), init=0)
+        for n in range(N):
+            ms.nn.conv2d_grad_weight(one, ms.from_numpy(x[n:n + 1]), ms.from_numpy(g[n:n + 1]),
+                                     0, 1, "plusto")
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(one.numpy()[finite], got.numpy()[finite], rtol=2e-5)

@@ -661,7 +661,7 @@ MS_PG_CONV(double, f64)
   static TARGET void ms_pg_wtile_##t##_##ISA(const T *xp, const ptrdiff_t *offj, int rows,    \
                                              const T *gt, ptrdiff_t ldg, ptrdiff_t q0,        \
                                              ptrdiff_t q1, ptrdiff_t wrow, ptrdiff_t ow,      \
-                                             T *s, ptrdiff_t lds) {                           \
+                                             ptrdiff_t Hp, ptrdiff_t oh, T *s, ptrdiff_t lds) {\
     V acc[MR][NV];                                                                            \
     const T *a[MR];                                                                           \
     ptrdiff_t q, qe, rs;                                                                      \
@@ -673,9 +673,11 @@ MS_PG_CONV(double, f64)
       for (v = 0; v < NV; ++v) acc[r][v] = r < rows ? LOAD(s + r * lds + v * W, W) : ZERO(); \
     }                                                                                         \
     /* an output row's columns at a time: the wrap-around ones are skipped, not multiplied \
-     * by gt's zeros (an inf or NaN of the image there would make a NaN) */                 \
+     * by gt's zeros (an inf or NaN of the image there would make a NaN), and so are the   \
+     * rows of a stacked buffer (images Hp rows apart) past an image's oh outputs */        \
     for (q = q0; q < q1; q = rs + wrow) {                                                     \
       rs = q - q % wrow;                                                                      \
+      if ((rs / wrow) % Hp >= oh) continue;                                                   \
       qe = rs + ow < q1 ? rs + ow : q1;                                                       \
       for (; q < qe; ++q) {                                                                   \
         V bv[NV];                                                                             \
@@ -713,8 +715,20 @@ static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
   return (K + nr - 1) / nr * nr;
 }
 
+/* Images ms_pg_convw stacks in one buffer (of Hp padded rows of wrow each): a chunk holds
+ * more than one small image's columns, and a pass (a parallel region, a fill and a
+ * transpose) takes several (64 x 512 x 7 x 7, K = 512, one thread: 145-152 -> 128-135 ms). */
+#define MS_PG_WCOLS 512
+static inline ptrdiff_t ms_pg_wgroup(ptrdiff_t N, ptrdiff_t Hp, ptrdiff_t wrow) {
+  const ptrdiff_t g = Hp * wrow > 0 ? MS_PG_WCOLS / (Hp * wrow) : 1;
+  return g < 1 ? 1 : g > N ? (N > 0 ? N : 1) : g;
+}
+
 /* x (N, C, H, W) rows ldx apart, g (N, K, oh, ow) dense; s: C*kh*kw x KP zeroed (the sums),
- * xpad: C * Hp * wrow zeroed, gt: ncol x KP zeroed, off: C*kh*kw. */
+ * xpad: G * C * Hp * wrow zeroed, gt: G * Hp * wrow x KP zeroed, off: C*kh*kw, with G =
+ * ms_pg_wgroup's images a pass. A pass stacks its images in each channel of xpad (image
+ * i's rows from i * Hp) and their gradients in gt's rows alike: the columns of the pass
+ * run image by image, so each sum still adds its products in (n, oy, ox) order. */
 #define MS_PG_CONVW(T, t)                                                                     \
   static void ms_pg_convw_##t(int level, const T *x, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H,   \
                               ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
@@ -722,14 +736,16 @@ static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
                               T *xpad, T *gt, ptrdiff_t *off, int nt) {                       \
     const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
     const ptrdiff_t CK = C * kh * kw, KP = ms_pg_kpad(level, sizeof(T), K);                   \
-    const ptrdiff_t ncol = (oh - 1) * wrow + ow, nr = ms_pg_wnr(level, sizeof(T));            \
+    const ptrdiff_t G = ms_pg_wgroup(N, Hp, wrow), Hs = G * Hp, nr = ms_pg_wnr(level, sizeof(T));\
     const int mr = ms_pg_wmr(level);                                                          \
     const ptrdiff_t ntap = (CK + mr - 1) / mr;                                                \
-    ptrdiff_t n;                                                                              \
+    ptrdiff_t n0;                                                                             \
     if (N <= 0 || K <= 0 || CK <= 0 || oh <= 0 || ow <= 0) return;                            \
-    ms_pg_taps_##t(off, C, kh, kw, Hp, wrow);                                                 \
-    for (n = 0; n < N; ++n) {                                                                 \
-      const T *xn = x + n * C * H * ldx, *gn = g + n * K * oh * ow;                           \
+    ms_pg_taps_##t(off, C, kh, kw, Hs, wrow);                                                 \
+    for (n0 = 0; n0 < N; n0 += G) {                                                           \
+      const ptrdiff_t ng = N - n0 < G ? N - n0 : G;                                           \
+      const ptrdiff_t ncol = ((ng - 1) * Hp + oh - 1) * wrow + ow;                            \
+      const T *xn = x + n0 * C * H * ldx, *gn = g + n0 * K * oh * ow;                         \
       ptrdiff_t i;                                                                            \
       (void)xn; (void)gn;                                                                     \
       _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                     \
@@ -740,10 +756,13 @@ static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
         ptrdiff_t q0, jt, kt;                                                                 \
         /* (nowait: the transpose's barrier covers the fill; a barrier sleeps, PASSIVE) */     \
         _Pragma("omp for schedule(static) nowait")                                            \
-        for (i = 0; i < C; ++i) ms_pg_fill_##t(xpad, xn, i, i + 1, H, Wd, ldx, py, px, Hp, wrow);\
+        for (i = 0; i < ng * C; ++i)   /* image i / C's channel i % C, from row (i / C) Hp */ \
+          ms_pg_fill_##t(xpad + (i / C) * Hp * wrow, xn + (i / C) * C * H * ldx, i % C,       \
+                         i % C + 1, H, Wd, ldx, py, px, Hs, wrow);                            \
         _Pragma("omp for schedule(static)")                                                   \
-        for (i = 0; i < oh; ++i)   /* gt's rows of output row i: g[n, :, i, :] transposed */ \
-          ms_transpose_avx2_##t(gn + i * ow, oh * ow, gt + i * wrow * KP, KP, K, ow);            \
+        for (i = 0; i < ng * oh; ++i)   /* gt's rows of output row i % oh of image i / oh */ \
+          ms_transpose_avx2_##t(gn + (i / oh) * K * oh * ow + (i % oh) * ow, oh * ow,         \
+                                gt + ((i / oh) * Hp + i % oh) * wrow * KP, KP, K, ow);        \
         for (q0 = 0; q0 < ncol; q0 += MS_PG_WQC) {                                            \
           const ptrdiff_t q1 = ncol - q0 < MS_PG_WQC ? ncol : q0 + MS_PG_WQC;                 \
           for (jt = j0; jt < j1; ++jt) {                                                      \
@@ -751,10 +770,10 @@ static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
             for (kt = 0; kt < KP; kt += nr) {                                                 \
               if (level >= 3)                                                                 \
                 ms_pg_wtile_##t##_avx512(xpad, off + jt * mr, rows, gt + kt, KP, q0, q1,     \
-                                         wrow, ow, s + jt * mr * KP + kt, KP);                \
+                                         wrow, ow, Hp, oh, s + jt * mr * KP + kt, KP);        \
               else                                                                            \
                 ms_pg_wtile_##t##_avx2(xpad, off + jt * mr, rows, gt + kt, KP, q0, q1, wrow, \
-                                       ow, s + jt * mr * KP + kt, KP);                        \
+                                       ow, Hp, oh, s + jt * mr * KP + kt, KP);                \
             }                                                                                 \
           }                                                                                   \
         }                                                                                     \
@@ -770,6 +789,8 @@ MS_PG_CONVW(double, f64)
 static inline int ms_pg_mr(int level) { (void)level; return 1; }
 static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
   (void)level; (void)item; return K; }
+static inline ptrdiff_t ms_pg_wgroup(ptrdiff_t N, ptrdiff_t Hp, ptrdiff_t wrow) {
+  (void)N; (void)Hp; (void)wrow; return 1; }
 static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrdiff_t CK,
                                        ptrdiff_t N, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t wrow,
                                        int nt, ms_pg_conv_plan *pl) {
