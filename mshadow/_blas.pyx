@@ -45,17 +45,19 @@ cdef extern from "mshadow/panel_gemm.h":
         int by_channels, pack_rows
         Py_ssize_t group, nbuf, npix, scratch
     void ms_pg_conv_plan_for(int level, size_t item, Py_ssize_t K, Py_ssize_t CK, Py_ssize_t N,
-                             Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t wrow, int nt,
-                             ms_pg_conv_plan *pl) nogil
+                             Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t wrow, Py_ssize_t stride,
+                             int nt, ms_pg_conv_plan *pl) nogil
     void ms_pg_conv_f32(int level, const float *wp, Py_ssize_t K, const float *x, Py_ssize_t N,
                         Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py,
-                        Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, float *y, Py_ssize_t ldy,
+                        Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t stride, float *y,
+                        Py_ssize_t ldy,
                         float alpha, float beta, const ms_pg_conv_plan *pl, float *xpad,
                         Py_ssize_t *off, Py_ssize_t *pix, float *scr, int nt) nogil
     void ms_pg_conv_f64(int level, const double *wp, Py_ssize_t K, const double *x,
                         Py_ssize_t N, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx,
-                        Py_ssize_t py, Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, double *y,
-                        Py_ssize_t ldy, double alpha, double beta, const ms_pg_conv_plan *pl,
+                        Py_ssize_t py, Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw,
+                        Py_ssize_t stride, double *y, Py_ssize_t ldy, double alpha, double beta,
+                        const ms_pg_conv_plan *pl,
                         double *xpad, Py_ssize_t *off, Py_ssize_t *pix, double *scr,
                         int nt) nogil
     Py_ssize_t ms_pg_kpad(int level, size_t item, Py_ssize_t K) nogil
@@ -694,16 +696,17 @@ def gemm_tn_image(Tensor c, Tensor a, Tensor g, Py_ssize_t n, int nthreads=1,
 
 
 def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint grad_data,
-                alpha, beta, int nthreads=1, str level="plain"):
-    """A stride-1 convolution read straight from each padded image (panel_gemm.h
-    ms_pg_conv: no column matrix, not even a panel of it), for float32 and float64 at the
-    SIMD ``level`` avx2 (with FMA) or avx512. False, having done nothing, at other levels
-    and dtypes. The caller checked the shapes and that ``y`` shares no memory with ``x``
-    or ``w``; ``y``'s rows may be pitched, ``x``'s too.
+                alpha, beta, int nthreads=1, str level="plain", Py_ssize_t stride=1):
+    """A convolution read straight from each padded image (panel_gemm.h ms_pg_conv: no
+    column matrix, not even a panel of it), for float32 and float64 at the SIMD ``level``
+    avx2 (with FMA) or avx512. False, having done nothing, at other levels and dtypes, and
+    at a stride above 1 where the plan keeps im2col's panels (ms_pg_conv_plan_for) or for
+    the data gradient. The caller checked the shapes and that ``y`` shares no memory with
+    ``x`` or ``w``; ``y``'s rows may be pitched, ``x``'s too.
 
-    forward:   y (N, K, oh, ow) = alpha * conv(pad(x (N, C, H, W), py, px), w (K, C, kh, kw))
-               + beta * y: each output adds its products in (c, ky, kx) order, as the panels
-               of im2col do (conv_panels): the same bits.
+    forward:   y (N, K, oh, ow) = alpha * conv(pad(x (N, C, H, W), py, px), w (K, C, kh, kw),
+               stride) + beta * y: each output adds its products in (c, ky, kx) order, as
+               the panels of im2col do (conv_panels): the same bits.
     grad_data: y (N, C, H, W) = alpha * (the data gradient of that forward, x its gradient
                (N, K, oh, ow)) + beta * y, itself a forward convolution of x padded by
                (kh - 1 - py, kw - 1 - px) with w's channels swapped and taps flipped;
@@ -720,10 +723,15 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     nthreads = max(1, nthreads)
     cdef ms_pg_conv_plan pl
     cdef bint finite
-    if (w.stride != w.cols or x.shape[1] != CI or py < 0 or px < 0
-            or tuple(y.shape) != (N, KO, Hp - kh + 1, Wp - kw + 1)):
-        raise ShapeError(f"conv_direct: data {x.shape}, weight {w.shape} (pad {py}, {px}) "
-                         f"into {y.shape}")
+    if (w.stride != w.cols or x.shape[1] != CI or py < 0 or px < 0 or stride < 1
+            or (grad_data and stride != 1)
+            or tuple(y.shape) != (N, KO, (Hp - kh) // stride + 1, (Wp - kw) // stride + 1)):
+        raise ShapeError(f"conv_direct: data {x.shape}, weight {w.shape} (pad {py}, {px}, "
+                         f"stride {stride}) into {y.shape}")
+    ms_pg_conv_plan_for(lvl, item, KO, CK, N, (Hp - kh) // stride + 1, (Wp - kw) // stride + 1,
+                        Wp, stride, nthreads, &pl)
+    if stride != 1 and not pl.by_channels:
+        return False
     cdef double fa, fb
     cdef uint64_t ia, ib
     _scalars(flag, alpha, beta, &fa, &fb, &ia, &ib)
@@ -736,7 +744,6 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     cdef char *scr = NULL
     cdef Py_ssize_t *off = NULL
     cdef Py_ssize_t *pix = NULL
-    ms_pg_conv_plan_for(lvl, item, KO, CK, N, Hp - kh + 1, Wp - kw + 1, Wp, nthreads, &pl)
     try:
         if grad_data:   # w' (C x (K, ky, kx)): w[k, c, kh-1-ky, kw-1-kx]
             wt = <char *> malloc(max(1, KO * CK * item))
@@ -766,12 +773,13 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
                 with nogil:
                     if flag == MS_TYPEFLAG_FLOAT32:
                         ms_pg_conv_f32(lvl, <float *> wp, KO, <float *> xs, N, CI, H, W,
-                                       x.stride, py, px, kh, kw, <float *> ys, y.stride,
+                                       x.stride, py, px, kh, kw, stride, <float *> ys, y.stride,
                                        <float> fa, <float> fb, &pl, <float *> xpad, off, pix,
                                        <float *> scr, nthreads)
                     else:
                         ms_pg_conv_f64(lvl, <double *> wp, KO, <double *> xs, N, CI, H, W,
-                                       x.stride, py, px, kh, kw, <double *> ys, y.stride, fa,
+                                       x.stride, py, px, kh, kw, stride, <double *> ys,
+                                       y.stride, fa,
                                        fb, &pl, <double *> xpad, off, pix, <double *> scr,
                                        nthreads)
             finally:
@@ -787,16 +795,28 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     return False    # nothing to add up (no channel or tap): BLAS's product scales y
 
 
+def conv_direct_wgroup(Py_ssize_t N, Py_ssize_t Hp, Py_ssize_t wrow):
+    """Images conv_direct_grad_weight stacks in one buffer a pass (panel_gemm.h
+    ms_pg_wgroup), for tests: N images padded to Hp rows of wrow."""
+    return ms_pg_wgroup(N, Hp, wrow)
+
+
 def conv_direct_plan(str level, Py_ssize_t item, Py_ssize_t K, Py_ssize_t CK, Py_ssize_t N,
-                     Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t wrow, int nthreads=1):
+                     Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t wrow, int nthreads=1,
+                     Py_ssize_t stride=1):
     """How conv_direct tiles a convolution (K output channels of oh x ow, CK taps each, from
-    padded rows of wrow) at ``level`` (panel_gemm.h
+    padded rows of wrow, at ``stride``) at ``level`` (panel_gemm.h
     ms_pg_conv_plan_for), for tests and docs: {"by_channels": ms_pg_ktile's tiles (pixels
     x channel vectors) rather than ms_pg_tile's, "group": images a padded buffer holds,
     "nbuf": buffers (one a thread where threads take whole buffers)}."""
     cdef ms_pg_conv_plan pl
-    cdef int lvl = _LEVELS.index(level) if level in _LEVELS else 0
-    ms_pg_conv_plan_for(lvl, item, K, CK, N, oh, ow, wrow, max(1, nthreads), &pl)
+    cdef int lvl = _pg_level(level, MS_TYPEFLAG_FLOAT32 if item == 4 else MS_TYPEFLAG_FLOAT64)
+    if item != 4 and item != 8:
+        raise ValueError(f"conv_direct_plan: item {item}: the direct kernels take float32 (4) "
+                         f"or float64 (8)")
+    if lvl == 0:
+        raise ValueError(f"conv_direct_plan: level {level!r} has no direct kernels (avx2, avx512)")
+    ms_pg_conv_plan_for(lvl, item, K, CK, N, oh, ow, wrow, stride, max(1, nthreads), &pl)
     return {"by_channels": bool(pl.by_channels), "group": pl.group, "nbuf": pl.nbuf}
 
 
@@ -876,7 +896,8 @@ cdef bint _flip_taps(floating *dst, const floating *src, Py_ssize_t KO, Py_ssize
             f = src + (j * KO + m) * taps + taps - 1
             for i in range(taps):
                 v = f[-i]
-                finite &= isfinite(v)
+                if not isfinite(v):
+                    finite = False
                 dst[(m * CI + j) * taps + i] = v
     return finite
 

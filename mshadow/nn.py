@@ -423,12 +423,12 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
     cxxnet's convolution layer in one call: ``dot(weight, unpack_patch2col(pad(data),
     kh, kw, stride))`` with the column matrix a panel of one image's columns at a time,
     each panel's product written straight into that image of ``out`` (no column matrix, no
-    (K, N*oh*ow) product to swap into place). A stride-1 convolution of a tensor at the
-    AVX2 / AVX-512 levels reads each padded image straight (no panel: panel_gemm.h
-    ms_pg_conv), threads taking whole images. Summation order: float32 and float64 at
-    those levels, each output's products in (c, ky, kx) order, fused (the same bits at
-    both levels, every thread count, and from a tensor or an expression); otherwise
-    BLAS's."""
+    (K, N*oh*ow) product to swap into place). A convolution of a tensor at the AVX2 /
+    AVX-512 levels reads each padded image straight (no panel: panel_gemm.h ms_pg_conv;
+    at a stride above 1 where its channel tiles cost less than the panels), threads taking
+    whole images. Summation order: float32 and float64 at those levels, each output's
+    products in (c, ky, kx) order, fused (the same bits at both levels, every thread count,
+    and from a tensor or an expression); otherwise BLAS's."""
     where = "conv2d"
     out, weight = _tensor(out, where, "out", (4,)), _tensor(weight, where, "weight", (4,))
     _writable(out, where, "out")
@@ -440,21 +440,21 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
         raise ShapeError(f"{where}: data {tuple(data.shape)} and weight {tuple(weight.shape)} "
                          f"(pad {pad}, stride {stride}) give ({nimg}, {K}) + {ohw}, out is "
                          f"{tuple(out.shape)}")
-    if stride == 1 and _direct("conv_direct", out, data, weight, *_pads(pad), False,
-                               *sign_beta):
+    if _direct("conv_direct", out, data, weight, *_pads(pad), False, *sign_beta,
+               stride=stride):
         return
     _conv_run(out, weight, cols, nimg, per_image, False, sign_beta)
 
 
-def _direct(kernel, y, x, w, *args):
-    """Whether one of panel_gemm.h's direct stride-1 kernels (``kernel``: _blas.conv_direct
-    or conv_direct_grad_weight, called with ``args``) did ``y``'s work: a tensor ``x`` at
-    the AVX2 or AVX-512 level, float32 or float64, ``y`` sharing no memory with ``x`` or
-    ``w``; else nothing was done."""
+def _direct(kernel, y, x, w, *args, **kw):
+    """Whether one of panel_gemm.h's direct kernels (``kernel``: _blas.conv_direct or
+    conv_direct_grad_weight, called with ``args`` and ``kw``) did ``y``'s work: a tensor
+    ``x`` at the AVX2 or AVX-512 level, float32 or float64, ``y`` sharing no memory with
+    ``x`` or ``w``, and a form the kernel takes; else nothing was done."""
     if not isinstance(x, _core.Tensor) or _core.reads_tensor((x, w), y):
         return False
     return getattr(_blas(), kernel)(y, x, w, *args, _core.get_num_threads(),
-                                    _core.simd_info()["active"])
+                                    _core.simd_info()["active"], **kw)
 
 
 def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):

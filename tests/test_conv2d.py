@@ -504,62 +504,103 @@ def test_gemm_tn_image_of_a_freed_gradient_leaks_nothing():
 
 
 # Small images with many channels: tiles of pixels x channel vectors (panel_gemm.h
-# ms_pg_ktile). K around the channel blocks (64 and 16 float32 channels at AVX-512 and
-# AVX2, 32 and 8 float64), C * kh * kw past a chunk of 64 taps, images whose pixels share
-# tiles (several to a buffer), a buffer past one range of 48 tiles (30 x 10)
-_BY_CHANNELS = [((5, 9, 7, 7), (64, 3, 3), 1), ((2, 48, 6, 4), (60, 3, 2), (1, 2)),
-                ((7, 16, 1, 1), (70, 1, 1), 0), ((2, 32, 30, 10), (64, 3, 3), 1),
-                ((1, 4, 3, 5), (33, 2, 3), (0, 1))]
+# ms_pg_ktile). (N, C, H, W), (K, kh, kw), pad, stride: K around the channel blocks (64 and
+# 16 float32 channels at AVX-512 and AVX2, 32 and 8 float64), C * kh * kw below, at and
+# past a chunk of 64 taps (64, 65, 128, 144), images whose pixels share tiles (several to a
+# buffer, 13 images on 5 threads: a last buffer partial), a buffer past one range of 48
+# tiles (30 x 10), strides 2 and 3 (the pixels' offsets spaced)
+_BY_CHANNELS = [((5, 9, 7, 7), (64, 3, 3), 1, 1), ((2, 48, 6, 4), (60, 3, 2), (1, 2), 1),
+                ((7, 16, 1, 1), (70, 1, 1), 0, 1), ((2, 32, 30, 10), (64, 3, 3), 1, 1),
+                ((1, 4, 3, 5), (33, 2, 3), (0, 1), 1), ((13, 64, 3, 3), (64, 1, 1), 0, 1),
+                ((5, 65, 3, 3), (64, 1, 1), 0, 1), ((3, 128, 2, 2), (64, 1, 1), 0, 1),
+                ((4, 16, 6, 6), (60, 3, 3), 1, 1), ((3, 16, 9, 11), (64, 3, 3), 1, 2),
+                ((2, 24, 10, 9), (40, 3, 2), (1, 0), 3)]
 
 
-def _plan(level, dtype, K, CK, N, oh, ow, wrow, threads):
+def _plan(level, dtype, K, CK, N, oh, ow, wrow, threads, stride=1):
     """_blas.conv_direct_plan; ``dtype`` a dtype or its item size."""
     from mshadow.dot import _blas
     item = dtype if isinstance(dtype, int) else np.dtype(dtype).itemsize
-    return _blas().conv_direct_plan(level, item, K, CK, N, oh, ow, wrow, threads)
+    return _blas().conv_direct_plan(level, item, K, CK, N, oh, ow, wrow, threads, stride)
 
 
-@pytest.mark.usefixtures("restore_engine_state")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_conv2d_direct_by_channels_gives_the_panels_bits(dtype):
-    """Where its tiles compute fewer lanes, the direct convolution vectorises over output
-    channels, a tile of a few pixels (of one image or of several in one buffer) times a
-    block of channels, k chunk by chunk. Each output still adds its products in (c, ky, kx)
-    order, fused, from 0: numpy in float64 the oracle, im2col's panels the same bits, on
-    1, 3 and 4 threads (threads take whole buffers, or share one), with every saver, from
-    pitched rows. The plan of each run is checked, so the cases cover
-    both ways of sharing the work and buffers of several images."""
+def _check_by_channels(cases, dtype, rng, threads_list=(1, 3, 4, 5), poison=None):
+    """Each case read straight from the padded image (``x``, its plan asserted to take the
+    channel tiles) and from im2col's panels (``x * 1``): numpy in float64 the oracle, the
+    same bits, every saver, at both levels and each thread count, from pitched rows.
+    ``poison(x)`` may plant non-finite values (then the bits alone are compared). Returns
+    the plans' (threads take whole buffers, a buffer holds several images) seen."""
     levels = _direct_levels()
-    rng = np.random.default_rng(14)
     seen = set()
-    for (N, C, H, W), (K, kh, kw), pad in _BY_CHANNELS:
+    for (N, C, H, W), (K, kh, kw), pad, st in cases:
         py, px = (pad, pad) if isinstance(pad, int) else pad
-        oh, ow = H + 2 * py - kh + 1, W + 2 * px - kw + 1
+        oh, ow = (H + 2 * py - kh) // st + 1, (W + 2 * px - kw) // st + 1
         x = rng.standard_normal((N, C, H, W)).astype(dtype)
+        if poison is not None:
+            poison(x)
         w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
-        want = (w.reshape(K, -1).astype(np.float64) @ _ref_cols(x, kh, kw, pad, 1)).reshape(
+        want = (w.reshape(K, -1).astype(np.float64) @ _ref_cols(x, kh, kw, pad, st)).reshape(
             K, N, oh, ow).transpose(1, 0, 2, 3)
         X = ms.new_tensor((N, C, H, W), dtype=dtype, pad=True)
         X.numpy()[...] = x
         Wt = ms.from_numpy(w)
         for level in levels:
             ms.set_simd_level(level)
-            for threads in (1, 3, 4):
-                plan = _plan(level, dtype, K, C * kh * kw, N, oh, ow, W + 2 * px, threads)
-                assert plan["by_channels"], ((N, C, H, W), K, level)
+            for threads in threads_list:
+                plan = _plan(level, dtype, K, C * kh * kw, N, oh, ow, W + 2 * px, threads, st)
+                assert plan["by_channels"], ((N, C, H, W), K, st, level)
                 seen.add((plan["nbuf"] > 1 or threads == 1, plan["group"] > 1))
                 ms.set_num_threads(threads)
                 for saver, init in (("saveto", np.nan), ("plusto", 3), ("minusto", 2)):
                     expect = {"saveto": want, "plusto": init + want, "minusto": init - want}[saver]
                     direct = ms.new_tensor((N, K, oh, ow), dtype=dtype, init=init)
                     panels = ms.new_tensor((N, K, oh, ow), dtype=dtype, init=init)
-                    ms.nn.conv2d(direct, X, Wt, pad, 1, saver)
-                    ms.nn.conv2d(panels, X * 1, Wt, pad, 1, saver)
-                    np.testing.assert_allclose(direct.numpy(), expect, **_tol(dtype))
+                    ms.nn.conv2d(direct, X, Wt, pad, st, saver)
+                    ms.nn.conv2d(panels, X * 1, Wt, pad, st, saver)
+                    if poison is None:
+                        np.testing.assert_allclose(direct.numpy(), expect, **_tol(dtype))
                     assert direct.numpy().tobytes() == panels.numpy().tobytes(), \
-                        ((N, C, H, W), (K, kh, kw), pad, level, threads, saver)
+                        ((N, C, H, W), (K, kh, kw), pad, st, level, threads, saver)
+    return seen
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_direct_by_channels_gives_the_panels_bits(dtype):
+    """Where its tiles cost less, the direct convolution vectorises over output channels,
+    a tile of a few pixels (of one image or of several in one buffer) times a block of
+    channels, k chunk by chunk, at any stride. Each output still adds its products in
+    (c, ky, kx) order, fused, from 0, so im2col's panels give the same bits. The plan of
+    each run is checked, so the cases cover both ways of sharing the work and buffers of
+    several images."""
+    seen = _check_by_channels(_BY_CHANNELS, dtype, np.random.default_rng(14))
     # whole buffers and shared ones, one image a buffer and several
     assert seen == {(True, True), (True, False), (False, True), (False, False)}, seen
+
+
+@pytest.mark.usefixtures("restore_engine_state")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv2d_direct_by_channels_keeps_non_finite_values_as_the_panels(dtype):
+    """An inf in an image's last pixel and a NaN in another's first, in buffers of several
+    images and with channels past K in the last block: the pixels past a buffer's last
+    (computed again from its tile's first) and the zero-padded channels are never stored, so
+    the panels' bits come back, infs and NaNs where they are summed."""
+    def poison(x):
+        x[1, 0, -1, -1] = np.inf
+        x[2, 1, 0, 0] = np.nan
+    _check_by_channels([((4, 16, 6, 6), (60, 3, 3), 1, 1), ((3, 16, 9, 11), (64, 3, 3), 1, 2)],
+                       dtype, np.random.default_rng(17), (1, 3), poison)
+
+
+def test_conv_direct_plan_refuses_what_has_no_direct_kernel():
+    """Regression (review): an item size of 0 divided by zero in the plan and killed the
+    interpreter; the plan of a level without direct kernels was one no run would use."""
+    from mshadow.dot import _blas
+    for item in (0, 2, 512, -4):
+        with pytest.raises(ValueError, match="float32"):
+            _blas().conv_direct_plan("avx512", item, 64, 27, 8, 7, 7, 9, 1)
+    with pytest.raises(ValueError, match="no direct kernels"):
+        _blas().conv_direct_plan("plain", 4, 64, 27, 8, 7, 7, 9, 1)
 
 
 @pytest.mark.usefixtures("restore_engine_state")
@@ -613,31 +654,47 @@ def test_conv2d_direct_plan_weighs_the_lane_stores():
 
 
 @pytest.mark.usefixtures("restore_engine_state")
-def test_grad_weight_of_stacked_images_skips_the_rows_between_them():
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_grad_weight_of_stacked_images_skips_the_rows_between_them(dtype):
     """The weight gradient stacks small images in one buffer (panel_gemm.h ms_pg_wgroup),
     the columns of a pass running image by image. The rows between two images' outputs
     are skipped, never multiplied by gt's zeros: an inf in an image's last row (pad 0)
-    reaches only the taps that read it, as in the column-matrix path; numpy the oracle, and
-    image by image (a buffer of one, the sums carried in dw) the same values."""
+    reaches only the taps that read it, as in the column-matrix path; numpy the oracle,
+    and image by image (a buffer of one, the sums carried in dw) the same values. 9 x 9
+    images with pad 1 stack 4 to a pass: 6 images make a partial last pass, and the
+    chunks of 128 columns cross from one image into the next; 1, 2 and 7 threads (which
+    split the taps) give the same bits."""
+    from mshadow.dot import _blas
     from mshadow.testing import simd_levels
-    N, C, H, W, K = 5, 2, 5, 4, 3
     rng = np.random.default_rng(16)
-    x = rng.random((N, C, H, W)).astype(np.float32)
-    x[1, 0, H - 1, 1] = np.inf
-    g = rng.random((N, K, H - 2, W - 2)).astype(np.float32)
-    # (5 x 4 padded images: all 5 in one buffer)
-    win = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 3), axis=(2, 3))
-    want = np.einsum("nkyx,ncyxij->kcij", g.astype(np.float64), win)
-    assert np.isinf(want[:, 0, 2, :]).any() and np.isfinite(want[:, 0, :2, :]).all()
-    for level in simd_levels():
-        ms.set_simd_level(level)
-        got = ms.new_tensor((K, C, 3, 3))
-        ms.nn.conv2d_grad_weight(got, ms.from_numpy(x), ms.from_numpy(g), 0, 1)
-        assert (np.isfinite(got.numpy()) == np.isfinite(want)).all(), level
-        np.testing.assert_allclose(got.numpy(), want, rtol=2e-5)
-        one = ms.new_tensor((K, C, 3, 3), init=0)
-        for n in range(N):
-            ms.nn.conv2d_grad_weight(one, ms.from_numpy(x[n:n + 1]), ms.from_numpy(g[n:n + 1]),
-                                     0, 1, "plusto")
-        finite = np.isfinite(want)
-        np.testing.assert_allclose(one.numpy()[finite], got.numpy()[finite], rtol=2e-5)
+    for (N, C, H, W, K), pad in (((5, 2, 5, 4, 3), 0), ((6, 3, 9, 9, 20), 1)):
+        G = _blas().conv_direct_wgroup(N, H + 2 * pad, W + 2 * pad)
+        assert 1 < G and (N % G == 0) == (pad == 0), (G, N)
+        x = rng.random((N, C, H, W)).astype(dtype)
+        x[1, 0, H - 1, 1] = np.inf
+        oh, ow = H + 2 * pad - 2, W + 2 * pad - 2
+        g = rng.random((N, K, oh, ow)).astype(dtype)
+        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+        want = np.einsum("nkyx,ncyxij->kcij", g.astype(np.float64), win)
+        assert not np.isfinite(want).all() and np.isfinite(want).any()
+        for level in simd_levels():
+            ms.set_simd_level(level)
+            first = None
+            for threads in (1, 2, 7):
+                ms.set_num_threads(threads)
+                got = ms.new_tensor((K, C, 3, 3), dtype=dtype)
+                ms.nn.conv2d_grad_weight(got, ms.from_numpy(x), ms.from_numpy(g), pad, 1)
+                assert (np.isfinite(got.numpy()) == np.isfinite(want)).all(), (level, threads)
+                np.testing.assert_allclose(got.numpy(), want, rtol=2e-5)
+                if first is None:
+                    first = got.numpy().tobytes()
+                elif level in ("avx2", "avx512"):
+                    assert got.numpy().tobytes() == first, (level, threads)
+            ms.set_num_threads(1)
+            one = ms.new_tensor((K, C, 3, 3), dtype=dtype, init=0)
+            for n in range(N):
+                ms.nn.conv2d_grad_weight(one, ms.from_numpy(x[n:n + 1]),
+                                         ms.from_numpy(g[n:n + 1]), pad, 1, "plusto")
+            finite = np.isfinite(want)
+            np.testing.assert_allclose(one.numpy()[finite], got.numpy()[finite], rtol=2e-5)

@@ -442,10 +442,11 @@ static inline ptrdiff_t ms_pg_ceil(ptrdiff_t a, ptrdiff_t b) { return (a + b - 1
 #define MS_PG_STORE_TAPS 3
 static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrdiff_t CK,
                                        ptrdiff_t N, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t wrow,
-                                       int nt, ms_pg_conv_plan *pl) {
+                                       ptrdiff_t stride, int nt, ms_pg_conv_plan *pl) {
   const ptrdiff_t nr = ms_pg_nr(level, item), mr = ms_pg_mr(level);
   const ptrdiff_t kb = ms_pg_kb(level, item), mp = ms_pg_kmp(level), npx = oh * ow;
-  const ptrdiff_t R = ow >= nr ? ow : wrow, ncol = (oh - 1) * R + ow;
+  /* (a stride above 1: ms_pg_tile's tiles over im2col's panels, the caller's other path) */
+  const ptrdiff_t R = ow >= nr || stride != 1 ? ow : wrow, ncol = (oh - 1) * R + ow;
   const ptrdiff_t team = nt > 1 ? nt : 1, per_thread = ms_pg_ceil(N > 0 ? N : 1, team);
   const double store = MS_PG_STORE_TAPS * (double)(level >= 3 ? 64 : 32) / (double)item;
   ptrdiff_t g = npx > 0 ? ms_pg_ceil(MS_PG_KPIX, npx) : 1;
@@ -453,6 +454,8 @@ static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrd
   if (g > per_thread) g = per_thread;   /* every thread a buffer while there are images */
   by_pixels = (double)ms_pg_ceil(K, mr) * mr * ms_pg_ceil(ncol, nr) * nr *
               ((double)CK + (R == ow ? 0 : store));
+  if (stride != 1)   /* and im2col's panels, written and read: a quarter more (16 x 64 x 56 */
+    by_pixels *= 1.25;   /* x 56, K 128, stride 2: 112 GFLOP/s from the panels) */
   by_channels = (double)ms_pg_ceil(K, kb) * kb * ms_pg_ceil(g * npx, mp) * mp / g *
                 ((double)CK + store);
   pl->by_channels = oh > 0 && ow > 0 && K > 0 && by_channels <= by_pixels;
@@ -492,9 +495,9 @@ static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrd
     }                                                                                         \
     for (k = k0; k < k1; ++k) {   /* a channel's pixels one after another in y */          \
       T *o = y + k * oh * ldy;                                                                \
-      const T *v = s + (k - k0) - p0 * kb;                                                    \
+      const T *v = s + (k - k0);                                                              \
       for (p = p0; p < p1; ++p) {                                                             \
-        T x = v[p * kb];                                                                      \
+        T x = v[(p - p0) * kb];                                                               \
         if (alpha != (T)1) x = alpha * x;                                                     \
         if (beta != (T)0) x = x + beta * o[yo[p]];                                            \
         o[yo[p]] = x;                                                                         \
@@ -505,23 +508,26 @@ MS_PG_KRANGE(float, f32)
 MS_PG_KRANGE(double, f64)
 
 /* ms_pg_conv with ms_pg_ktile's tiles (pl->by_channels): buffers of pl->group images, each
- * image's pixels numbered on from the last's. Threads take whole buffers (pl->nbuf, one
+ * image's pixels numbered on from the last's; a stride st > 1 only spaces the pixels'
+ * offsets (tap (c, ky, kx) of output (oy, ox) at (c Hp + oy st + ky) wrow + ox st + kx). Threads take whole buffers (pl->nbuf, one
  * each) where there are as many, else share each buffer: its channels filled, then its
  * (channel block, tile range) items split. */
 #define MS_PG_CONVK(T, t)                                                                     \
   static void ms_pg_convk_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N,   \
                               ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx,          \
-                              ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw, T *y,   \
-                              ptrdiff_t ldy, T alpha, T beta, const ms_pg_conv_plan *pl,      \
-                              T *xpad, const ptrdiff_t *off, ptrdiff_t *pix, T *scr, int nt) { \
-    const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
+                              ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw,         \
+                              ptrdiff_t st, T *y, ptrdiff_t ldy, T alpha, T beta,             \
+                              const ms_pg_conv_plan *pl, T *xpad, const ptrdiff_t *off,       \
+                              ptrdiff_t *pix, T *scr, int nt) {                               \
+    const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px;                                      \
+    const ptrdiff_t oh = (Hp - kh) / st + 1, ow = (wrow - kw) / st + 1;                       \
     const ptrdiff_t CK = C * kh * kw, plane = C * Hp * wrow, npx = oh * ow, G = pl->group;    \
     const ptrdiff_t kb = ms_pg_kb(level, sizeof(T)), mp = ms_pg_kmp(level);                  \
     const ptrdiff_t nb = ms_pg_ceil(K, kb), ngrp = ms_pg_ceil(N, G), sstep = MS_PG_KTR * mp * kb;\
     ptrdiff_t *yo = pix + G * npx + mp;   /* where each pixel goes in y's channel 0 */     \
     ptrdiff_t p, gi;                                                                          \
     for (p = 0; p < G * npx; ++p) {                                                           \
-      pix[p] = (p / npx) * plane + (p % npx) / ow * wrow + (p % npx) % ow;                    \
+      pix[p] = (p / npx) * plane + ((p % npx) / ow * wrow + (p % npx) % ow) * st;             \
       yo[p] = (p / npx) * K * oh * ldy + (p % npx) / ow * ldy + (p % npx) % ow;               \
     }                                                                                         \
     if (pl->nbuf > 1 || nt <= 1) {                                                            \
@@ -591,9 +597,10 @@ MS_PG_CONVK(double, f64)
 #define MS_PG_CONV(T, t)                                                                      \
   static void ms_pg_conv_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N,    \
                              ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx,           \
-                             ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw, T *y,    \
-                             ptrdiff_t ldy, T alpha, T beta, const ms_pg_conv_plan *pl,       \
-                             T *xpad, ptrdiff_t *off, ptrdiff_t *pix, T *scr, int nt) {       \
+                             ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw,          \
+                             ptrdiff_t st, T *y, ptrdiff_t ldy, T alpha, T beta,              \
+                             const ms_pg_conv_plan *pl, T *xpad, ptrdiff_t *off,              \
+                             ptrdiff_t *pix, T *scr, int nt) {                                \
     const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
     const ptrdiff_t CK = C * kh * kw, plane = C * Hp * wrow;                                  \
     /* the kw - 1 columns of each row that wrap around the edge are skipped where a tile  \
@@ -609,10 +616,11 @@ MS_PG_CONVK(double, f64)
     if (N <= 0 || K <= 0 || oh <= 0 || ow <= 0) return;                                       \
     ms_pg_taps_##t(off, C, kh, kw, Hp, wrow);                                                 \
     if (pl->by_channels) {                                                                    \
-      ms_pg_convk_##t(level, wp, K, x, N, C, H, Wd, ldx, py, px, kh, kw, y, ldy, alpha, beta, \
-                      pl, xpad, off, pix, scr, nt);                                           \
+      ms_pg_convk_##t(level, wp, K, x, N, C, H, Wd, ldx, py, px, kh, kw, st, y, ldy, alpha,   \
+                      beta, pl, xpad, off, pix, scr, nt);                                     \
       return;                                                                                 \
     }                                                                                         \
+    if (st != 1) return;   /* (the plan never asks for it: ms_pg_tile's columns are stride 1) */\
     ntile = ms_pg_ntiles_##t(level, K, ncol);                                                 \
     if (nt <= 1 || N >= nt) {                                                                 \
       _Pragma("omp parallel num_threads(nt) if (nt > 1)")                                     \
@@ -793,8 +801,8 @@ static inline ptrdiff_t ms_pg_wgroup(ptrdiff_t N, ptrdiff_t Hp, ptrdiff_t wrow) 
   (void)N; (void)Hp; (void)wrow; return 1; }
 static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrdiff_t CK,
                                        ptrdiff_t N, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t wrow,
-                                       int nt, ms_pg_conv_plan *pl) {
-  (void)level; (void)item; (void)K; (void)CK; (void)N; (void)oh; (void)ow; (void)wrow; (void)nt;
+                                       ptrdiff_t stride, int nt, ms_pg_conv_plan *pl) {
+  (void)level; (void)item; (void)K; (void)CK; (void)N; (void)stride; (void)oh; (void)ow; (void)wrow; (void)nt;
   memset(pl, 0, sizeof *pl);
   pl->pack_rows = 1;
   pl->group = pl->nbuf = 1;
@@ -808,10 +816,12 @@ static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrd
   static void ms_pg_conv_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N,    \
                              ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx,           \
                              ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw, T *y,    \
-                             ptrdiff_t ldy, T alpha, T beta, const ms_pg_conv_plan *pl,       \
-                             T *xpad, ptrdiff_t *off, ptrdiff_t *pix, T *scr, int nt) {       \
+                             ptrdiff_t st, T *y, ptrdiff_t ldy, T alpha, T beta,              \
+                             const ms_pg_conv_plan *pl, T *xpad, ptrdiff_t *off,              \
+                             ptrdiff_t *pix, T *scr, int nt) {                                \
     (void)level; (void)wp; (void)K; (void)x; (void)N; (void)C; (void)H; (void)Wd; (void)ldx;  \
-    (void)py; (void)px; (void)kh; (void)kw; (void)y; (void)ldy; (void)alpha; (void)beta;      \
+    (void)py; (void)px; (void)kh; (void)kw; (void)st; (void)y; (void)ldy; (void)alpha;        \
+    (void)beta;                                                                               \
     (void)pl; (void)xpad; (void)off; (void)pix; (void)scr; (void)nt; }                        \
   static void ms_pg_convw_##t(int level, const T *x, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H,   \
                               ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
