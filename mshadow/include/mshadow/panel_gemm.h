@@ -675,7 +675,7 @@ MS_PG_CONV(double, f64)
                                              ptrdiff_t Hp, ptrdiff_t oh, T *s, ptrdiff_t lds) {\
     V acc[MR][NV];                                                                            \
     const T *a[MR];                                                                           \
-    ptrdiff_t q, qe, rs;                                                                      \
+    ptrdiff_t q, qe, rs, y;                                                                   \
     int r, v;                                                                                 \
     _Pragma("GCC unroll 12")                                                                  \
     for (r = 0; r < MR; ++r) {                                                                \
@@ -686,10 +686,9 @@ MS_PG_CONV(double, f64)
     /* an output row's columns at a time: the wrap-around ones are skipped, not multiplied \
      * by gt's zeros (an inf or NaN of the image there would make a NaN), and so are the   \
      * rows of a stacked buffer (images Hp rows apart) past an image's oh outputs */        \
-    for (q = q0; q < q1; q = rs + wrow) {                                                     \
-      rs = q - q % wrow;                                                                      \
-      if ((rs / wrow) % Hp >= oh) continue;                                                   \
-      qe = rs + ow < q1 ? rs + ow : q1;                                                       \
+    for (q = q0, rs = q0 - q0 % wrow, y = (q0 / wrow) % Hp; q < q1;                          \
+         q = rs += wrow, y = y + 1 == Hp ? 0 : y + 1) {   /* (y: rs's row in its image) */     \
+      qe = y >= oh ? q : rs + ow < q1 ? rs + ow : q1;                                         \
       for (; q < qe; ++q) {                                                                   \
         V bv[NV];                                                                             \
         _Pragma("GCC unroll 4")                                                               \
