@@ -562,6 +562,18 @@ def reduce_section(R, dtypes, lib, rng):
     R.section("reduce", "reductions keeping an axis", ["ms", "np", "torch", "c"], rows, notes)
 
 
+def conv_form(N, C, H, W, K):
+    """How the direct forward tiles this 3x3 pad-1 layer at the active level (a note)."""
+    level = ms.simd_info()["active"]
+    if level not in ("avx2", "avx512"):
+        return f"{level}: no direct kernel"
+    from mshadow.dot import _blas
+    plan = _blas().conv_direct_plan(level, 4, K, C * 9, N, H, W, W + 2, ms.get_num_threads())
+    if not plan["by_channels"]:
+        return "pixel vectors"
+    return f"channel vectors, {plan['group']} image(s) a buffer"
+
+
 def conv_section(R, rng):
     """A 3x3 pad-1 convolution the cxxnet way, against torch (oneDNN) and numpy + BLAS."""
     N, C, H, W = R.args.conv_shape
@@ -674,12 +686,15 @@ def conv_section(R, rng):
         rows.append(Row(f"{label} f32", {"ms": fm, "np:im2col + matmul": fn, "torch": ft}, ref,
                         rtol=1e-4, atol=atol, rounds=rounds, row_time=0.0, flops=flops))
     notes = ["mshadow: forward ms.nn.conv2d(Y, X, W, 1) (cxxnet's layer, dot(W, "
-             "unpack_patch2col(pad(X, 1), 3, 3, 1)), in one call: the column matrix a panel at a "
-             "time, each product written into its image of Y)",
-             "  grad-input ms.nn.conv2d_grad_data(GX, G, W, 1) (image by image: GC[:] = W.T @ "
-             "G[n] (BLAS), GX[n] = crop(pack_col2patch(GC, ...), (H, W), 1, 1))",
-             "  grad-weight ms.nn.conv2d_grad_weight(GW, X, G, 1) (the sum over images of "
-             "G[n] @ COL[:, image n].T, the same panels)",
+             "unpack_patch2col(pad(X, 1), 3, 3, 1)), in one call; at the AVX2 / AVX-512 levels "
+             "each padded image read straight, in tiles of pixel vectors or, on small images, "
+             f"of channel vectors (this shape: {conv_form(N, C, H, W, K)}; docs/reduce_nn.md), "
+             "else the column matrix a panel at a time)",
+             "  grad-input ms.nn.conv2d_grad_data(GX, G, W, 1) (the forward of G with the "
+             "weight flipped, read straight at those levels; else image by image, col2im)",
+             "  grad-weight ms.nn.conv2d_grad_weight(GW, X, G, 1) (an outer product a column "
+             "of the padded images at those levels; else the sum over images of "
+             "G[n] @ COL[:, image n].T over the same panels)",
              "numpy: the same steps: copy into a zero-bordered buffer, np.copyto of a "
              "sliding_window_view in the same layout, np.matmul(out=) (BLAS), 9 strided np.add "
              "for col2im",
