@@ -65,11 +65,12 @@ cdef extern from "mshadow/panel_gemm.h":
     void ms_pg_convw_f32(int level, const float *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t H,
                          Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py, Py_ssize_t px,
                          Py_ssize_t kh, Py_ssize_t kw, const float *g, Py_ssize_t K, float *s,
-                         float *xpad, float *gt, Py_ssize_t *off, int nt) nogil
+                         float *xpad, float *gt, Py_ssize_t *off, Py_ssize_t *qs, int nt) nogil
     void ms_pg_convw_f64(int level, const double *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t H,
                          Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py, Py_ssize_t px,
                          Py_ssize_t kh, Py_ssize_t kw, const double *g, Py_ssize_t K,
-                         double *s, double *xpad, double *gt, Py_ssize_t *off, int nt) nogil
+                         double *s, double *xpad, double *gt, Py_ssize_t *off, Py_ssize_t *qs,
+                         int nt) nogil
 
 # the SIMD levels by name, as _core.simd_info() gives them
 _LEVELS = ("plain", "sse2", "avx2", "avx512")
@@ -857,8 +858,9 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
     cdef char *xpad = <char *> calloc(G * C * Hp * Wp, item)    # borders stay 0
     cdef char *gt = <char *> calloc(G * Hp * Wp * KP, item)     # wrap-around columns stay 0
     cdef Py_ssize_t *off = <Py_ssize_t *> malloc(CK * sizeof(Py_ssize_t))
+    cdef Py_ssize_t *qs = <Py_ssize_t *> malloc(G * oh * ow * sizeof(Py_ssize_t))
     try:
-        if s == NULL or xpad == NULL or gt == NULL or off == NULL:
+        if s == NULL or xpad == NULL or gt == NULL or off == NULL or qs == NULL:
             raise MemoryError()
         _pin3(x, g, dw)   # the memory outlives a free_space or resize from another thread
         try:
@@ -866,12 +868,12 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
                 if flag == MS_TYPEFLAG_FLOAT32:
                     ms_pg_convw_f32(lvl, <float *> xs, N, C, H, W, x.stride, py, px, kh, kw,
                                     <float *> gs, K, <float *> s, <float *> xpad,
-                                    <float *> gt, off, nthreads)
+                                    <float *> gt, off, qs, nthreads)
                     _store_sums(<float *> ds, <float *> s, K, CK, KP, <float> fa, <float> fb)
                 else:
                     ms_pg_convw_f64(lvl, <double *> xs, N, C, H, W, x.stride, py, px, kh, kw,
                                     <double *> gs, K, <double *> s, <double *> xpad,
-                                    <double *> gt, off, nthreads)
+                                    <double *> gt, off, qs, nthreads)
                     _store_sums(<double *> ds, <double *> s, K, CK, KP, fa, fb)
         finally:
             _unpin3(x, g, dw)
@@ -880,6 +882,7 @@ def conv_direct_grad_weight(Tensor dw, Tensor x, Tensor g, Py_ssize_t py, Py_ssi
         free(xpad)
         free(gt)
         free(off)
+        free(qs)
     return True
 
 

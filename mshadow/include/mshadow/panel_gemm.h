@@ -670,12 +670,11 @@ MS_PG_CONV(double, f64)
  * levels (the vectors run along k) and every thread count (threads split the taps). */
 #define MS_PG_WTILE(ISA, TARGET, T, t, V, MR, NV, W, LOAD, STORE, SET1, FMA, ZERO)            \
   static TARGET void ms_pg_wtile_##t##_##ISA(const T *xp, const ptrdiff_t *offj, int rows,    \
-                                             const T *gt, ptrdiff_t ldg, ptrdiff_t q0,        \
-                                             ptrdiff_t q1, ptrdiff_t wrow, ptrdiff_t ow,      \
-                                             ptrdiff_t Hp, ptrdiff_t oh, T *s, ptrdiff_t lds) {\
+                                             const T *gt, ptrdiff_t ldg, const ptrdiff_t *qs, \
+                                             ptrdiff_t nq, T *s, ptrdiff_t lds) {             \
     V acc[MR][NV];                                                                            \
     const T *a[MR];                                                                           \
-    ptrdiff_t q, qe, rs, y;                                                                   \
+    ptrdiff_t u;                                                                              \
     int r, v;                                                                                 \
     _Pragma("GCC unroll 12")                                                                  \
     for (r = 0; r < MR; ++r) {                                                                \
@@ -683,22 +682,20 @@ MS_PG_CONV(double, f64)
       _Pragma("GCC unroll 4")                                                                 \
       for (v = 0; v < NV; ++v) acc[r][v] = r < rows ? LOAD(s + r * lds + v * W, W) : ZERO(); \
     }                                                                                         \
-    /* an output row's columns at a time: the wrap-around ones are skipped, not multiplied \
-     * by gt's zeros (an inf or NaN of the image there would make a NaN), and so are the   \
-     * rows of a stacked buffer (images Hp rows apart) past an image's oh outputs */        \
-    for (q = q0, rs = q0 - q0 % wrow, y = (q0 / wrow) % Hp; q < q1;                          \
-         q = rs += wrow, y = y + 1 == Hp ? 0 : y + 1) {   /* (y: rs's row in its image) */     \
-      qe = y >= oh ? q : rs + ow < q1 ? rs + ow : q1;                                         \
-      for (; q < qe; ++q) {                                                                   \
-        V bv[NV];                                                                             \
+    /* the output columns qs[0..nq), in order: the wrap-around ones and the rows between  \
+     * stacked images are not among them, never multiplied by gt's zeros (an inf or NaN of \
+     * the image there would make a NaN); one loop, not one a row (rows of 7 columns ended \
+     * a loop every 7) */                                                                   \
+    for (u = 0; u < nq; ++u) {                                                                \
+      const ptrdiff_t q = qs[u];                                                              \
+      V bv[NV];                                                                               \
+      _Pragma("GCC unroll 4")                                                                 \
+      for (v = 0; v < NV; ++v) bv[v] = LOAD(gt + q * ldg + v * W, W);                         \
+      _Pragma("GCC unroll 12")                                                                \
+      for (r = 0; r < MR; ++r) {                                                              \
+        const V ar = SET1(a[r][q]);                                                           \
         _Pragma("GCC unroll 4")                                                               \
-        for (v = 0; v < NV; ++v) bv[v] = LOAD(gt + q * ldg + v * W, W);                       \
-        _Pragma("GCC unroll 12")                                                              \
-        for (r = 0; r < MR; ++r) {                                                            \
-          const V ar = SET1(a[r][q]);                                                         \
-          _Pragma("GCC unroll 4")                                                             \
-          for (v = 0; v < NV; ++v) acc[r][v] = FMA(ar, bv[v], acc[r][v]);                     \
-        }                                                                                     \
+        for (v = 0; v < NV; ++v) acc[r][v] = FMA(ar, bv[v], acc[r][v]);                       \
       }                                                                                       \
     }                                                                                         \
     _Pragma("GCC unroll 12")                                                                  \
@@ -717,7 +714,7 @@ MS_PG_WTILE(avx2, MS_PG_T256, float, f32, __m256, MS_PG_WMR_AVX2, MS_PG_WNV_AVX2
 MS_PG_WTILE(avx2, MS_PG_T256, double, f64, __m256d, MS_PG_WMR_AVX2, MS_PG_WNV_AVX2, 4,
             MS_PG_LD256D, MS_PG_ST256D, _mm256_set1_pd, _mm256_fmadd_pd, _mm256_setzero_pd)
 
-#define MS_PG_WQC 128   /* columns a chunk: gt's (128 x 64 floats) 32 KiB stay in L1 */
+#define MS_PG_WQC 128   /* output columns a chunk: gt's (128 x 64 floats) 32 KiB stay in L1 */
 
 /* K rounded up to whole tiles of vectors: S's and gt's row length */
 static inline ptrdiff_t ms_pg_kpad(int level, size_t item, ptrdiff_t K) {
@@ -735,15 +732,16 @@ static inline ptrdiff_t ms_pg_wgroup(ptrdiff_t N, ptrdiff_t Hp, ptrdiff_t wrow) 
 }
 
 /* x (N, C, H, W) rows ldx apart, g (N, K, oh, ow) dense; s: C*kh*kw x KP zeroed (the sums),
- * xpad: G * C * Hp * wrow zeroed, gt: G * Hp * wrow x KP zeroed, off: C*kh*kw, with G =
- * ms_pg_wgroup's images a pass. A pass stacks its images in each channel of xpad (image
- * i's rows from i * Hp) and their gradients in gt's rows alike: the columns of the pass
- * run image by image, so each sum still adds its products in (n, oy, ox) order. */
+ * xpad: G * C * Hp * wrow zeroed, gt: G * Hp * wrow x KP zeroed, off: C*kh*kw, qs: G * oh
+ * * ow, with G = ms_pg_wgroup's images a pass. A pass stacks its images in each channel of
+ * xpad (image i's rows from i * Hp) and their gradients in gt's rows alike; qs lists the
+ * pass's output columns image by image, so each sum still adds its products in (n, oy, ox)
+ * order. */
 #define MS_PG_CONVW(T, t)                                                                     \
   static void ms_pg_convw_##t(int level, const T *x, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H,   \
                               ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
                               ptrdiff_t kh, ptrdiff_t kw, const T *g, ptrdiff_t K, T *s,      \
-                              T *xpad, T *gt, ptrdiff_t *off, int nt) {                       \
+                              T *xpad, T *gt, ptrdiff_t *off, ptrdiff_t *qs, int nt) {        \
     const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
     const ptrdiff_t CK = C * kh * kw, KP = ms_pg_kpad(level, sizeof(T), K);                   \
     const ptrdiff_t G = ms_pg_wgroup(N, Hp, wrow), Hs = G * Hp, nr = ms_pg_wnr(level, sizeof(T));\
@@ -752,9 +750,10 @@ static inline ptrdiff_t ms_pg_wgroup(ptrdiff_t N, ptrdiff_t Hp, ptrdiff_t wrow) 
     ptrdiff_t n0;                                                                             \
     if (N <= 0 || K <= 0 || CK <= 0 || oh <= 0 || ow <= 0) return;                            \
     ms_pg_taps_##t(off, C, kh, kw, Hs, wrow);                                                 \
+    for (n0 = 0; n0 < G * oh * ow; ++n0)   /* the output columns: image, row, column */    \
+      qs[n0] = (n0 / (oh * ow) * Hp + n0 % (oh * ow) / ow) * wrow + n0 % ow;                  \
     for (n0 = 0; n0 < N; n0 += G) {                                                           \
-      const ptrdiff_t ng = N - n0 < G ? N - n0 : G;                                           \
-      const ptrdiff_t ncol = ((ng - 1) * Hp + oh - 1) * wrow + ow;                            \
+      const ptrdiff_t ng = N - n0 < G ? N - n0 : G, ncol = ng * oh * ow;                      \
       const T *xn = x + n0 * C * H * ldx, *gn = g + n0 * K * oh * ow;                         \
       ptrdiff_t i;                                                                            \
       (void)xn; (void)gn;                                                                     \
@@ -779,11 +778,11 @@ static inline ptrdiff_t ms_pg_wgroup(ptrdiff_t N, ptrdiff_t Hp, ptrdiff_t wrow) 
             const int rows = (int)(CK - jt * mr < mr ? CK - jt * mr : mr);                    \
             for (kt = 0; kt < KP; kt += nr) {                                                 \
               if (level >= 3)                                                                 \
-                ms_pg_wtile_##t##_avx512(xpad, off + jt * mr, rows, gt + kt, KP, q0, q1,     \
-                                         wrow, ow, Hp, oh, s + jt * mr * KP + kt, KP);        \
+                ms_pg_wtile_##t##_avx512(xpad, off + jt * mr, rows, gt + kt, KP, qs + q0,    \
+                                         q1 - q0, s + jt * mr * KP + kt, KP);                 \
               else                                                                            \
-                ms_pg_wtile_##t##_avx2(xpad, off + jt * mr, rows, gt + kt, KP, q0, q1, wrow, \
-                                       ow, Hp, oh, s + jt * mr * KP + kt, KP);                \
+                ms_pg_wtile_##t##_avx2(xpad, off + jt * mr, rows, gt + kt, KP, qs + q0,      \
+                                       q1 - q0, s + jt * mr * KP + kt, KP);                   \
             }                                                                                 \
           }                                                                                   \
         }                                                                                     \
@@ -828,9 +827,10 @@ static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrd
   static void ms_pg_convw_##t(int level, const T *x, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H,   \
                               ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
                               ptrdiff_t kh, ptrdiff_t kw, const T *g, ptrdiff_t K, T *s,      \
-                              T *xpad, T *gt, ptrdiff_t *off, int nt) {                       \
+                              T *xpad, T *gt, ptrdiff_t *off, ptrdiff_t *qs, int nt) {        \
     (void)level; (void)x; (void)N; (void)C; (void)H; (void)Wd; (void)ldx; (void)py; (void)px; \
-    (void)kh; (void)kw; (void)g; (void)K; (void)s; (void)xpad; (void)gt; (void)off; (void)nt; }
+    (void)kh; (void)kw; (void)g; (void)K; (void)s; (void)xpad; (void)gt; (void)off; (void)qs; \
+    (void)nt; }
 MS_PG_STUBS(float, f32)
 MS_PG_STUBS(double, f64)
 #endif
