@@ -328,10 +328,16 @@ def test_conv2d_grad_data_direct_into_pitched_rows_at_every_row_phase(dtype):
     stores its second piece a pitch further on, and one spanning three rows (a row
     narrower than a vector) goes lane by lane. numpy's adjoint the oracle; a dense dx the
     same bits; both levels, 1 and 3 threads, saveto and plusto."""
-    levels = _direct_levels()
-    rng = np.random.default_rng(13)
     shapes = [((2, 3, 4, W), (5, 3, 3), 1) for W in _ROW_PHASE_WIDTHS]
     shapes += [((1, 2, 3, 20), (3, 1, 1), 0), ((1, 2, 3, 9), (4, 3, 2), (0, 1))]
+    _check_grad_data_pitched(shapes, dtype, np.random.default_rng(13))
+
+
+def _check_grad_data_pitched(shapes, dtype, rng, by_channels=False):
+    """The data gradient of each case into a pitched dx and a dense one: numpy's adjoint
+    the oracle, the same bits, both levels, 1 and 3 threads, saveto and plusto; where
+    ``by_channels``, each case's plan asserted to take the channel tiles."""
+    levels = _direct_levels()
     for (N, C, H, W), (K, kh, kw), pad in shapes:
         py, px = (pad, pad) if isinstance(pad, int) else pad
         oh, ow = H + 2 * py - kh + 1, W + 2 * px - kw + 1
@@ -341,6 +347,9 @@ def test_conv2d_grad_data_direct_into_pitched_rows_at_every_row_phase(dtype):
         G, Wt = ms.from_numpy(g), ms.from_numpy(w)
         for level in levels:
             ms.set_simd_level(level)
+            # (the gradient's padded rows: W + kw - 1 - px on each side)
+            assert not by_channels or _plan(level, dtype, C, K * kh * kw, N, H, W,
+                                            W + 2 * (kw - 1 - px), 1)["by_channels"]
             for threads in (1, 3):
                 ms.set_num_threads(threads)
                 for saver, init, expect in (("saveto", np.nan, want), ("plusto", 3, 3 + want)):
@@ -610,31 +619,8 @@ def test_conv2d_grad_data_direct_by_channels_into_pitched_rows(dtype):
     channel tiles too (its output channels are the forward's input ones): numpy's adjoint
     the oracle (72 taps: two chunks), a pitched dx the same bits as a dense one, both
     levels, 1 and 3 threads."""
-    levels = _direct_levels()
-    rng = np.random.default_rng(15)
-    for (N, C, H, W), (K, kh, kw), pad in [((3, 64, 7, 7), (8, 3, 3), 1),
-                                           ((2, 40, 4, 6), (3, 3, 2), (1, 0))]:
-        py, px = (pad, pad) if isinstance(pad, int) else pad
-        oh, ow = H + 2 * py - kh + 1, W + 2 * px - kw + 1
-        w = rng.standard_normal((K, C, kh, kw)).astype(dtype)
-        g = rng.standard_normal((N, K, oh, ow)).astype(dtype)
-        want = _ref_grad_data(g, w, (N, C, H, W), pad, 1)
-        G, Wt = ms.from_numpy(g), ms.from_numpy(w)
-        for level in levels:
-            ms.set_simd_level(level)
-            # (the gradient's padded rows: W + kw - 1 - px on each side)
-            assert _plan(level, dtype, C, K * kh * kw, N, H, W, W + 2 * (kw - 1 - px), 1)[
-                "by_channels"]
-            for threads in (1, 3):
-                ms.set_num_threads(threads)
-                for saver, init, expect in (("saveto", np.nan, want), ("plusto", 3, 3 + want)):
-                    pitched = ms.new_tensor((N, C, H, W), dtype=dtype, init=init, pad=True)
-                    dense = ms.new_tensor((N, C, H, W), dtype=dtype, init=init)
-                    ms.nn.conv2d_grad_data(pitched, G, Wt, pad, 1, saver)
-                    ms.nn.conv2d_grad_data(dense, G, Wt, pad, 1, saver)
-                    np.testing.assert_allclose(pitched.numpy(), expect, **_tol(dtype))
-                    assert pitched.numpy().tobytes() == dense.numpy().tobytes(), \
-                        ((N, C, H, W), (K, kh, kw), pad, level, threads, saver)
+    _check_grad_data_pitched([((3, 64, 7, 7), (8, 3, 3), 1), ((2, 40, 4, 6), (3, 3, 2), (1, 0))],
+                             dtype, np.random.default_rng(15), by_channels=True)
 
 
 def test_conv2d_direct_plan_weighs_the_lane_stores():

@@ -512,9 +512,9 @@ MS_PG_KRANGE(double, f64)
 
 /* ms_pg_conv with ms_pg_ktile's tiles (pl->by_channels): buffers of pl->group images, each
  * image's pixels numbered on from the last's; a stride st > 1 only spaces the pixels'
- * offsets (tap (c, ky, kx) of output (oy, ox) at (c Hp + oy st + ky) wrow + ox st + kx). Threads take whole buffers (pl->nbuf, one
- * each) where there are as many, else share each buffer: its channels filled, then its
- * (channel block, tile range) items split. */
+ * offsets (tap (c, ky, kx) of output (oy, ox) at (c Hp + oy st + ky) wrow + ox st + kx).
+ * Threads take whole buffers (pl->nbuf, one each) where there are as many, else share
+ * each buffer: its channels filled, then its (channel block, tile range) items split. */
 #define MS_PG_CONVK(T, t)                                                                     \
   static void ms_pg_convk_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N,   \
                               ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx,          \
