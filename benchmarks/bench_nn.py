@@ -568,7 +568,8 @@ def conv_form(N, C, H, W, K):
     if level not in ("avx2", "avx512"):
         return f"{level}: no direct kernel"
     from mshadow.dot import _blas
-    plan = _blas().conv_direct_plan(level, 4, K, C * 9, N, H, W, W + 2, ms.get_num_threads())
+    plan = _blas().conv_direct_plan(level, 4, K, C * 9, N, H, W, W + 2, ms.get_num_threads(),
+                                    1, C * (H + 2) * (W + 2))
     if not plan["by_channels"]:
         return "pixel vectors"
     return f"channel vectors, {plan['group']} image(s) a buffer"

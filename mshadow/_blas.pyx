@@ -46,7 +46,7 @@ cdef extern from "mshadow/panel_gemm.h":
         Py_ssize_t group, nbuf, npix, scratch
     void ms_pg_conv_plan_for(int level, size_t item, Py_ssize_t K, Py_ssize_t CK, Py_ssize_t N,
                              Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t wrow, Py_ssize_t stride,
-                             int nt, ms_pg_conv_plan *pl) nogil
+                             Py_ssize_t plane, int nt, ms_pg_conv_plan *pl) nogil
     void ms_pg_conv_f32(int level, const float *wp, Py_ssize_t K, const float *x, Py_ssize_t N,
                         Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py,
                         Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t stride, float *y,
@@ -730,7 +730,7 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
         raise ShapeError(f"conv_direct: data {x.shape}, weight {w.shape} (pad {py}, {px}, "
                          f"stride {stride}) into {y.shape}")
     ms_pg_conv_plan_for(lvl, item, KO, CK, N, (Hp - kh) // stride + 1, (Wp - kw) // stride + 1,
-                        Wp, stride, nthreads, &pl)
+                        Wp, stride, CI * Hp * Wp, nthreads, &pl)
     if stride != 1 and not pl.by_channels:
         return False
     cdef double fa, fb
@@ -804,10 +804,10 @@ def conv_direct_wgroup(Py_ssize_t N, Py_ssize_t Hp, Py_ssize_t wrow):
 
 def conv_direct_plan(str level, Py_ssize_t item, Py_ssize_t K, Py_ssize_t CK, Py_ssize_t N,
                      Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t wrow, int nthreads=1,
-                     Py_ssize_t stride=1):
+                     Py_ssize_t stride=1, Py_ssize_t plane=0):
     """How conv_direct tiles a convolution (K output channels of oh x ow, CK taps each, from
-    padded rows of wrow, at ``stride``) at ``level`` (panel_gemm.h
-    ms_pg_conv_plan_for), for tests and docs: {"by_channels": ms_pg_ktile's tiles (pixels
+    padded rows of wrow, at ``stride``, a padded image ``plane`` elements) at ``level``
+    (panel_gemm.h ms_pg_conv_plan_for), for tests and docs: {"by_channels": ms_pg_ktile's tiles (pixels
     x channel vectors) rather than ms_pg_tile's, "group": images a padded buffer holds,
     "nbuf": buffers (one a thread where threads take whole buffers)}."""
     cdef ms_pg_conv_plan pl
@@ -817,7 +817,7 @@ def conv_direct_plan(str level, Py_ssize_t item, Py_ssize_t K, Py_ssize_t CK, Py
                          f"or float64 (8)")
     if lvl == 0:
         raise ValueError(f"conv_direct_plan: level {level!r} has no direct kernels (avx2, avx512)")
-    ms_pg_conv_plan_for(lvl, item, K, CK, N, oh, ow, wrow, stride, max(1, nthreads), &pl)
+    ms_pg_conv_plan_for(lvl, item, K, CK, N, oh, ow, wrow, stride, plane, max(1, nthreads), &pl)
     return {"by_channels": bool(pl.by_channels), "group": pl.group, "nbuf": pl.nbuf}
 
 

@@ -526,11 +526,12 @@ _BY_CHANNELS = [((5, 9, 7, 7), (64, 3, 3), 1, 1), ((2, 48, 6, 4), (60, 3, 2), (1
                 ((2, 24, 10, 9), (40, 3, 2), (1, 0), 3)]
 
 
-def _plan(level, dtype, K, CK, N, oh, ow, wrow, threads, stride=1):
+def _plan(level, dtype, K, CK, N, oh, ow, wrow, threads, stride=1, plane=0):
     """_blas.conv_direct_plan; ``dtype`` a dtype or its item size."""
     from mshadow.dot import _blas
     item = dtype if isinstance(dtype, int) else np.dtype(dtype).itemsize
-    return _blas().conv_direct_plan(level, item, K, CK, N, oh, ow, wrow, threads, stride)
+    return _blas().conv_direct_plan(level, item, K, CK, N, oh, ow, wrow, threads, stride,
+                                    plane)
 
 
 def _check_by_channels(cases, dtype, rng, threads_list=(1, 3, 4, 5), poison=None):
@@ -556,7 +557,8 @@ def _check_by_channels(cases, dtype, rng, threads_list=(1, 3, 4, 5), poison=None
         for level in levels:
             ms.set_simd_level(level)
             for threads in threads_list:
-                plan = _plan(level, dtype, K, C * kh * kw, N, oh, ow, W + 2 * px, threads, st)
+                plan = _plan(level, dtype, K, C * kh * kw, N, oh, ow, W + 2 * px, threads, st,
+                             C * (H + 2 * py) * (W + 2 * px))
                 assert plan["by_channels"], ((N, C, H, W), K, st, level)
                 seen.add((plan["nbuf"] > 1 or threads == 1, plan["group"] > 1))
                 ms.set_num_threads(threads)
@@ -637,6 +639,20 @@ def test_conv2d_direct_plan_weighs_the_lane_stores():
             assert one == {"by_channels": True, "group": 4, "nbuf": 1}, (level, item, one)
             two = _plan(level, item, 512, 4608, 64, 7, 7, 9, 2)
             assert two == {"by_channels": True, "group": 4, "nbuf": 2}, (level, item, two)
+
+
+def test_conv2d_direct_plan_keeps_strided_tiles_to_images_an_l2_holds():
+    """Regression: a 1x1 stride-2 layer on 56 x 56 x 256 (3.2 MB an image) took the channel
+    tiles, whose strided pixels scatter over the image, and ran 1.55x slower than im2col's
+    panels (27 -> 42 ms). A strided layer takes them only where a padded image fits 2 MiB;
+    at stride 1 a buffer holds only as many images as fit."""
+    for level in ("avx2", "avx512"):
+        assert not _plan(level, 4, 512, 256, 16, 28, 28, 56, 1, 2, 256 * 56 * 56)["by_channels"]
+        assert _plan(level, 4, 1024, 512, 16, 14, 14, 28, 1, 2, 512 * 28 * 28)["by_channels"]
+        assert _plan(level, 4, 256, 1152, 16, 14, 14, 30, 1, 2, 128 * 30 * 30)["by_channels"]
+        # float64: 7 x 7 x 512 is 332 kB an image (4 to a buffer); 5 x 5 x 2048, 802 kB (2)
+        assert _plan(level, 8, 512, 4608, 64, 7, 7, 9, 1, 1, 512 * 81)["group"] == 4
+        assert _plan(level, 8, 512, 4608, 64, 5, 5, 7, 1, 1, 2048 * 49)["group"] == 2
 
 
 @pytest.mark.usefixtures("restore_engine_state")

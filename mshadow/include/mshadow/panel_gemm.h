@@ -440,9 +440,12 @@ static inline ptrdiff_t ms_pg_ceil(ptrdiff_t a, ptrdiff_t b) { return (a + b - 1
  * taps stored more than they computed); small images take ms_pg_ktile's (AVX-512,
  * float32, one thread: 16 x 128 x 28 x 28, K = 128: 145 -> 164 GFLOP/s). */
 #define MS_PG_STORE_TAPS 3
+#define MS_PG_KBUF (2 << 20)   /* bytes of padded images a buffer holds at most (an L2) */
 static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrdiff_t CK,
                                        ptrdiff_t N, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t wrow,
-                                       ptrdiff_t stride, int nt, ms_pg_conv_plan *pl) {
+                                       ptrdiff_t stride, ptrdiff_t plane, int nt,
+                                       ms_pg_conv_plan *pl) {
+  const double image = (double)plane * (double)item;   /* one padded image's bytes */
   const ptrdiff_t nr = ms_pg_nr(level, item), mr = ms_pg_mr(level);
   const ptrdiff_t kb = ms_pg_kb(level, item), mp = ms_pg_kmp(level), npx = oh * ow;
   /* (a stride above 1: ms_pg_tile's tiles over im2col's panels, the caller's other path) */
@@ -452,6 +455,7 @@ static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrd
   ptrdiff_t g = npx > 0 ? ms_pg_ceil(MS_PG_KPIX, npx) : 1;
   double by_pixels, by_channels;
   if (g > per_thread) g = per_thread;   /* every thread a buffer while there are images */
+  if (g > 1 && g * image > MS_PG_KBUF) g = image >= MS_PG_KBUF ? 1 : (ptrdiff_t)(MS_PG_KBUF / image);
   by_pixels = (double)ms_pg_ceil(K, mr) * mr * ms_pg_ceil(ncol, nr) * nr *
               ((double)CK + (R == ow ? 0 : store));
   /* and im2col's panels, written and read, each a parallel region to wake: 40% more. 3x3
@@ -462,6 +466,10 @@ static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrd
   by_channels = (double)ms_pg_ceil(K, kb) * kb * ms_pg_ceil(g * npx, mp) * mp / g *
                 ((double)CK + store);
   pl->by_channels = oh > 0 && ow > 0 && K > 0 && by_channels <= by_pixels;
+  /* A strided tile's pixels scatter over the image: where one image passes an L2, every
+   * chunk's reads miss it (1x1 stride 2, K 512 on 16 x 256 x 56 x 56, 3.2 MB an image:
+   * panels 27 ms, channel tiles 42) */
+  if (stride != 1 && image > MS_PG_KBUF) pl->by_channels = 0;
   pl->pack_rows = (int)(pl->by_channels ? kb : mr);
   pl->group = pl->by_channels ? g : 1;
   pl->nbuf = team > 1 && ms_pg_ceil(N, pl->group) >= team ? team : 1;
@@ -802,8 +810,9 @@ static inline ptrdiff_t ms_pg_wgroup(ptrdiff_t N, ptrdiff_t Hp, ptrdiff_t wrow) 
   (void)N; (void)Hp; (void)wrow; return 1; }
 static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrdiff_t CK,
                                        ptrdiff_t N, ptrdiff_t oh, ptrdiff_t ow, ptrdiff_t wrow,
-                                       ptrdiff_t stride, int nt, ms_pg_conv_plan *pl) {
-  (void)level; (void)item; (void)K; (void)CK; (void)N; (void)stride; (void)oh; (void)ow; (void)wrow; (void)nt;
+                                       ptrdiff_t stride, ptrdiff_t plane, int nt,
+                                       ms_pg_conv_plan *pl) {
+  (void)level; (void)item; (void)K; (void)CK; (void)N; (void)stride; (void)plane; (void)oh; (void)ow; (void)wrow; (void)nt;
   memset(pl, 0, sizeof *pl);
   pl->pack_rows = 1;
   pl->group = pl->nbuf = 1;
