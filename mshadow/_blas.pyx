@@ -50,16 +50,14 @@ cdef extern from "mshadow/panel_gemm.h":
     void ms_pg_conv_f32(int level, const float *wp, Py_ssize_t K, const float *x, Py_ssize_t N,
                         Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx, Py_ssize_t py,
                         Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t stride, float *y,
-                        Py_ssize_t ldy,
-                        float alpha, float beta, const ms_pg_conv_plan *pl, float *xpad,
-                        Py_ssize_t *off, Py_ssize_t *pix, float *scr, int nt) nogil
+                        Py_ssize_t ldy, float alpha, float beta, const ms_pg_conv_plan *pl,
+                        float *xpad, Py_ssize_t *off, Py_ssize_t *pix, float *scr, int nt) nogil
     void ms_pg_conv_f64(int level, const double *wp, Py_ssize_t K, const double *x,
                         Py_ssize_t N, Py_ssize_t C, Py_ssize_t H, Py_ssize_t W, Py_ssize_t ldx,
                         Py_ssize_t py, Py_ssize_t px, Py_ssize_t kh, Py_ssize_t kw,
                         Py_ssize_t stride, double *y, Py_ssize_t ldy, double alpha, double beta,
-                        const ms_pg_conv_plan *pl,
-                        double *xpad, Py_ssize_t *off, Py_ssize_t *pix, double *scr,
-                        int nt) nogil
+                        const ms_pg_conv_plan *pl, double *xpad, Py_ssize_t *off,
+                        Py_ssize_t *pix, double *scr, int nt) nogil
     Py_ssize_t ms_pg_kpad(int level, size_t item, Py_ssize_t K) nogil
     Py_ssize_t ms_pg_wgroup(Py_ssize_t N, Py_ssize_t Hp, Py_ssize_t wrow) nogil
     void ms_pg_convw_f32(int level, const float *x, Py_ssize_t N, Py_ssize_t C, Py_ssize_t H,
@@ -724,13 +722,12 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
     nthreads = max(1, nthreads)
     cdef ms_pg_conv_plan pl
     cdef bint finite
+    cdef Py_ssize_t st = max(1, stride), oh = (Hp - kh) // st + 1, ow = (Wp - kw) // st + 1
     if (w.stride != w.cols or x.shape[1] != CI or py < 0 or px < 0 or stride < 1
-            or (grad_data and stride != 1)
-            or tuple(y.shape) != (N, KO, (Hp - kh) // stride + 1, (Wp - kw) // stride + 1)):
+            or (grad_data and stride != 1) or tuple(y.shape) != (N, KO, oh, ow)):
         raise ShapeError(f"conv_direct: data {x.shape}, weight {w.shape} (pad {py}, {px}, "
                          f"stride {stride}) into {y.shape}")
-    ms_pg_conv_plan_for(lvl, item, KO, CK, N, (Hp - kh) // stride + 1, (Wp - kw) // stride + 1,
-                        Wp, stride, CI * Hp * Wp, nthreads, &pl)
+    ms_pg_conv_plan_for(lvl, item, KO, CK, N, oh, ow, Wp, stride, CI * Hp * Wp, nthreads, &pl)
     if stride != 1 and not pl.by_channels:
         return False
     cdef double fa, fb
@@ -780,9 +777,8 @@ def conv_direct(Tensor y, Tensor x, Tensor w, Py_ssize_t py, Py_ssize_t px, bint
                     else:
                         ms_pg_conv_f64(lvl, <double *> wp, KO, <double *> xs, N, CI, H, W,
                                        x.stride, py, px, kh, kw, stride, <double *> ys,
-                                       y.stride, fa,
-                                       fb, &pl, <double *> xpad, off, pix, <double *> scr,
-                                       nthreads)
+                                       y.stride, fa, fb, &pl, <double *> xpad, off, pix,
+                                       <double *> scr, nthreads)
             finally:
                 _unpin3(x, w, y)
             return True
@@ -807,9 +803,9 @@ def conv_direct_plan(str level, Py_ssize_t item, Py_ssize_t K, Py_ssize_t CK, Py
                      Py_ssize_t stride=1, Py_ssize_t plane=0):
     """How conv_direct tiles a convolution (K output channels of oh x ow, CK taps each, from
     padded rows of wrow, at ``stride``, a padded image ``plane`` elements) at ``level``
-    (panel_gemm.h ms_pg_conv_plan_for), for tests and docs: {"by_channels": ms_pg_ktile's tiles (pixels
-    x channel vectors) rather than ms_pg_tile's, "group": images a padded buffer holds,
-    "nbuf": buffers (one a thread where threads take whole buffers)}."""
+    (panel_gemm.h ms_pg_conv_plan_for), for tests and docs: {"by_channels": ms_pg_ktile's
+    tiles (pixels x channel vectors) rather than ms_pg_tile's, "group": images a padded
+    buffer holds, "nbuf": buffers (one a thread where threads take whole buffers)}."""
     cdef ms_pg_conv_plan pl
     cdef int lvl = _pg_level(level, MS_TYPEFLAG_FLOAT32 if item == 4 else MS_TYPEFLAG_FLOAT64)
     if item != 4 and item != 8:
