@@ -60,6 +60,23 @@ typedef struct {
   ptrdiff_t scratch;   /* by_channels: elements of the tiles' sums (scr), all threads */
 } ms_pg_conv_plan;
 
+/* The kernels' signatures, one definition each: the x86 kernels and the other targets'
+ * stubs both take them. */
+#define MS_PG_GEMM_SIG(T, t)                                                                  \
+  ms_pg_gemm_##t(int level, const T *wp, const T *p, const ptrdiff_t *off, ptrdiff_t w, T *c, \
+                 ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK, T alpha, T beta, int nt)
+#define MS_PG_CONV_SIG(T, t)                                                                  \
+  ms_pg_conv_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N, ptrdiff_t C,   \
+                 ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
+                 ptrdiff_t kh, ptrdiff_t kw, ptrdiff_t st, T *y, ptrdiff_t ldy, T alpha,      \
+                 T beta, const ms_pg_conv_plan *pl, T *xpad, ptrdiff_t *off, ptrdiff_t *pix,  \
+                 T *scr, int nt)
+#define MS_PG_CONVW_SIG(T, t)                                                                 \
+  ms_pg_convw_##t(int level, const T *x, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, \
+                  ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw,      \
+                  const T *g, ptrdiff_t K, T *s, T *xpad, T *gt, ptrdiff_t *off,              \
+                  ptrdiff_t *qs, int nt)
+
 #if MS_X86 && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define MS_PG_LEVELS 1
@@ -325,9 +342,7 @@ MS_PG_TILES(double, f64)
 /* The whole product C (K x w, row stride ldc) = alpha * W @ P + beta * C, P's row k at
  * p + off[k], over tiles of MR rows x 2 W columns, on nt threads (level 2 or 3). */
 #define MS_PG_GEMM(T, t)                                                                      \
-  static void ms_pg_gemm_##t(int level, const T *wp, const T *p, const ptrdiff_t *off,       \
-                             ptrdiff_t w, T *c, ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK,    \
-                             T alpha, T beta, int nt) {                                       \
+  static void MS_PG_GEMM_SIG(T, t) {                                                          \
     const ms_pg_cols m = {w, w > 0 ? w : 1, w, w};                                            \
     const ptrdiff_t n = ms_pg_ntiles_##t(level, K, w);                                        \
     ptrdiff_t i;                                                                              \
@@ -606,12 +621,7 @@ MS_PG_CONVK(double, f64)
  * C * kh * kw. Threads take whole images (each its own buffer) when there are at least
  * as many images, else share each image's buffer and split its tiles. */
 #define MS_PG_CONV(T, t)                                                                      \
-  static void ms_pg_conv_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N,    \
-                             ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx,           \
-                             ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw,          \
-                             ptrdiff_t st, T *y, ptrdiff_t ldy, T alpha, T beta,              \
-                             const ms_pg_conv_plan *pl, T *xpad, ptrdiff_t *off,              \
-                             ptrdiff_t *pix, T *scr, int nt) {                                \
+  static void MS_PG_CONV_SIG(T, t) {                                                          \
     const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
     const ptrdiff_t CK = C * kh * kw, plane = C * Hp * wrow;                                  \
     /* the kw - 1 columns of each row that wrap around the edge are skipped where a tile  \
@@ -746,10 +756,7 @@ static inline ptrdiff_t ms_pg_wgroup(ptrdiff_t N, ptrdiff_t Hp, ptrdiff_t wrow) 
  * pass's output columns image by image, so each sum still adds its products in (n, oy, ox)
  * order. */
 #define MS_PG_CONVW(T, t)                                                                     \
-  static void ms_pg_convw_##t(int level, const T *x, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H,   \
-                              ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
-                              ptrdiff_t kh, ptrdiff_t kw, const T *g, ptrdiff_t K, T *s,      \
-                              T *xpad, T *gt, ptrdiff_t *off, ptrdiff_t *qs, int nt) {        \
+  static void MS_PG_CONVW_SIG(T, t) {                                                         \
     const ptrdiff_t Hp = H + 2 * py, wrow = Wd + 2 * px, oh = Hp - kh + 1, ow = wrow - kw + 1;\
     const ptrdiff_t CK = C * kh * kw, KP = ms_pg_kpad(level, sizeof(T), K);                   \
     const ptrdiff_t G = ms_pg_wgroup(N, Hp, wrow), Hs = G * Hp, nr = ms_pg_wnr(level, sizeof(T));\
@@ -817,29 +824,12 @@ static inline void ms_pg_conv_plan_for(int level, size_t item, ptrdiff_t K, ptrd
   pl->pack_rows = 1;
   pl->group = pl->nbuf = 1;
 }
+/* No kernels on this target (level 0 never calls them); the stubs keep the callers' symbols,
+ * with the kernels' own signatures. */
 #define MS_PG_STUBS(T, t)                                                                     \
-  static void ms_pg_gemm_##t(int level, const T *wp, const T *p, const ptrdiff_t *off,       \
-                             ptrdiff_t w, T *c, ptrdiff_t ldc, ptrdiff_t K, ptrdiff_t CK,    \
-                             T alpha, T beta, int nt) {                                       \
-    (void)level; (void)wp; (void)p; (void)off; (void)w; (void)c; (void)ldc; (void)K;          \
-    (void)CK; (void)alpha; (void)beta; (void)nt; }                                            \
-  static void ms_pg_conv_##t(int level, const T *wp, ptrdiff_t K, const T *x, ptrdiff_t N,    \
-                             ptrdiff_t C, ptrdiff_t H, ptrdiff_t Wd, ptrdiff_t ldx,           \
-                             ptrdiff_t py, ptrdiff_t px, ptrdiff_t kh, ptrdiff_t kw, T *y,    \
-                             ptrdiff_t st, T *y, ptrdiff_t ldy, T alpha, T beta,              \
-                             const ms_pg_conv_plan *pl, T *xpad, ptrdiff_t *off,              \
-                             ptrdiff_t *pix, T *scr, int nt) {                                \
-    (void)level; (void)wp; (void)K; (void)x; (void)N; (void)C; (void)H; (void)Wd; (void)ldx;  \
-    (void)py; (void)px; (void)kh; (void)kw; (void)st; (void)y; (void)ldy; (void)alpha;        \
-    (void)beta;                                                                               \
-    (void)pl; (void)xpad; (void)off; (void)pix; (void)scr; (void)nt; }                        \
-  static void ms_pg_convw_##t(int level, const T *x, ptrdiff_t N, ptrdiff_t C, ptrdiff_t H,   \
-                              ptrdiff_t Wd, ptrdiff_t ldx, ptrdiff_t py, ptrdiff_t px,        \
-                              ptrdiff_t kh, ptrdiff_t kw, const T *g, ptrdiff_t K, T *s,      \
-                              T *xpad, T *gt, ptrdiff_t *off, ptrdiff_t *qs, int nt) {        \
-    (void)level; (void)x; (void)N; (void)C; (void)H; (void)Wd; (void)ldx; (void)py; (void)px; \
-    (void)kh; (void)kw; (void)g; (void)K; (void)s; (void)xpad; (void)gt; (void)off; (void)qs; \
-    (void)nt; }
+  static void MS_PG_GEMM_SIG(T, t) {}                                                         \
+  static void MS_PG_CONV_SIG(T, t) {}                                                         \
+  static void MS_PG_CONVW_SIG(T, t) {}
 MS_PG_STUBS(float, f32)
 MS_PG_STUBS(double, f64)
 #endif
