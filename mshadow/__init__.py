@@ -24,7 +24,8 @@ from .errors import (MShadowError, ShapeError, DTypeError, DeviceError, FreedTen
 from .dtypes import (float32, float64, float16, uint8, int8, int32, int64, default_real_t,
                      kFloat32, kFloat64, kFloat16, kUint8, kInt32, kInt8, kInt64,
                      default_type_flag, type_flag, dtype_from_flag)
-from .device import cpu, gpu, Stream, new_stream, delete_stream
+from .device import (cpu, gpu, Stream, new_stream, delete_stream, init_tensor_engine,
+                     shutdown_tensor_engine, set_device)
 from .shape import (Shape, Shape1, Shape2, Shape3, Shape4, Shape5, convert_layout,
                     kNCHW, kNHWC, kCHWN, kNCW, kNWC, kCWN, kNCDHW, kNDHWC, kCDHWN)
 from ._core import (Tensor, TensorContainer, new_tensor, alloc_space, free_space, copy,
@@ -81,7 +82,8 @@ __all__ = [
     "float32", "float64", "float16", "uint8", "int8", "int32", "int64", "default_real_t",
     "kFloat32", "kFloat64", "kFloat16", "kUint8", "kInt32", "kInt8", "kInt64",
     "default_type_flag", "type_flag", "dtype_from_flag",
-    "cpu", "gpu", "Stream", "new_stream", "delete_stream",
+    "cpu", "gpu", "Stream", "new_stream", "delete_stream", "init_tensor_engine",
+    "shutdown_tensor_engine", "set_device",
     "Shape", "Shape1", "Shape2", "Shape3", "Shape4", "Shape5", "convert_layout",
     "kNCHW", "kNHWC", "kCHWN", "kNCW", "kNWC", "kCWN", "kNCDHW", "kNDHWC", "kCDHWN",
     "Tensor", "TensorContainer", "new_tensor", "alloc_space", "free_space", "copy",

@@ -22,8 +22,11 @@ from ._core import (ALIGN_BYTES as ALIGN_BYTES, Exp as Exp, ScalarExp as ScalarE
 from ._core import alloc_space as AllocSpace, copy as Copy, free_space as FreeSpace
 from ._core import new_tensor as NewTensor
 from .device import (Stream as Stream, cpu as cpu, delete_stream as delete_stream, gpu as gpu,
-                     new_stream as new_stream)
+                     init_tensor_engine as init_tensor_engine, new_stream as new_stream,
+                     set_device as set_device, shutdown_tensor_engine as shutdown_tensor_engine)
 from .device import delete_stream as DeleteStream, new_stream as NewStream
+from .device import (init_tensor_engine as InitTensorEngine, set_device as SetDevice,
+                     shutdown_tensor_engine as ShutdownTensorEngine)
 from .errors import (BuildMismatchError as BuildMismatchError, CudaError as CudaError,
                      DeviceError as DeviceError, DTypeError as DTypeError,
                      FormatError as FormatError, FreedTensorError as FreedTensorError,

@@ -8,7 +8,9 @@ def copy(Tensor dst, Tensor src, stream=None):
     """Copy ``src`` into ``dst`` (``Copy``): shapes must match, pitches may differ.
 
     Overlapping source and destination (two views of one buffer) give the result of
-    copying from a snapshot of ``src``, as numpy's assignment does.
+    copying from a snapshot of ``src``, as numpy's assignment does. A copy with a gpu side
+    is queued on ``stream`` (a Stream(ms.gpu); None: the default stream, as mshadow's) after
+    the work queued there before, and is done when this returns.
     """
     if dst.shape != src.shape:
         raise ShapeError(f"Copy:shape mismatch:{dst.shape} vs {src.shape}")
@@ -16,8 +18,10 @@ def copy(Tensor dst, Tensor src, stream=None):
         raise DTypeError(f"Copy: dtype mismatch: {dst.dtype} vs {src.dtype} (use tcast to convert)")
     if dst.readonly:
         raise ValueError("Copy: destination tensor is read-only")
-    if dst.device is not cpu or src.device is not cpu:      # any two devices
-        _copy_device(dst, src)
+    on_gpu = dst.device is not cpu or src.device is not cpu
+    _check_copy_stream(stream, gpu if on_gpu else cpu)
+    if on_gpu:      # any two devices
+        _copy_device(dst, src, stream)
         return
     cdef char *d = dst.data()
     cdef char *s = src.data()
@@ -110,12 +114,21 @@ cdef inline bint _rows_overlap(char *d, Py_ssize_t dpitch, char *s, Py_ssize_t s
             s < d + (rows - 1) * dpitch + row_bytes)
 
 
-cdef int _copy_device(Tensor dst, Tensor src) except -1:
+cdef int _check_copy_stream(object stream, object device) except -1:
+    if stream is not None and (not isinstance(stream, Stream) or stream.device is not device):
+        raise DeviceError(f"Copy: a copy {'with a gpu side' if device is gpu else 'on the cpu'}"
+                          f" takes a Stream({device.name}) or None, got {stream!r}")
+    return 0
+
+
+cdef int _copy_device(Tensor dst, Tensor src, object stream) except -1:
     """``Copy`` with a gpu side (mshadow's cudaMemcpy2DAsync honouring both pitches): one 2-D
     copy by the CUDA driver in use, finished when this returns (mshadow's Copy with no
     stream). Two overlapping views of one gpu buffer go through a device temporary."""
     from .cuda import driver
+    from .cuda.streams import driver_stream
     drv = driver()
+    cu_stream = driver_stream(stream, "Copy")
     cdef char *d = dst.data()
     cdef char *s = src.data()
     cdef Py_ssize_t row_bytes = dst.cols * dst.itemsize, rows = dst.rows
@@ -129,12 +142,13 @@ cdef int _copy_device(Tensor dst, Tensor src) except -1:
         if d_dev and s_dev and _rows_overlap(d, dpitch, s, spitch, rows, row_bytes):
             tmp = drv.Memory(row_bytes * rows)
             drv.copy_2d(tmp.address, row_bytes, True, <size_t> s, spitch, True, row_bytes,
-                        rows)
+                        rows, cu_stream)
             drv.copy_2d(<size_t> d, dpitch, True, tmp.address, row_bytes, True, row_bytes,
-                        rows)
+                        rows, cu_stream)
             tmp.free()
         else:
-            drv.copy_2d(<size_t> d, dpitch, d_dev, <size_t> s, spitch, s_dev, row_bytes, rows)
+            drv.copy_2d(<size_t> d, dpitch, d_dev, <size_t> s, spitch, s_dev, row_bytes, rows,
+                        cu_stream)
     finally:
         src.mem.unpin()
         dst.mem.unpin()

@@ -199,9 +199,23 @@ cdef str _int_text(object v):
     return "" if v is None else _shape_int_text(v)
 
 
-cdef object _check_stream(object stream):
-    if stream is not None and not isinstance(stream, Stream):
+cdef object _cai_stream(object stream):
+    """The CUDA Array Interface's "stream" of a tensor's ``stream`` (1: the legacy default)."""
+    if stream is None:
+        return 1
+    from .cuda.streams import driver_stream
+    return driver_stream(stream, "__cuda_array_interface__").address
+
+
+cdef object _check_stream(object stream, object device):
+    """``stream`` for a tensor on ``device``: None, or a Stream of that device."""
+    if stream is None:
+        return None
+    if not isinstance(stream, Stream):
         raise TypeError(f"stream must be a mshadow Stream or None, got {stream!r}")
+    if stream.device is not device:
+        raise DeviceError(f"a {device.name} tensor takes a Stream({device.name}) or None, got "
+                          f"{stream!r}")
     return stream
 
 
@@ -275,7 +289,7 @@ cdef class Tensor:
         self.type_flag = _type_flag(dt)
         self.itemsize = dt.itemsize
         self.device = as_device(device)
-        self.stream = _check_stream(stream)
+        self.stream = _check_stream(stream, self.device)
         self.stride = self.cols = _axis(shape, -1)
         self.rows = _rows_of(shape)
         self.mem = None
@@ -355,7 +369,7 @@ cdef class Tensor:
 
     def set_stream(self, stream):
         """Attach ``stream`` (a ``Stream`` of the tensor's device, or None)."""
-        self.stream = _check_stream(stream)
+        self.stream = _check_stream(stream, self.device)
 
     # ---- views ------------------------------------------------------------------
     def flat_to_2d(self):
@@ -571,17 +585,19 @@ cdef class Tensor:
         read its pitched memory in place, zero-copy. Such a library cannot say when it is
         done with the memory, so once this is read (hasattr included: that is how libraries
         ask) free_space() and a container's reallocation refuse it (BufferError), and it
-        goes back when every reference to it is gone. The work queued on it runs on
-        the legacy default stream ("stream": 1), which the consumer waits for."""
+        goes back when every reference to it is gone. "stream" names where the work
+        queued on it runs, for the consumer to wait for: the tensor's Stream, else the
+        legacy default stream (1)."""
         if self.device is cpu:   # an AttributeError: hasattr() answers False, as for numpy
             raise AttributeError("a cpu tensor has no __cuda_array_interface__: numpy(), "
                                  "np.asarray(t) or DLPack read it zero-copy")
         cdef char *p = self.data()
+        stream = _cai_stream(self.stream)
         self.mem.foreign_held = True
         return {"version": 3, "shape": tuple(self.shape), "typestr": self.dtype.str,
                 "data": (<size_t> p, bool(self.readonly)),
                 "strides": None if self.stride == self.cols else _byte_strides(self),
-                "stream": 1}
+                "stream": stream}
 
     # ---- buffer protocol (PEP 3118): memoryview(t), Cython typed memoryviews ---------
     def __getbuffer__(self, Py_buffer *buf, int flags):

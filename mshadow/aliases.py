@@ -13,6 +13,9 @@ _TABLE = {
     "Copy": _core.copy,
     "NewStream": device.new_stream,
     "DeleteStream": device.delete_stream,
+    "InitTensorEngine": device.init_tensor_engine,
+    "ShutdownTensorEngine": device.shutdown_tensor_engine,
+    "SetDevice": device.set_device,
     "ConvertLayout": shape.convert_layout,
 }
 

@@ -1,4 +1,4 @@
-"""Device tags (``cpu``, ``gpu``) and the CPU Stream.
+"""Device tags (``cpu``, ``gpu``) and Stream.
 
 A device tag is the Python form of mshadow's ``struct cpu { kDevCPU, kDevMask }``.
 """
@@ -63,37 +63,100 @@ def check_devices(where, dst=None, srcs=(), gpu_ok=False):
 
 
 class Stream:
-    """``Stream<cpu>``: work on the CPU is synchronous, so wait() returns at once."""
+    """``Stream<cpu>`` or ``Stream<gpu>``: where a tensor's work is queued.
+
+    On the CPU work is synchronous, so wait() returns at once. A gpu stream is a CUDA stream
+    (mshadow/cuda/streams.py) with its own cuBLAS handle bound to it: expressions, products
+    and copies into a tensor whose ``stream`` it is are queued on it, asynchronously, and
+    wait() blocks until they are done. It is a blocking stream, as mshadow's: work queued
+    with no stream (the default stream) waits for it and it for that.
+    """
 
     def __init__(self, device=cpu):
         device = as_device(device)
-        if device is not cpu:
-            raise DeviceError("GPU streams need the CUDA backend (mshadow.cuda), "
-                              "which is not available in this build")
         self.device = device
         self.deleted = False
+        self.queue = None
+        if device is not cpu:
+            from .cuda.streams import Queue
+            self.queue = Queue()
 
     def wait(self):
         """Block until all work on the stream is done (a no-op on the CPU)."""
+        if self.queue is not None:
+            self._live("wait").stream.synchronize()
 
     def check_idle(self):
         """True when no work is pending (always on the CPU) (``CheckIdle``)."""
-        return True
+        return self.queue is None or self._live("check_idle").stream.query()
+
+    def _live(self, where):
+        if self.deleted:
+            raise DeviceError(f"Stream.{where}: the stream was deleted (delete_stream)")
+        return self.queue
 
     def __repr__(self):
-        return f"Stream({self.device!r})"
+        return f"Stream({self.device!r}{', deleted' if self.deleted else ''})"
 
     Wait = wait
     CheckIdle = check_idle
 
 
 def new_stream(device=cpu, create_blas_handle=True, create_dnn_handle=False, dev_id=-1):
-    """``NewStream<Device>``: a stream on ``device`` (the handle flags are accepted for compatibility)."""
+    """``NewStream<Device>``: a stream on ``device``. The flags are accepted for
+    compatibility: a gpu stream makes its cuBLAS handle when a product first needs it, and
+    there is no cuDNN; ``dev_id`` -1 or 0 (one device)."""
+    if dev_id not in (-1, 0):
+        raise DeviceError(f"new_stream: dev_id {dev_id!r}: mshadow for Python drives one "
+                          f"device (0); expected -1 or 0")
     return Stream(device)
 
 
 def delete_stream(stream):
-    """``DeleteStream``: the stream must not be used afterwards (CPU streams hold nothing)."""
+    """``DeleteStream``: waits for the stream's work, then frees it (a gpu stream's CUDA
+    stream and cuBLAS handle); using it afterwards raises DeviceError, deleting it again
+    does nothing."""
     if not isinstance(stream, Stream):
         raise TypeError(f"delete_stream expects a Stream, got {stream!r}")
+    if stream.queue is not None and not stream.deleted:
+        stream.queue.close()
     stream.deleted = True
+
+
+def _gpu_ordinal(where, dev_id):
+    """``dev_id`` checked for the GPU: 0 (mshadow for Python drives one device), present."""
+    from .cuda import driver
+    from .cuda.executor import require_device
+    require_device(where)
+    count = driver().device_count()
+    if dev_id != 0:
+        raise DeviceError(f"{where}: dev_id {dev_id!r}: mshadow for Python drives one device "
+                          f"(0); this machine has {count}")
+    return dev_id
+
+
+def init_tensor_engine(device=cpu, dev_id=0):
+    """``InitTensorEngine<Device>(dev_id)``: nothing on the CPU; on the GPU it opens the
+    driver and checks the device is there (DeviceError saying why when it is not). Work on
+    the GPU does not need it: the first gpu tensor opens the driver too."""
+    if as_device(device) is gpu:
+        from .cuda import driver
+        _gpu_ordinal("init_tensor_engine", dev_id)
+        driver().synchronize(dev_id)            # makes the device's context current
+
+
+def shutdown_tensor_engine(device=cpu):
+    """``ShutdownTensorEngine<Device>``: on the GPU, waits for all queued work and releases
+    the default stream's cuBLAS handle (a later product makes another)."""
+    if as_device(device) is gpu:
+        from .cuda import driver, streams
+        from .cuda.executor import require_device
+        require_device("shutdown_tensor_engine")
+        driver().synchronize()
+        streams.release_default_blas()
+
+
+def set_device(dev_id, device=gpu):
+    """``SetDevice<Device>(dev_id)``: the device later work runs on (0: one device)."""
+    if as_device(device) is gpu:
+        _gpu_ordinal("set_device", dev_id)

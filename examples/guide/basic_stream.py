@@ -1,23 +1,32 @@
 """Tensors on streams: mshadow's guide/basic_stream.cu in Python.
 
-The C++ puts two (2, 5) GPU tensors on their own streams, fills them with 1 and 2 (the two
-fills may overlap), and computes dot(ts1, ts2.T()) on a third stream. This build runs on the
-CPU, where a Stream is synchronous, so the program shows the same API and prints the same
-result: each entry is 5 * (1 * 2) = 10.
-Run: python examples/guide/basic_stream.py
+Two (2, 5) tensors on their own streams are filled with 1 and 2 (on a GPU the two fills may
+run side by side), then res = dot(ts1, ts2.T) runs on a third stream: each entry is
+5 * (1 * 2) = 10. It runs on the GPU where there is one (or the emulated device, with
+MSHADOW_CUDA=emulate), else on the CPU, whose streams are synchronous; both print the same.
+Run: python examples/guide/basic_stream.py [--cpu]
 """
+import sys
+
 import mshadow as ms
+from mshadow import cuda
 
 
-def main():
-    ts1 = ms.new_tensor((2, 5), 0.0)
-    ts2 = ms.new_tensor((2, 5), 0.0)
-    ts1.set_stream(ms.new_stream(ms.cpu))
-    ts2.set_stream(ms.new_stream(ms.cpu))
-    ts1[:] = 1     # on ts1's stream
-    ts2[:] = 2     # on ts2's stream; on a GPU it could run beside the fill above
-    res = ms.new_tensor((2, 2), 0.0)
-    stream = ms.new_stream(ms.cpu)
+def main(device):
+    ms.init_tensor_engine(device)
+    ts1 = ms.new_tensor((2, 5), 0.0, device=device)
+    ts2 = ms.new_tensor((2, 5), 0.0, device=device)
+    s1, s2 = ms.new_stream(device), ms.new_stream(device)
+    ts1.set_stream(s1)
+    ts2.set_stream(s2)
+    ts1[:] = 1     # queued on s1
+    ts2[:] = 2     # queued on s2, beside the fill above
+    # the C++ goes on without these waits: the product on a third stream could read the
+    # operands before their fills ran
+    s1.wait()
+    s2.wait()
+    res = ms.new_tensor((2, 2), 0.0, device=device)
+    stream = ms.new_stream(device)
     res.set_stream(stream)
     res[:] = ms.dot(ts1, ts2.T)   # on res's stream
     stream.wait()
@@ -28,9 +37,12 @@ def main():
         for j in range(cpu_res.size(1)):
             print("%.2f " % cpu_res[i][j], end="")
         print()
+    for s in (s1, s2, stream):
+        ms.delete_stream(s)
     for t in (ts1, ts2, res, cpu_res):
         ms.free_space(t)
+    ms.shutdown_tensor_engine(device)
 
 
 if __name__ == "__main__":
-    main()
+    main(ms.gpu if cuda.available() and "--cpu" not in sys.argv[1:] else ms.cpu)

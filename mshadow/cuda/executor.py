@@ -11,7 +11,8 @@ Design:
     of one), range-checks index sources on the host (a copy of the index: nothing is stored
     when one is out of range, as on the CPU), binds each leaf's device address and row pitch
     and each scalar (rounded to its storage type, passed as its compute type), and launches
-    over launch.elementwise's grid on the default stream, asynchronously. A value that reads
+    over launch.elementwise's grid on the destination's stream (streams.py; none: the
+    default stream), asynchronously. A value that reads
     the destination's bytes at other positions than it writes (``x[:] = x.T``, a gather or
     a view over dst: by address range, whoever wraps the memory) is evaluated into a gpu
     temporary first, then stored with the saver, as the CPU engine does.
@@ -27,7 +28,7 @@ from ..device import check_devices, gpu
 from ..dtypes import BY_CODE, CODE_BY_FLAG, FLOAT_CODES, compute_code
 from ..errors import DeviceError, DTypeError, UnsupportedNodeError
 from ..readers import READERS_BY_NAME
-from . import cache, launch, lower
+from . import cache, launch, lower, streams
 
 # ``convs``: per kernel parameter (its Binding name, the numpy scalar type the launch takes);
 # ``flag``: the device int a gather's index check sets (lower.Binding.checks), else None;
@@ -61,7 +62,7 @@ def plan(node, dst_code, saver):
     ck = (node, dst_code, saver, gpu)
     got = _core.cached_plan(ck)
     if got is None:
-        _require_device("Assignment")
+        require_device("Assignment")
         drv = _driver()
         emit = lower.emit_reduce if type(node) is ir.Reduce else lower.emit
         try:
@@ -78,7 +79,7 @@ def plan(node, dst_code, saver):
     return got
 
 
-def _require_device(where):
+def require_device(where):
     """A DeviceError saying why when there is no CUDA device (and no emulated one)."""
     from . import unavailable_reason
     reason = unavailable_reason()
@@ -104,7 +105,8 @@ def _through_temporary(dst, node, leaves, scalars, saver, extra=None):
     """``node`` into a new gpu tensor, then that into ``dst`` with the saver: for a value
     that reads dst's bytes elsewhere than it writes them."""
     code = CODE_BY_FLAG[dst.type_flag]
-    tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
+    tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True,
+                           stream=dst.stream)
     _launch(plan(node, code, "saveto"), tmp, leaves, scalars, extra)
     _launch(plan(ir.LEAF[code], code, saver), dst, (tmp,), ())
 
@@ -136,19 +138,16 @@ def assign_reduce(dst, exp, saver):
     _launch(p, dst, leaves, scalars, extra)
 
 
-_BLAS = {}     # driver module name -> its BlasHandle on the default stream
-
-
 def assign_product(dst, exp, sign_beta):
     """``dst <saver> exp`` for a DotExp or BatchDotExp of 2-D (3-D) gpu tensors through
-    cuBLAS on the default stream: the saver's (sign of alpha, beta) as on the CPU; dot.py
+    cuBLAS on the destination's stream: the saver's (sign of alpha, beta) as on the CPU; dot.py
     checked the dtype and shape. Row-major C = op(A) op(B) is column-major C^T = op(B)^T
     op(A)^T: one gemm (gemmStridedBatched) with the operands swapped and each row pitch as
     its leading dimension. An operand overlapping dst goes through a gpu temporary."""
     where = exp.key.kind
     a, b = exp.lhs, exp.rhs
     check_devices(where, dst.device, (a.device, b.device), gpu_ok=True)
-    _require_device(where)
+    require_device(where)
     nd = 3 if where == "batch_dot" else 2
     if not (len(dst.shape) == len(a.shape) == len(b.shape) == nd):
         raise DeviceError(f"{where}: products of 1-D operands are not evaluated on the GPU yet "
@@ -160,7 +159,8 @@ def assign_product(dst, exp, sign_beta):
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     if _overlaps(dst, (a, b)):
-        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True)
+        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True,
+                               stream=dst.stream)
         assign_product(tmp, exp, (sign_beta[0], 0))   # tmp = alpha * op(a) op(b)
         value = dst * sign_beta[1] + tmp if sign_beta[1] else tmp
         node = value.key if isinstance(value, _core.Exp) else ir.LEAF[code]
@@ -168,10 +168,7 @@ def assign_product(dst, exp, sign_beta):
         scalars = value.scalars if isinstance(value, _core.Exp) else ()
         assign(dst, node, leaves, scalars, "saveto")      # dst = beta dst + tmp
         return
-    drv = _driver()
-    h = _BLAS.get(drv.__name__)
-    if h is None:
-        h = _BLAS[drv.__name__] = drv.BlasHandle()
+    h = streams.blas(dst.stream, where)
     alpha, beta = sign_beta[0] * exp.scale, sign_beta[1]
     m, n = dst.shape[-2], dst.shape[-1]
     k = a.shape[-2] if exp.ltrans else a.shape[-1]
@@ -194,6 +191,7 @@ def _launch(p, dst, leaves, scalars, extra=None):
     """Bind and launch ``p`` into ``dst``; ``extra``: a reduction's extents (its launch is
     launch.reduction's, an element-wise one launch.elementwise's)."""
     drv = _driver()
+    cu_stream = streams.driver_stream(dst.stream, "Assignment")
     # the operands' memory stays pinned from taking its addresses to the launch: a
     # free_space from another thread meanwhile frees after it (and waits for the kernel)
     pinned = _core.pin_allocations((dst,) + tuple(leaves))
@@ -201,9 +199,9 @@ def _launch(p, dst, leaves, scalars, extra=None):
         args = _bind(drv, p, dst, leaves, scalars, extra)
         geo = (launch.elementwise(*_rows_cols(dst.shape), _facts(drv)[0]) if extra is None
                else launch.reduction(extra["nout"], extra["nred"], _facts(drv)[0]))
-        # no stream: the default one, asynchronous as mshadow's MapExp; a copy to the
-        # host waits for it, and freeing GPU memory waits for the device first
-        p.function.launch(geo.grid, geo.block, args)
+        # on dst's stream (none: the default one), asynchronous as mshadow's MapExp; a
+        # copy to the host waits for it, and freeing GPU memory waits for the device first
+        p.function.launch(geo.grid, geo.block, args, stream=cu_stream)
     finally:
         _core.unpin_allocations(pinned)
 
