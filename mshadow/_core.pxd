@@ -18,7 +18,8 @@ cdef class Allocation:
     cdef bint foreign_held    # handed out through __cuda_array_interface__: never released
     cdef Py_ssize_t n_running   # evaluations using the bytes with the GIL released
     cdef bint free_pending      # released while running: freed when the last one ends
-    cdef object device_mem      # GPU memory: the driver's Memory (ptr is its address); None
+    cdef object device_mem      # GPU memory: the driver's Memory (ptr is its address), or
+                                # the keeper of a DLPack producer's (not owned); None: host
     cdef void release(self) except *
     cdef void _free(self) except *
     cdef void pin(self) noexcept

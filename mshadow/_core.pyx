@@ -46,6 +46,7 @@ _check_tables()
 include "_exp.pxi"
 include "_tensor.pxi"
 include "_copy.pxi"
+include "_dlpack.pxi"
 include "_engine.pxi"
 include "_view.pxi"
 include "_product.pxi"

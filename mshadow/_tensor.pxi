@@ -543,11 +543,8 @@ cdef class Tensor:
         return a
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        if self.device is not cpu:
-            raise BufferError(f"DLPack export of {self.device.name} tensors is not implemented "
-                              f"yet; CuPy, PyTorch and Numba read them zero-copy through "
-                              f"__cuda_array_interface__ (cupy.asarray(t), "
-                              f"torch.as_tensor(t, device='cuda'))")
+        if self.device is not cpu:     # the capsule of device memory (_dlpack.pxi)
+            return _gpu_dlpack(self, stream, max_version, dl_device, copy)
         if stream is not None and stream != -1:
             raise BufferError("CPU tensors take no DLPack stream")
         kwargs = {}
@@ -1034,7 +1031,11 @@ def _tensor_from_array(a, pad=False):
 
 
 def from_dlpack(x):
-    """A Tensor over any DLPack producer (torch, cupy on host memory, jax, numpy)."""
+    """A Tensor over any DLPack producer, zero-copy: host memory (numpy, torch, jax) as a
+    cpu tensor, CUDA device 0's (torch, CuPy, a gpu tensor) as a gpu one."""
+    device = getattr(x, "__dlpack_device__", None)
+    if device is not None and device()[0] == 2:      # kDLCUDA
+        return _from_cuda_dlpack(x)
     return from_numpy(np.from_dlpack(x))
 
 
