@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 
 from . import _core
-from .device import check_devices
+from .device import check_devices, cpu
 from .dot import _BLAS_CONSTANTS, _blas, open_panels
 from .dtypes import FLOAT_DTYPES
 from .errors import DTypeError, ShapeError
@@ -33,13 +33,13 @@ __all__ = ["softmax", "softmax_grad", "smooth_softmax_grad", "add_take_grad",
 
 
 # ---- argument checks --------------------------------------------------------------------
-def _tensor(x, where, what, ndims=None):
+def _tensor(x, where, what, ndims=None, gpu_ok=False):
     if isinstance(x, np.ndarray):
         x = _core.from_numpy(x)
     if not isinstance(x, Tensor):
         raise TypeError(f"{where}: {what} must be a Tensor (or a numpy array), got "
                         f"{type(x).__name__}")
-    check_devices(f"{where}: {what}", x.device)
+    check_devices(f"{where}: {what}", x.device, gpu_ok=gpu_ok)
     if ndims is not None and x.ndim not in ndims:
         want = " or ".join(f"{n}-D" for n in ndims)
         raise ShapeError(f"{where}: {what} must be {want}, got shape {tuple(x.shape)}")
@@ -112,12 +112,19 @@ def softmax(dst, energy):
     """``Softmax(dst, energy)``: max-subtracted softmax over the last axis (1-D, 2-D rows) or
     over axis 1 of a 3-D tensor (``dst[y][:][n]``). ``dst`` may be ``energy`` (in place)."""
     where = "Softmax"
-    d_t = _tensor(dst, where, "dst", (1, 2, 3))
-    e_t = _tensor(energy, where, "energy", (1, 2, 3))
+    d_t = _tensor(dst, where, "dst", (1, 2, 3), gpu_ok=True)
+    e_t = _tensor(energy, where, "energy", (1, 2, 3), gpu_ok=True)
+    check_devices(where, d_t.device, (e_t.device,), gpu_ok=True)    # one device
+    if d_t.device is not cpu:
+        from .cuda.executor import require_device
+        require_device(f"{where}: dst")
     _shape_eq(d_t, e_t, where, "dst", "energy", "shape mismatch")
     _same_dtype(d_t, e_t, where, "dst", "energy")
     _floating(d_t, where, "dst")
     _writable(d_t, where, "dst")
+    if d_t.device is not cpu:
+        from .cuda import executor
+        return executor.softmax(d_t, e_t)
     if d_t.ndim < 3 and 0 not in d_t.shape and _core.softmax_rows(d_t, e_t):
         return                          # float32 / float64 rows: the compiled kernel
     e = e_t.numpy()

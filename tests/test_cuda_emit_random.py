@@ -64,7 +64,8 @@ def expected(dist, code, n, seed, offset, a, b):
     dt = np.float32 if code == "f32" else np.float64
     a, b = dt(a), dt(b)
     if dist == "uniform":
-        return a + (b - a) * unit(w, code)
+        v = a + (b - a) * unit(w, code)
+        return np.where((v < b) | ~(a < b), v, np.nextafter(b, a)).astype(dt)
     h = w.shape[1] // 2
     u1, u2 = unit(w[:, :h], code, True), unit(w[:, h:], code)
     with np.errstate(all="ignore"):
@@ -94,6 +95,19 @@ def test_uniform_is_the_philox_stream_bit_for_bit(code, shape):
         want = expected("uniform", code, got.size, seed, offset, -2.0, 3.0)
         assert got.tobytes() == want.tobytes(), (shape, seed, offset)
         assert (got >= -2).all() and (got < 3).all()
+
+
+@needs_gxx
+def test_uniform_stays_below_b_where_rounding_reaches_it():
+    """Regression: a + (b - a) * u rounded to b for about 1 draw in 400 here (float32
+    integers near 2**24 are 1 apart); the CPU's sample_uniform keeps [a, b) half-open and
+    so does the kernel now: those draws are the float below b."""
+    a, b = 16777000.0, 16777216.0
+    got = run("uniform", "f32", (40, 250), 9, 0, a, b, grid=(16, 1), block=32)
+    raw = np.float32(a) + np.float32(b - a) * unit(words(got.size, 4, 9, 0), "f32")
+    assert (raw == np.float32(b)).sum() > 5          # the case arises
+    assert (got < np.float32(b)).all() and (got >= np.float32(a)).all()
+    assert got.tobytes() == expected("uniform", "f32", got.size, 9, 0, a, b).tobytes()
 
 
 @needs_gxx

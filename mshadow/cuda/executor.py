@@ -70,13 +70,89 @@ def plan(node, dst_code, saver):
         except UnsupportedNodeError as e:   # a form the GPU does not run yet: the device's
             raise DeviceError(f"Assignment: {e}; docs/gpu.md lists what runs on the GPU "
                               f"(ms.copy the operands to the cpu for this)") from e
-        image = cache.kernel_cache().cubin(k.source, _facts(drv)[1])
-        fn = drv.Module(image).get_function(k.name)
-        convs = tuple((n, _conv(t)) for n, t in k.binding.params)
+        fn, convs = _compile(drv, k)
         flag = drv.Memory(4) if k.binding.checks else None
         got = GpuPlan(fn, k.binding, k.name, convs, flag, _gather_sources(node))
         _core.cache_plan(ck, got)
     return got
+
+
+def _compile(drv, k):
+    """(Function, parameter converters) of an Emitted kernel, through the KernelCache."""
+    image = cache.kernel_cache().cubin(k.source, _facts(drv)[1])
+    return (drv.Module(image).get_function(k.name),
+            tuple((n, _conv(t)) for n, t in k.binding.params))
+
+
+def _kernel(key, emit):
+    """(Function, converters) of a kernel that is no IR node's (softmax, random), made once
+    by ``emit()`` and kept in the engine's plan cache under ``key``."""
+    ck = (key, gpu)
+    got = _core.cached_plan(ck)
+    if got is None:
+        require_device(key[0])
+        got = _compile(_driver(), emit())
+        _core.cache_plan(ck, got)
+    return got
+
+
+def _run(kernel, geo, dst, tensors, named, stream):
+    """Launch ``kernel`` (from _kernel) over ``geo`` with the parameters ``named`` on
+    ``stream`` (a Stream or None), ``dst`` and ``tensors`` pinned from their addresses on."""
+    fn, convs = kernel
+    cu_stream = streams.driver_stream(stream, "Launch")
+    pinned = _core.pin_allocations((dst,) + tuple(tensors))
+    try:
+        fn.launch(geo.grid, geo.block, [conv(named[n]) for n, conv in convs], stream=cu_stream)
+    finally:
+        _core.unpin_allocations(pinned)
+
+
+def softmax(dst, src):
+    """nn.softmax of gpu tensors: rows of float32 or float64 (1-D, 2-D), lower.emit_softmax's
+    kernel (the CPU kernel's bits) on dst's stream; dst may be src, and a dst overlapping
+    src elsewhere goes through a gpu temporary."""
+    where = "Softmax"
+    check_devices(where, dst.device, (src.device,), gpu_ok=True)
+    code = CODE_BY_FLAG[dst.type_flag]
+    if len(dst.shape) > 2 or code not in ("f32", "f64"):
+        raise DeviceError(f"{where}: on the GPU, rows of float32 or float64 (1-D or 2-D), got "
+                          f"a {len(dst.shape)}-D {dst.dtype} tensor; docs/gpu.md lists what "
+                          f"runs on the GPU (ms.copy to the cpu for this)")
+    if _overlaps(dst, (src,)) and not (_span(dst) == _span(src) and dst.stride == src.stride):
+        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True,
+                               stream=dst.stream)
+        softmax(tmp, src)
+        _core.copy(dst, tmp, dst.stream)
+        return
+    rows, cols = _rows_cols(dst.shape)
+    if rows * cols == 0:
+        return
+    k = _kernel(("softmax", code), lambda: lower.emit_softmax(code))
+    named = {"rows": rows, "cols": cols, "dst": _core.data_address(dst),
+             "dst_pitch": dst.stride, "src": _core.data_address(src), "src_pitch": src.stride}
+    _run(k, launch.softmax(rows, _facts(_driver())[0]), dst, (src,), named, dst.stream)
+
+
+RANDOM_PER_COUNTER = {("uniform", "f32"): 4, ("uniform", "f64"): 2, ("gaussian", "f32"): 2,
+                      ("gaussian", "f64"): 1}     # lower.emit_random's elements a counter
+
+
+def fill_random(dst, dist, a, b, seed, offset, stream):
+    """dst filled by lower.emit_random's Philox stream (key ``seed``, from counter
+    ``offset``) on ``stream``; returns the counters it used."""
+    code = CODE_BY_FLAG[dst.type_flag]
+    rows, cols = _rows_cols(dst.shape)
+    n = rows * cols
+    per = RANDOM_PER_COUNTER[dist, code]
+    if n:
+        k = _kernel(("random", dist, code), lambda: lower.emit_random(dist, code))
+        T = BY_CODE[code].np.type
+        named = {"rows": rows, "cols": cols, "dst": _core.data_address(dst),
+                 "dst_pitch": dst.stride, "seed_lo": seed & 0xFFFFFFFF, "seed_hi": seed >> 32,
+                 "offset": offset, "a": T(a), "b": T(b)}
+        _run(k, launch.random(n, _facts(_driver())[0]), dst, (), named, stream)
+    return -(-n // per)
 
 
 def require_device(where):

@@ -833,7 +833,8 @@ _PHILOX = """static __device__ __forceinline__ void ms_philox4x32_10(uint32_t c[
 
 def emit_random(dist, code):
     """The CUDA kernel filling a float32 / float64 tensor with mshadow's SampleUniform (``dist``
-    "uniform": a + (b - a) * u, u in [0, 1)) or SampleGaussian ("gaussian": a + b * z, z
+    "uniform": a + (b - a) * u, u in [0, 1), a value rounded up to b taken to the float
+    below it) or SampleGaussian ("gaussian": a + b * z, z
     standard normal by Box-Muller), counter-based: element i of the tensor's logical order
     (y * cols + x, whatever its pitch) comes from Philox4x32-10 with key (seed_lo, seed_hi)
     and counter (n, n >> 32, 0, 0), n = offset + i / per (per: 4 elements a block for a
@@ -863,7 +864,12 @@ def emit_random(dist, code):
         unit1 = "(double)(((((uint64_t)w[{j}] << 32) | w[{j} + 1]) >> 11) + 1) * 0x1p-53"
     words = 4 // per                                            # words an element takes
     if dist == "uniform":
-        value = f"a + (b - a) * ({unit.format(j='j')})"
+        # rounding can reach b: the interval stays half-open, as the CPU's sample_uniform
+        after = "nextafterf" if code == "f32" else "nextafter"
+        value = (f"ms_cu_below(a + (b - a) * ({unit.format(j='j')}), a, b)")
+        e.need("BELOW_" + code, f"""static __device__ __forceinline__ {T} ms_cu_below({T} v, {T} a, {T} b) {{
+  return (v < b || !(a < b)) ? v : {after}(b, a);
+}}""")
     else:
         half = words // 2
         value = (f"a + b * (sqrt(({T})-2 * log({unit1.format(j='j')})) * "

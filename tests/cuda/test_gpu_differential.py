@@ -617,9 +617,10 @@ NOT_YET = {   # docs/gpu.md's "not yet" column: name: statement(dst 3x70, x 3x70
     "implicit_dot": lambda d, x, v: store(d, ms.implicit_dot(ms.slice_axis(x, 1, 0, 3), x),
                                           "="),
     "dot_of_a_vector": lambda d, x, v: store(d[0], ms.dot(v, x), "="),
-    "softmax": lambda d, x, v: ms.softmax(d, x),
+    "softmax_3d": lambda d, x, v: ms.softmax(ms.new_tensor((3, 7, 10), 0, device=d.device),
+                                             ms.new_tensor((3, 7, 10), 1, device=x.device)),
     "softmax_grad": lambda d, x, v: ms.nn.softmax_grad(d, x, v),
-    "random_on_gpu": lambda d, x, v: ms.Random(ms.gpu, 0),
+    "random_gamma_on_gpu": lambda d, x, v: ms.Random(ms.gpu, 0).sample_gamma(d),
     "random_into_a_gpu_tensor": lambda d, x, v: ms.Random(ms.cpu, 0).sample_uniform(d),
     "take_with_an_index_expression": lambda d, x, v: store(
         d.slice(0, 1), ms.take(ms.tcast(np.float32, v[0:1] * 0), x), "="),
@@ -635,7 +636,7 @@ def test_forms_not_on_the_gpu_yet_raise_device_error(name):
         NOT_YET[name](d, x, v)
     np.testing.assert_array_equal(host(d), np.ones((3, 70), np.float32))   # nothing stored
     # the same statement over cpu tensors runs (it is the GPU path that refuses it)
-    if name not in ("random_on_gpu",):
+    if name != "random_gamma_on_gpu":
         dc = cpu_from(a * 0 + 1)
         NOT_YET[name](dc, cpu_from(a), cpu_from(np.array([0, 1, 2], np.float32)))
 

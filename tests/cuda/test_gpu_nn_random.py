@@ -1,0 +1,130 @@
+"""nn.softmax and Random on gpu tensors: the CUDA lowering's softmax and Philox kernels
+(mshadow/cuda/lower.py emit_softmax, emit_random) bound to gpu tensors. Softmax gives the
+CPU kernel's bits; the samplers are the numpy Philox of test_cuda_emit_random, bit for bit
+for uniform draws, in the tensor's logical order whatever its pitch."""
+import numpy as np
+import pytest
+
+import mshadow as ms
+
+from gpu_testing import gpu_device, gpu_from  # noqa: F401  (gpu_device: autouse)
+from test_cuda_emit_random import expected
+
+FLOATS = [np.float32, np.float64]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(7,), (5, 70), (33, 1), (3, 1000)])
+def test_softmax_gives_the_cpu_bits(dtype, shape):
+    e = (np.random.default_rng(1).standard_normal(shape) * 4).astype(dtype)
+    e.flat[0] = 30                      # a large value: the max is subtracted
+    want = ms.new_tensor(shape, dtype=dtype)
+    ms.softmax(want, ms.from_numpy(e))
+    for pad in (True, False):
+        src, dst = gpu_from(e, pad), ms.new_tensor(shape, np.nan, dtype=dtype, device=ms.gpu,
+                                                    pad=pad)
+        ms.softmax(dst, src)
+        assert dst.to_numpy().tobytes() == want.numpy().tobytes(), pad
+        ms.softmax(src, src)            # in place
+        assert src.to_numpy().tobytes() == want.numpy().tobytes(), pad
+    ref = np.exp(e.astype(np.float64) - e.max(-1, keepdims=True))
+    np.testing.assert_allclose(want.numpy(), ref / ref.sum(-1, keepdims=True),
+                               rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-30)
+
+
+def test_softmax_into_an_overlapping_view_goes_through_a_temporary():
+    e = np.random.default_rng(2).standard_normal((6, 40)).astype(np.float32)
+    t = gpu_from(e)
+    want = ms.new_tensor((5, 40))
+    ms.softmax(want, ms.from_numpy(e[:5]))
+    ms.softmax(t[1:], t[:5])            # row i written while row i + 1 is read
+    np.testing.assert_array_equal(t.to_numpy()[1:], want.numpy())
+    np.testing.assert_array_equal(t.to_numpy()[0], e[0])
+
+
+def test_softmax_on_the_gpu_refuses_what_it_does_not_run_and_stores_nothing():
+    h = gpu_from(np.ones((2, 70), np.float16))
+    with pytest.raises(ms.DeviceError, match="float32 or float64"):
+        ms.softmax(h, h)
+    np.testing.assert_array_equal(h.to_numpy(), 1)
+    g, c = gpu_from(np.ones((2, 70), np.float32)), ms.new_tensor((2, 70), 1.0)
+    with pytest.raises(ms.DeviceError, match=r"(?s)cpu.*gpu|gpu.*cpu"):
+        ms.softmax(g, c)
+    np.testing.assert_array_equal(g.to_numpy(), 1)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_uniform_is_the_philox_stream_of_the_seed_and_continues(dtype):
+    code = "f32" if dtype == np.float32 else "f64"
+    r = ms.Random(ms.gpu, 1234, dtype)
+    t = ms.new_tensor((5, 70), device=ms.gpu, dtype=dtype, pad=True)
+    assert t.stride > 70
+    r.sample_uniform(t, -2, 3)
+    first = expected("uniform", code, 350, 1234, 0, -2, 3).reshape(5, 70)
+    assert t.to_numpy().tobytes() == first.astype(dtype).tobytes()
+    per = 4 if code == "f32" else 2
+    u = ms.new_tensor((3, 9), device=ms.gpu, dtype=dtype, pad=False)
+    r.sample_uniform(u, 0, 1)           # from the counters the first fill left
+    later = expected("uniform", code, 27, 1234, -(-350 // per), 0, 1).reshape(3, 9)
+    assert u.to_numpy().tobytes() == later.astype(dtype).tobytes()
+    r.seed(1234)                        # seed restarts the stream
+    again = ms.new_tensor((5, 70), device=ms.gpu, dtype=dtype, pad=False)
+    r.sample_uniform(again, -2, 3)
+    assert again.to_numpy().tobytes() == t.to_numpy().tobytes()
+    assert r.get_seed() == 1234
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gaussian_has_its_mean_and_deviation(dtype):
+    r = ms.Random(ms.gpu, 5, dtype)
+    t = ms.new_tensor((301, 257), device=ms.gpu, dtype=dtype)
+    r.sample_gaussian(t, 1.5, 2.0)
+    a = t.to_numpy()
+    assert np.isfinite(a).all() and abs(a.mean() - 1.5) < 0.02 and abs(a.std() - 2.0) < 0.02
+    r.sample_gaussian(t, 0.25, -1)      # sigma <= 0 fills mu, as mshadow
+    np.testing.assert_array_equal(t.to_numpy(), 0.25)
+    g = r.gaussian((4, 6), 0, 1)        # the buffer form: a gpu tensor
+    assert g.device is ms.gpu and g.shape == (4, 6)
+    assert r.uniform((4, 6)) is g       # the same buffer, overwritten (as mshadow)
+
+
+def test_a_gpu_random_refuses_what_it_does_not_draw():
+    r = ms.Random(ms.gpu, 0)
+    t = ms.new_tensor((2, 3), 7.0, device=ms.gpu)
+    for call, match in ((lambda: r.sample_gamma(t), "uniform and gaussian"),
+                        (lambda: r.get_rand_int(), "uniform and gaussian"),
+                        (lambda: r.get_rnd_engine(), "uniform and gaussian"),
+                        (lambda: r.sample_uniform(ms.new_tensor((2, 3))), "cpu"),
+                        (lambda: ms.Random(ms.gpu, 0, np.float16).sample_uniform(
+                            ms.new_tensor((2, 3), device=ms.gpu, dtype=np.float16)),
+                         "float32 and float64"),
+                        (lambda: ms.Random(ms.cpu, 0).sample_uniform(t), "gpu"),
+                        (lambda: r.set_stream(ms.new_stream(ms.cpu)), r"Stream\(gpu\)")):
+        with pytest.raises(ms.DeviceError, match=match):
+            call()
+    with pytest.raises(ms.DTypeError):
+        r.sample_uniform(ms.new_tensor((2, 3), device=ms.gpu, dtype=np.float64))
+    with pytest.raises(ValueError, match="a <= b"):
+        r.sample_uniform(t, 2, 1)
+    np.testing.assert_array_equal(t.to_numpy(), 7.0)     # nothing stored
+    assert r._counter == 0
+
+
+def test_a_gpu_random_samples_on_its_stream(monkeypatch):
+    from mshadow import cuda
+    drv = cuda.driver()
+    seen = []
+    launch = drv.Function.launch
+
+    def watch(self, grid, block, args, shared_mem=0, stream=None):
+        seen.append(stream)
+        return launch(self, grid, block, args, shared_mem, stream)
+    monkeypatch.setattr(drv.Function, "launch", watch)
+    s, ts = ms.new_stream(ms.gpu), ms.new_stream(ms.gpu)
+    r = ms.Random(ms.gpu, 3)
+    t = ms.new_tensor((2, 3), device=ms.gpu, stream=ts)
+    seen.clear()
+    r.sample_uniform(t)                 # no stream of its own: the tensor's
+    r.set_stream(s)
+    r.sample_uniform(t)
+    assert seen == [ts.queue.stream, s.queue.stream]
