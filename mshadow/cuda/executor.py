@@ -215,8 +215,8 @@ def assign_reduce(dst, exp, saver):
 
 
 def assign_product(dst, exp, sign_beta):
-    """``dst <saver> exp`` for a DotExp or BatchDotExp of 2-D (3-D) gpu tensors through
-    cuBLAS on the destination's stream: the saver's (sign of alpha, beta) as on the CPU; dot.py
+    """``dst <saver> exp`` for a DotExp (every form: 2-D, gemv, inner and outer products) or
+    a BatchDotExp of 3-D gpu tensors through cuBLAS on the destination's stream: the saver's (sign of alpha, beta) as on the CPU; dot.py
     checked the dtype and shape. Row-major C = op(A) op(B) is column-major C^T = op(B)^T
     op(A)^T: one gemm (gemmStridedBatched) with the operands swapped and each row pitch as
     its leading dimension. An operand overlapping dst goes through a gpu temporary."""
@@ -225,9 +225,6 @@ def assign_product(dst, exp, sign_beta):
     check_devices(where, dst.device, (a.device, b.device), gpu_ok=True)
     require_device(where)
     nd = 3 if where == "batch_dot" else 2
-    if not (len(dst.shape) == len(a.shape) == len(b.shape) == nd):
-        raise DeviceError(f"{where}: products of 1-D operands are not evaluated on the GPU yet "
-                          f"(2-D dot and 3-D batch_dot are)")
     code = CODE_BY_FLAG[dst.type_flag]
     if code not in FLOAT_CODES or compute_code(code) != code:    # cuBLAS's S and D routines
         kinds = " and ".join(BY_CODE[c].np.name for c in FLOAT_CODES if compute_code(c) == c)
@@ -246,14 +243,18 @@ def assign_product(dst, exp, sign_beta):
         return
     h = streams.blas(dst.stream, where)
     alpha, beta = sign_beta[0] * exp.scale, sign_beta[1]
-    m, n = dst.shape[-2], dst.shape[-1]
-    k = a.shape[-2] if exp.ltrans else a.shape[-1]
+    # every operand a row-major matrix: a 1-D one is a (1, len) row, which its transpose
+    # flag reads as a column (dot's forms: gemv, the inner and the outer product are gemms)
+    (ar, ac, lda), (br, bc, ldb) = _matrix(a), _matrix(b)
+    m, k = (ac, ar) if exp.ltrans else (ar, ac)
+    n = br if exp.rtrans else bc
+    ldc = dst.stride if len(dst.shape) > 1 else max(n, 1)
     pinned = _core.pin_allocations((dst, a, b))
     try:
         pa, pb, pc = (_core.data_address(t) for t in (a, b, dst))
         if nd == 2:
-            h.gemm(dst.dtype, exp.rtrans, exp.ltrans, n, m, k, alpha, pb, b.stride, pa,
-                   a.stride, beta, pc, dst.stride)
+            h.gemm(dst.dtype, exp.rtrans, exp.ltrans, n, m, k, alpha, pb, ldb, pa, lda, beta,
+                   pc, ldc)
         else:
             h.gemm_strided_batched(dst.dtype, exp.rtrans, exp.ltrans, n, m, k, alpha,
                                    pb, b.stride, b.shape[1] * b.stride,
@@ -261,6 +262,14 @@ def assign_product(dst, exp, sign_beta):
                                    pc, dst.stride, dst.shape[1] * dst.stride, dst.shape[0])
     finally:
         _core.unpin_allocations(pinned)
+
+
+def _matrix(t):
+    """(rows, cols, row stride) of a product operand as a row-major matrix (the last two
+    axes; a 1-D tensor is one row)."""
+    if len(t.shape) == 1:
+        return 1, t.shape[0], max(t.shape[0], 1)
+    return t.shape[-2], t.shape[-1], t.stride
 
 
 def _launch(p, dst, leaves, scalars, extra=None):

@@ -616,7 +616,6 @@ NOT_YET = {   # docs/gpu.md's "not yet" column: name: statement(dst 3x70, x 3x70
         d, ms.broadcast_to(ms.pool(x.slice(0, 1), 1, 1, 1, 1), (3, 70)), "+="),
     "implicit_dot": lambda d, x, v: store(d, ms.implicit_dot(ms.slice_axis(x, 1, 0, 3), x),
                                           "="),
-    "dot_of_a_vector": lambda d, x, v: store(d[0], ms.dot(v, x), "="),
     "softmax_3d": lambda d, x, v: ms.softmax(ms.new_tensor((3, 7, 10), 0, device=d.device),
                                              ms.new_tensor((3, 7, 10), 1, device=x.device)),
     "softmax_grad": lambda d, x, v: ms.nn.softmax_grad(d, x, v),

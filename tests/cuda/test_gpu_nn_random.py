@@ -128,3 +128,41 @@ def test_a_gpu_random_samples_on_its_stream(monkeypatch):
     r.set_stream(s)
     r.sample_uniform(t)
     assert seen == [ts.queue.stream, s.queue.stream]
+
+
+def _vector_forms(rng, dtype):
+    """(name, lhs, rhs, numpy result) of dot's forms with a 1-D operand."""
+    M = rng.standard_normal((5, 70)).astype(dtype)      # 70 wide: pitched on the gpu
+    u5, u70 = rng.standard_normal(5).astype(dtype), rng.standard_normal(70).astype(dtype)
+    return [("row x matrix.T", (u70, False), (M, True), u70 @ M.T),
+            ("row x matrix", (u5, False), (M, False), u5 @ M),
+            ("matrix x column", (M, False), (u70, False), M @ u70),
+            ("matrix.T x column", (M, True), (u5, False), M.T @ u5),
+            ("inner", (u70, False), (u70 * 2, False), np.array([u70 @ (u70 * 2)])),
+            ("outer", (u5, True), (u70, False), np.outer(u5, u70))]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_products_with_vectors_on_the_gpu(dtype):
+    """dot's forms with a 1-D operand (gemv, the inner and the outer product) through cuBLAS:
+    numpy the oracle, every saver and a scale, pitched matrices; VectorDot too."""
+    rng = np.random.default_rng(6)
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    for name, (a, ta), (b, tb), want in _vector_forms(rng, dtype):
+        A, B = gpu_from(a), gpu_from(b)
+        A, B = (A.T if ta else A), (B.T if tb else B)
+        for saver, init, expect in (("=", 9.0, want * 2), ("+=", 1.0, 1 + want * 2),
+                                    ("-=", 1.0, 1 - want * 2)):
+            d = ms.new_tensor(want.shape, init, dtype=dtype, device=ms.gpu)
+            value = ms.dot(A, B) * 2
+            if saver == "=":
+                d[:] = value
+            elif saver == "+=":
+                d += value
+            else:
+                d -= value
+            np.testing.assert_allclose(d.to_numpy(), expect, **tol, err_msg=f"{name} {saver}")
+    u, v = rng.standard_normal(33).astype(dtype), rng.standard_normal(33).astype(dtype)
+    d = ms.new_tensor((1,), 5.0, dtype=dtype, device=ms.gpu)
+    ms.vector_dot(d, gpu_from(u), gpu_from(v))
+    np.testing.assert_allclose(d.to_numpy(), [u @ v], **tol)
