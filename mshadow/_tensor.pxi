@@ -64,7 +64,10 @@ cdef bint _buf_contiguous(int nd, Py_ssize_t *shape, Py_ssize_t *strides, Py_ssi
 
 # Raw pointers must never be pickled (Cython's auto-pickle would turn ``ptr`` into bytes
 # and free() a pointer it never allocated on unpickling); a Tensor pickles its data instead.
+# no_gc_clear: a cycle's collector must not clear device_mem (or base) before __dealloc__
+# reads it: a gpu Allocation then took its device address for host memory and freed it
 @cython.auto_pickle(False)
+@cython.no_gc_clear
 cdef class Allocation:
     """Owns (or borrows) the bytes of one or more tensors and knows whether they are valid."""
 
@@ -176,6 +179,7 @@ cdef Allocation _allocate(Py_ssize_t nbytes):
 
 
 @cython.auto_pickle(False)
+@cython.no_gc_clear           # __dealloc__ reads mem (the export count must drop)
 cdef class _Export:
     """The object numpy views keep alive: it pins the Allocation and counts as an export."""
     cdef Allocation mem

@@ -126,7 +126,7 @@ def delete_stream(stream):
 def _gpu_ordinal(where, dev_id):
     """``dev_id`` checked for the GPU: 0 (mshadow for Python drives one device), present."""
     from .cuda import driver
-    from .cuda.executor import require_device
+    from .cuda import require_device
     require_device(where)
     count = driver().device_count()
     if dev_id != 0:
@@ -150,7 +150,7 @@ def shutdown_tensor_engine(device=cpu):
     the default stream's cuBLAS handle (a later product makes another)."""
     if as_device(device) is gpu:
         from .cuda import driver, streams
-        from .cuda.executor import require_device
+        from .cuda import require_device
         require_device("shutdown_tensor_engine")
         driver().synchronize()
         streams.release_default_blas()

@@ -116,7 +116,7 @@ def softmax(dst, energy):
     e_t = _tensor(energy, where, "energy", (1, 2, 3), gpu_ok=True)
     check_devices(where, d_t.device, (e_t.device,), gpu_ok=True)    # one device
     if d_t.device is not cpu:
-        from .cuda.executor import require_device
+        from .cuda import require_device
         require_device(f"{where}: dst")
     _shape_eq(d_t, e_t, where, "dst", "energy", "shape mismatch")
     _same_dtype(d_t, e_t, where, "dst", "energy")

@@ -34,7 +34,7 @@ class Random:
     def __init__(self, device=cpu, seed=0, dtype=float32):
         self.device = as_device(device)
         if self.device is not cpu:      # a DeviceError saying why when there is no GPU
-            from .cuda.executor import require_device
+            from .cuda import require_device
             require_device("Random")
         self.dtype = as_dtype(dtype)
         self._bitgen = np.random.MT19937()

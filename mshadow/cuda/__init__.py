@@ -13,9 +13,9 @@ import importlib
 import os
 
 from . import _cuda
-from ..errors import CudaError
+from ..errors import CudaError, DeviceError
 
-__all__ = ["CudaError", "driver", "available", "is_available", "unavailable_reason",
+__all__ = ["CudaError", "driver", "require_device", "available", "is_available", "unavailable_reason",
            "driver_version", "device_count", "device_attributes", "nvrtc_version",
            "nvrtc_supported_archs", "cublas_version", "compile_cubin", "copy_2d",
            "synchronize", "Memory", "Stream",
@@ -24,7 +24,7 @@ __all__ = ["CudaError", "driver", "available", "is_available", "unavailable_reas
 ENV = "MSHADOW_CUDA"
 # what MSHADOW_CUDA may say -> the driver module: unset or empty, the real one
 DRIVERS = {"": "_cuda", "emulate": "emulate"}
-_DRIVER_NAMES = frozenset(__all__) - {"CudaError", "driver"}
+_DRIVER_NAMES = frozenset(__all__) - {"CudaError", "driver", "require_device"}
 
 
 def driver():
@@ -43,6 +43,14 @@ def driver():
     got = _LOADED[value] = (_cuda if name == "_cuda"
                             else importlib.import_module(f"{__name__}.{name}"))
     return got
+
+
+def require_device(where):
+    """A DeviceError saying why when there is no CUDA device (and no emulated one)."""
+    reason = driver().unavailable_reason()
+    if reason is not None:
+        raise DeviceError(f"{where}: gpu tensors need the CUDA backend, which has no device "
+                          f"here: {reason.splitlines()[0]}")
 
 
 _LOADED = {}    # MSHADOW_CUDA's value -> its driver module (an import per call cost 13 us)

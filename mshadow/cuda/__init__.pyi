@@ -17,5 +17,6 @@ ENV: str
 DRIVERS: dict[str, str]
 
 def driver() -> ModuleType: ...
+def require_device(where: str) -> None: ...
 
 __all__: list[str]

@@ -28,7 +28,7 @@ from ..device import check_devices, gpu
 from ..dtypes import BY_CODE, CODE_BY_FLAG, FLOAT_CODES, compute_code
 from ..errors import DeviceError, DTypeError, UnsupportedNodeError
 from ..readers import READERS_BY_NAME
-from . import cache, launch, lower, streams
+from . import cache, launch, lower, require_device, streams
 
 # ``convs``: per kernel parameter (its Binding name, the numpy scalar type the launch takes);
 # ``flag``: the device int a gather's index check sets (lower.Binding.checks), else None;
@@ -155,15 +155,6 @@ def fill_random(dst, dist, a, b, seed, offset, stream):
     return -(-n // per)
 
 
-def require_device(where):
-    """A DeviceError saying why when there is no CUDA device (and no emulated one)."""
-    from . import unavailable_reason
-    reason = unavailable_reason()
-    if reason is not None:
-        raise DeviceError(f"{where}: gpu tensors need the CUDA backend, which has no device "
-                          f"here: {reason.splitlines()[0]}")
-
-
 def assign(dst, node, leaves, scalars, saver):
     """Evaluate ``dst <saver> value`` on the GPU (``node``, ``leaves``, ``scalars``: the
     value's, from engine.checked)."""
@@ -171,10 +162,77 @@ def assign(dst, node, leaves, scalars, saver):
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     code = CODE_BY_FLAG[dst.type_flag]
+    if _views_an_expression(node):
+        node, leaves, scalars = _stage_views(node, tuple(leaves), tuple(scalars), dst)
     p = plan(node, code, saver)
     if _reads_dst_elsewhere(p, dst, leaves):
         return _through_temporary(dst, node, leaves, scalars, saver)
     _launch(p, dst, leaves, scalars)
+
+
+def _views_an_expression(node):
+    """Whether ``node`` holds a View of an expression (which the emitter reads in place only
+    over a tensor: _stage_views gives it one)."""
+    if type(node) is ir.View and node.src is not None:
+        return True
+    return any(_views_an_expression(c) for c in node.children)
+
+
+def _stage_views(node, leaves, scalars, dst):
+    """The stages of ``node``'s views of expressions: each such View's source is evaluated
+    into a gpu temporary laid out as the view's handle (densely), on dst's stream, before
+    the kernel that reads it, and the View becomes one read in place over that temporary.
+    Returns the (node, leaves, scalars) of what is left; the sources' own views of
+    expressions are staged first, by assign."""
+    st = _Stager(leaves, scalars, dst)
+    staged = st.walk(node)
+    return staged, tuple(st.out_leaves), tuple(st.out_scalars)
+
+
+class _Stager:
+    """_stage_views' walk: the leaves and scalars consumed in binding order (ir.leaves,
+    ir.scalar_count), those of what is left collected. (A class, not a closure: a closure
+    that calls itself is a reference cycle, which would keep the temporaries until the
+    collector ran.)"""
+
+    def __init__(self, leaves, scalars, dst):
+        self.leaves, self.scalars, self.dst = leaves, scalars, dst
+        self.li = self.si = 0
+        self.out_leaves, self.out_scalars = [], []
+
+    def walk(self, n):
+        t = type(n)
+        if t is ir.Leaf:
+            self.out_leaves.append(self.leaves[self.li])
+            self.li += 1
+            return n
+        if t is ir.Scalar:
+            self.out_scalars.append(self.scalars[self.si])
+            self.si += 1
+            return n
+        if t is ir.View and n.src is not None:
+            return self.stage(n)
+        if t is ir.View or t is ir.Gather:        # their own leaf, then their sources'
+            self.out_leaves.append(self.leaves[self.li])
+            self.li += 1
+        kids = n.children
+        if not kids:
+            return n
+        return type(n)(*n[1:len(n) - len(kids)], *map(self.walk, kids))
+
+    def stage(self, n):
+        """A View of an expression: its source into a temporary, a View over that."""
+        li, si, src = self.li, self.si, n.src
+        view = self.leaves[li]
+        nl, ns = len(ir.leaves(src)), ir.scalar_count(src)
+        self.li, self.si = li + 1 + nl, si + ns
+        handle = view.src
+        tmp = _core.new_tensor(handle.shape, None, dtype=handle.dtype, device=gpu, pad=False,
+                               stream=self.dst.stream)
+        assert tmp.stride == handle.stride, (tmp.stride, handle.stride)   # both dense
+        assign(tmp, src, self.leaves[li + 1:li + 1 + nl], self.scalars[si:si + ns], "saveto")
+        self.out_leaves.append(_core.strided_view(tmp, view.shape, view.offset, view.strides))
+        return ir.View(n.code, n.step)
 
 
 def _through_temporary(dst, node, leaves, scalars, saver, extra=None):

@@ -25,7 +25,7 @@ class Queue:
     __slots__ = ("driver", "stream", "_blas")
 
     def __init__(self):
-        from .executor import require_device
+        from . import require_device
         require_device("Stream")
         self.driver = _driver()
         self.stream = self.driver.Stream(non_blocking=False)
