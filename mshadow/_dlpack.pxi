@@ -275,9 +275,10 @@ cdef tuple _dl_layout(ms_DLTensor *d):
     except (TypeError, DTypeError):
         dtype = None
     if dtype is None:
+        from .dtypes import DTYPES
         raise DTypeError(f"from_dlpack: DLPack type (code {d.dtype.code}, {d.dtype.bits} bits, "
-                         f"{d.dtype.lanes} lanes) is not an mshadow dtype (float16/32/64, "
-                         f"uint8, int8, int32, int64)")
+                         f"{d.dtype.lanes} lanes) is not an mshadow dtype "
+                         f"({', '.join(t.np.name for t in DTYPES)})")
     cdef int k, nd = d.ndim
     if nd < 1:
         raise ShapeError("from_dlpack: a Tensor needs at least one dimension, got a 0-d one")

@@ -115,7 +115,7 @@ def softmax(dst, src):
     where = "Softmax"
     check_devices(where, dst.device, (src.device,), gpu_ok=True)
     code = CODE_BY_FLAG[dst.type_flag]
-    if len(dst.shape) > 2 or code not in ("f32", "f64"):
+    if len(dst.shape) > 2 or code not in FLOAT_CODES or compute_code(code) != code:
         raise DeviceError(f"{where}: on the GPU, rows of float32 or float64 (1-D or 2-D), got "
                           f"a {len(dst.shape)}-D {dst.dtype} tensor; docs/gpu.md lists what "
                           f"runs on the GPU (ms.copy to the cpu for this)")
@@ -403,8 +403,10 @@ def _bind(drv, p, dst, leaves, scalars, extra=None):
         if b.kind == "tensor":
             named[f"L{i}"] = _core.data_address(obj)
             named[f"L{i}_pitch"] = obj.stride
+            named[f"L{i}_cols"] = obj.shape[0] if b.detail else obj.shape[-1]   # as read
         elif b.kind == "view":
             named[f"L{i}"] = _core.data_address(obj)
+            named[f"L{i}_cols"] = obj.shape[-1]
             isz = obj.itemsize
             named[f"L{i}_map"] = _view_struct(lower.view_map(obj.shape,
                                                              [s // isz for s in obj.strides]))

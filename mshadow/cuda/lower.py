@@ -382,8 +382,8 @@ class _Emitter(ir.Visitor):
         if fn is None:
             raise UnsupportedNodeError(
                 f"the CUDA emitter does not lower {type(node).__name__} nodes yet "
-                f"({ir.describe(node)}); it covers Leaf, Scalar, Map, Cast, Gather and "
-                f"View", node=node)
+                f"({ir.describe(node)}); it covers Leaf, Scalar, Map, Cast, Gather, "
+                f"View and ImplicitDot", node=node)
         return fn(node, *ctx)
 
     def visit_Leaf(self, node, ctx):
@@ -416,6 +416,49 @@ class _Emitter(ir.Visitor):
             self.half()
             return self.value("float", f"ms_half_to_float({at})"), "f32"
         return self.value(_CTYPE[node.code], at), node.code
+
+    def visit_ImplicitDot(self, node, ctx):
+        """implicit_dot at (y, x): sum over k of lhs(y, k) * rhs(k, x), k = 0, 1, ... in
+        order, each step rounded to the node's type (the CPU kernel's order: the same bits
+        with --fmad=false). lhs and rhs are tensors (or .T) or views read in place (a view
+        of an expression was staged into one first); K is lhs's column count."""
+        code = node.code
+        if code not in _IMPLICIT_CODES:
+            raise UnsupportedNodeError(f"the CUDA emitter lowers implicit_dot of "
+                                       f"{', '.join(sorted(_IMPLICIT_CODES))}, not {code}",
+                                       node=node)
+        a, K = self.operand_at(node.lhs)
+        b, _ = self.operand_at(node.rhs)
+        T = _CTYPE[code]
+        acc, k = f"v{self.nval}", f"k{self.nval}"
+        self.nval += 1
+        self.lines += [f"{T} {acc} = 0;",
+                       f"for (long long {k} = 0; {k} < {K}; ++{k})",
+                       f"  {acc} = ({T})({acc} + {a('y', k)} * {b(k, 'x')});"]
+        return acc, code
+
+    def operand_at(self, node):
+        """A product operand bound as a leaf: (its element at (r, c) as C text, the name
+        of its column count's parameter)."""
+        k = len(self.leaves)
+        T = _CTYPE[node.code]
+        ptr, cols = f"L{k}", f"L{k}_cols"
+        if type(node) is ir.Leaf:
+            self.leaves.append(Bound("tensor", node.code, node.transposed))
+            pitch = f"L{k}_pitch"
+            self.params += [(ptr, f"const {T} *"), (pitch, "long long"), (cols, "long long")]
+            if node.transposed:
+                return (lambda r, c: f"{ptr}[{c} * {pitch} + {r}]"), cols
+            return (lambda r, c: f"{ptr}[{r} * {pitch} + {c}]"), cols
+        if node.src is not None:
+            raise UnsupportedNodeError("an implicit_dot operand that is a view of an "
+                                       "expression is staged first (executor)", node=node)
+        self.leaves.append(Bound("view", node.code, node.step))
+        self.need("VIEW", _VIEW)
+        vmap = f"L{k}_map"
+        self.params += [(ptr, f"const {T} *"), (vmap, "ms_cu_view"), (cols, "long long")]
+        step = ("{c}", "0", f"{{c}} * {vmap}.colstep")[node.step]
+        return (lambda r, c: f"{ptr}[ms_view_row({vmap}, {r}) + {step.format(c=c)}]"), cols
 
     def visit_Gather(self, node, ctx):
         """A reader row (mshadow/readers.py) inlined for element (y, x): its ``row`` with
@@ -760,6 +803,9 @@ def emit_reduce(key, dst_code, saver):
     return _assemble(e, f"{ir.describe(key)} -> dst<{dst_code}> ({saver})", params, body)
 
 
+# the types the CPU's implicit_gemm kernels compute in: those computed as themselves
+# (float16, computed as float32, has none)
+_IMPLICIT_CODES = frozenset(c for c in BY_CODE if compute_code(c) == c)
 SOFTMAX_LANES = 16      # codegen_cpu.REDUCE_LANES: the CPU softmax kernel's sum order
 # the float types computed as themselves (float16 computes as its compute type)
 _FLOAT_COMPUTE = frozenset(c for c in FLOAT_CODES if compute_code(c) == c)

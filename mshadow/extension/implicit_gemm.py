@@ -16,7 +16,7 @@ from .. import _core, ir
 from ..errors import DTypeError, ShapeError
 from ..expr import _CODE_BY_FLAG, kChainer, kComplex, new_node
 from ..shape import Shape
-from .views import _strided, view
+from .views import _strided, producer_handle, view
 
 Tensor = _core.Tensor
 
@@ -51,7 +51,7 @@ def _operand(x, side):
         base, off, shape, st, producer = d
         v = view(base, shape, off, st, producer)
     else:
-        handle = Tensor(x.shape, dtype=x.dtype)
+        handle = producer_handle(x)
         v = view(handle, x.shape, 0, _core.tensor_strides(handle), x)
     return v.key, v.leaves, v.scalars, v.code, rows, cols
 

@@ -137,12 +137,16 @@ def _compose(src, where, index_map):
     # a gather, window or implicit_dot: no index map to compose with, so the view reads
     # the values the lowering stages, laid out as a dense tensor (a handle, no memory here)
     src = _source(src, where)
-    # on the device the values will be on: the operands' (a device check of the statement
-    # reads the handle too, and a cpu handle over gpu operands read as mixed devices)
+    return _compose_producer(producer_handle(src), src, index_map)
+
+
+def producer_handle(src):
+    """A dense handle (no memory) laid out as ``src``'s values, which a lowering stages, on
+    the device they will be on: the operands' (a device check of the statement reads the
+    handle too, and a cpu handle over gpu operands read as mixed devices)."""
     on = [d for d in _core.leaf_devices(src.leaves if isinstance(src, _core.Exp) else (src,))
           if d is not cpu]
-    handle = Tensor(src.shape, dtype=src.dtype, device=on[0] if on else cpu)
-    return _compose_producer(handle, src, index_map)
+    return Tensor(src.shape, dtype=src.dtype, device=on[0] if on else cpu)
 
 
 def _compose_producer(handle, src, index_map):

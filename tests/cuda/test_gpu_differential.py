@@ -608,8 +608,6 @@ def test_mixed_device_expressions_raise_device_error_naming_both(name):
 
 
 NOT_YET = {   # docs/gpu.md's "not yet" column: name: statement(dst 3x70, x 3x70, v 3)
-    "implicit_dot": lambda d, x, v: store(d, ms.implicit_dot(ms.slice_axis(x, 1, 0, 3), x),
-                                          "="),
     "softmax_3d": lambda d, x, v: ms.softmax(ms.new_tensor((3, 7, 10), 0, device=d.device),
                                              ms.new_tensor((3, 7, 10), 1, device=x.device)),
     "softmax_grad": lambda d, x, v: ms.nn.softmax_grad(d, x, v),
@@ -647,6 +645,15 @@ VIEWS_OF_EXPRESSIONS = {
         d, ms.flip(ms.crop(ms.pad(ms.flip(ms.pad(x, 1) * 0.5, 1) - 2, 0) * 2, (3, 70), 1, 1),
                    0) * 1.25 + ms.slice_axis(x, 1, 0, 70) - 1, "="),
     "reads_its_own_destination": lambda d, x: store(d, ms.flip(ms.pad(d, 0) * 2, 1), "="),
+    "implicit_dot": lambda d, x: store(
+        d, ms.implicit_dot(ms.slice_axis(x, 1, 0, 3), x) * 0.5 + x, "+="),
+    "implicit_dot_of_T_and_views": lambda d, x: store(
+        d, ms.implicit_dot(ms.slice_axis(x, 1, 2, 5).T.T, ms.broadcast_to(x[0:1], (3, 70))),
+        "-="),
+    "implicit_dot_of_expressions": lambda d, x: store(
+        d, ms.implicit_dot(ms.slice_axis(x, 1, 0, 3) * 2, ms.pad(x, 0) + 1), "="),
+    "implicit_dot_reading_its_destination": lambda d, x: store(
+        d, ms.implicit_dot(ms.slice_axis(d, 1, 0, 3), d), "="),
 }
 
 
