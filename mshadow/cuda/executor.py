@@ -96,13 +96,16 @@ def _kernel(key, emit):
     return got
 
 
-def _run(kernel, geo, dst, tensors, named, stream):
-    """Launch ``kernel`` (from _kernel) over ``geo`` with the parameters ``named`` on
-    ``stream`` (a Stream or None), ``dst`` and ``tensors`` pinned from their addresses on."""
+def _run(kernel, geo, named, tensors, stream):
+    """Launch ``kernel`` (from _kernel) over ``geo`` on ``stream`` (a Stream or None) with
+    the parameters ``named`` and the addresses of ``tensors`` ({parameter: tensor}), taken
+    once their memory is pinned (a free_space from another thread meanwhile frees after
+    the launch, as _launch's)."""
     fn, convs = kernel
     cu_stream = streams.driver_stream(stream, "Launch")
-    pinned = _core.pin_allocations((dst,) + tuple(tensors))
+    pinned = _core.pin_allocations(tuple(tensors.values()))
     try:
+        named = dict(named, **{n: _core.data_address(t) for n, t in tensors.items()})
         fn.launch(geo.grid, geo.block, [conv(named[n]) for n, conv in convs], stream=cu_stream)
     finally:
         _core.unpin_allocations(pinned)
@@ -129,9 +132,9 @@ def softmax(dst, src):
     if rows * cols == 0:
         return
     k = _kernel(("softmax", code), lambda: lower.emit_softmax(code))
-    named = {"rows": rows, "cols": cols, "dst": _core.data_address(dst),
-             "dst_pitch": dst.stride, "src": _core.data_address(src), "src_pitch": src.stride}
-    _run(k, launch.softmax(rows, _facts(_driver())[0]), dst, (src,), named, dst.stream)
+    named = {"rows": rows, "cols": cols, "dst_pitch": dst.stride, "src_pitch": src.stride}
+    _run(k, launch.softmax(rows, _facts(_driver())[0]), named, {"dst": dst, "src": src},
+         dst.stream)
 
 
 RANDOM_PER_COUNTER = {("uniform", "f32"): 4, ("uniform", "f64"): 2, ("gaussian", "f32"): 2,
@@ -148,10 +151,10 @@ def fill_random(dst, dist, a, b, seed, offset, stream):
     if n:
         k = _kernel(("random", dist, code), lambda: lower.emit_random(dist, code))
         T = BY_CODE[code].np.type
-        named = {"rows": rows, "cols": cols, "dst": _core.data_address(dst),
-                 "dst_pitch": dst.stride, "seed_lo": seed & 0xFFFFFFFF, "seed_hi": seed >> 32,
-                 "offset": offset, "a": T(a), "b": T(b)}
-        _run(k, launch.random(n, _facts(_driver())[0]), dst, (), named, stream)
+        named = {"rows": rows, "cols": cols, "dst_pitch": dst.stride,
+                 "seed_lo": seed & 0xFFFFFFFF, "seed_hi": seed >> 32, "offset": offset,
+                 "a": T(a), "b": T(b)}
+        _run(k, launch.random(n, _facts(_driver())[0]), named, {"dst": dst}, stream)
     return -(-n // per)
 
 

@@ -24,3 +24,15 @@ def gpu_from(a, pad=True):
     t = ms.new_tensor(a.shape, None, dtype=a.dtype, device=ms.gpu, pad=pad)
     ms.copy(t, ms.from_numpy(np.ascontiguousarray(a)))
     return t
+
+
+def store(dst, value, saver):
+    """The statement ``dst <saver> value`` as a user writes it."""
+    if saver == "=":
+        dst[:] = value
+    elif saver == "+=":
+        dst += value
+    else:
+        assert saver == "-="
+        dst -= value
+    return dst

@@ -14,7 +14,7 @@ import pytest
 
 import mshadow as ms
 
-from gpu_testing import gpu_device, gpu_from  # noqa: F401  (gpu_device: autouse)
+from gpu_testing import gpu_device, gpu_from, store  # noqa: F401  (gpu_device: autouse)
 
 
 def cpu_from(a, pad=True):
@@ -47,18 +47,6 @@ def assert_sums_close(got, want, dtype, msg=""):
     tol = (dict(rtol=1e-12, atol=1e-11) if np.dtype(dtype) == np.float64
            else dict(rtol=1e-5, atol=1e-4))
     np.testing.assert_allclose(got, want, err_msg=msg, **tol)
-
-
-def store(dst, value, saver):
-    """The statement ``dst <saver> value`` as a user writes it."""
-    if saver == "=":
-        dst[:] = value
-    elif saver == "+=":
-        dst += value
-    else:
-        assert saver == "-="
-        dst -= value
-    return dst
 
 
 @ms.op.define

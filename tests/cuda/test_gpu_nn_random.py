@@ -7,7 +7,7 @@ import pytest
 
 import mshadow as ms
 
-from gpu_testing import gpu_device, gpu_from  # noqa: F401  (gpu_device: autouse)
+from gpu_testing import gpu_device, gpu_from, store  # noqa: F401  (gpu_device: autouse)
 from test_cuda_emit_random import expected
 
 FLOATS = [np.float32, np.float64]
@@ -153,14 +153,8 @@ def test_products_with_vectors_on_the_gpu(dtype):
         A, B = (A.T if ta else A), (B.T if tb else B)
         for saver, init, expect in (("=", 9.0, want * 2), ("+=", 1.0, 1 + want * 2),
                                     ("-=", 1.0, 1 - want * 2)):
-            d = ms.new_tensor(want.shape, init, dtype=dtype, device=ms.gpu)
-            value = ms.dot(A, B) * 2
-            if saver == "=":
-                d[:] = value
-            elif saver == "+=":
-                d += value
-            else:
-                d -= value
+            d = store(ms.new_tensor(want.shape, init, dtype=dtype, device=ms.gpu),
+                      ms.dot(A, B) * 2, saver)
             np.testing.assert_allclose(d.to_numpy(), expect, **tol, err_msg=f"{name} {saver}")
     u, v = rng.standard_normal(33).astype(dtype), rng.standard_normal(33).astype(dtype)
     d = ms.new_tensor((1,), 5.0, dtype=dtype, device=ms.gpu)
