@@ -116,13 +116,25 @@ cdef void _capsule_versioned(object cap) noexcept:
         m.deleter(m)
 
 
+cdef object _numpy_dlpack(object a, dict kwargs):
+    """``a.__dlpack__(**kwargs)`` of a numpy array, on every numpy the package supports."""
+    try:
+        return a.__dlpack__(**kwargs)
+    except TypeError:
+        if not kwargs:
+            raise
+        # numpy < 2.1 exports only unversioned capsules and takes no keywords; a consumer
+        # that asks for a version accepts those (the DLPack protocol)
+        return a.__dlpack__()
+
+
 cdef object _gpu_dlpack(Tensor t, object stream, object max_version, object dl_device,
                         object want_copy):
     """``t.__dlpack__`` of a gpu tensor (the array API's arguments)."""
     if dl_device is not None and tuple(dl_device) != (_kDLCUDA, 0):
         if tuple(dl_device) == (1, 0) and want_copy is not False:    # to the host: a copy
-            return t.to_numpy().__dlpack__(
-                **({} if max_version is None else {"max_version": max_version}))
+            return _numpy_dlpack(t.to_numpy(),
+                                 {} if max_version is None else {"max_version": max_version})
         raise BufferError(f"a gpu tensor exports to kDLCUDA device 0 (2, 0), or to the cpu "
                           f"(1, 0) as a copy; dl_device {tuple(dl_device)} is neither")
     if want_copy:

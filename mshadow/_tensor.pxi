@@ -562,14 +562,7 @@ cdef class Tensor:
         if copy:
             a = a.copy()
         try:
-            try:
-                return a.__dlpack__(**kwargs)
-            except TypeError:
-                if not kwargs:
-                    raise
-                # numpy < 2.1 exports only unversioned capsules and takes no keywords; a
-                # consumer that asks for a version accepts those (the DLPack protocol)
-                return a.__dlpack__()
+            return _numpy_dlpack(a, kwargs)
         except BufferError as e:
             if self.readonly and not copy:
                 raise BufferError("a read-only tensor can be exported only with DLPack >= 1.0 "
