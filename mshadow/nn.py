@@ -405,7 +405,7 @@ def _conv_args(where, out, data, weight_like, pad, stride, saver):
     py, px = _pads(pad)
     cols = unpack_patch2col(_pad(data, py, px) if py or px else data, weight_like.shape[2],
                             weight_like.shape[3], stride)
-    check_devices(f"{where}: data", out.device, _core.leaf_devices(cols.leaves))
+    check_devices(f"{where}: data", out.device, _core.leaf_devices(cols.leaves), gpu_ok=True)
     _dense(where, "the destination", out)
     _dense(where, "the weight", weight_like)
     return cols, data.shape[0], cols.shape[1] // max(data.shape[0], 1), sign_beta
@@ -437,7 +437,9 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
     products in (c, ky, kx) order, fused (the same bits at both levels, every thread count,
     and from a tensor or an expression); otherwise BLAS's."""
     where = "conv2d"
-    out, weight = _tensor(out, where, "out", (4,)), _tensor(weight, where, "weight", (4,))
+    out = _tensor(out, where, "out", (4,), gpu_ok=True)
+    weight = _tensor(weight, where, "weight", (4,), gpu_ok=True)
+    check_devices(where, out.device, (weight.device,), gpu_ok=True)
     _writable(out, where, "out")
     _same_dtype(out, weight, where, "out", "weight")
     cols, nimg, per_image, sign_beta = _conv_args(where, out, data, weight, pad, stride, saver)
@@ -447,6 +449,9 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
         raise ShapeError(f"{where}: data {tuple(data.shape)} and weight {tuple(weight.shape)} "
                          f"(pad {pad}, stride {stride}) give ({nimg}, {K}) + {ohw}, out is "
                          f"{tuple(out.shape)}")
+    if out.device is not cpu:
+        return _gpu_conv().conv2d(out, _operand(data, where, 4), weight, *_pads(pad), stride, ohw,
+                                  sign_beta)
     if _direct("conv_direct", out, data, weight, *_pads(pad), False, *sign_beta,
                stride=stride):
         return
@@ -474,8 +479,9 @@ def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
     each padded image straight (panel_gemm.h ms_pg_convw): each element adds its products
     in (n, oy, ox) order, fused (the same bits at both levels and every thread count)."""
     where = "conv2d_grad_weight"
-    dweight = _tensor(dweight, where, "dweight", (4,))
-    grad = _tensor(grad, where, "grad", (4,))
+    dweight = _tensor(dweight, where, "dweight", (4,), gpu_ok=True)
+    grad = _tensor(grad, where, "grad", (4,), gpu_ok=True)
+    check_devices(where, dweight.device, (grad.device,), gpu_ok=True)
     _writable(dweight, where, "dweight")
     _same_dtype(dweight, grad, where, "dweight", "grad")
     cols, nimg, per_image, sign_beta = _conv_args(where, dweight, data, dweight, pad, stride,
@@ -489,6 +495,9 @@ def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
         raise ShapeError(f"{where}: data {tuple(data.shape)} and dweight "
                          f"{tuple(dweight.shape)} (pad {pad}, stride {stride}) give a gradient "
                          f"of ({nimg}, {K}) + {ohw}, grad is {tuple(grad.shape)}")
+    if dweight.device is not cpu:
+        return _gpu_conv().conv2d_grad_weight(dweight, _operand(data, where, 4), grad, *_pads(pad),
+                                              stride, ohw, sign_beta)
     if stride == 1 and _direct("conv_direct_grad_weight", dweight, data, grad, *_pads(pad),
                                *sign_beta):
         return
@@ -509,9 +518,10 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
     or a NaN takes the column-matrix path: this form would multiply it by grad's zero
     border, where col2im never does."""
     where = "conv2d_grad_data"
-    dx = _tensor(dx, where, "dx", (4,))
-    grad = _tensor(grad, where, "grad", (4,))
-    weight = _tensor(weight, where, "weight", (4,))
+    dx = _tensor(dx, where, "dx", (4,), gpu_ok=True)
+    grad = _tensor(grad, where, "grad", (4,), gpu_ok=True)
+    weight = _tensor(weight, where, "weight", (4,), gpu_ok=True)
+    check_devices(where, dx.device, (grad.device, weight.device), gpu_ok=True)
     _writable(dx, where, "dx")
     _same_dtype(dx, grad, where, "dx", "grad")
     _same_dtype(dx, weight, where, "dx", "weight")
@@ -530,6 +540,8 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
                          f"is {tuple(grad.shape)}")
     if _core.reads_tensor((grad, weight), dx):
         raise ValueError(f"{where}: dx shares memory with grad or weight")
+    if dx.device is not cpu:
+        return _gpu_conv().conv2d_grad_data(dx, grad, weight, py, px, stride, ohw, saver)
     if stride == 1 and py < kh and px < kw and min(ohw) > 0 and _direct(
             "conv_direct", dx, grad, weight, kh - 1 - py, kw - 1 - px, True,
             *_blas_saver(where, saver)):
@@ -542,6 +554,13 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
     for n in range(N):
         _blas().gemm_tn_image(cols, weight, grad, n, _core.get_num_threads(), level)
         assign(dx[n], image, saver)
+
+
+def _gpu_conv():
+    """mshadow/cuda/conv.py, once the device is known to be there (DeviceError if not)."""
+    from .cuda import conv, require_device
+    require_device("conv2d")
+    return conv
 
 
 def _out_hw(data, weight, pad, stride):

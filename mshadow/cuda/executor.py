@@ -286,10 +286,7 @@ def assign_product(dst, exp, sign_beta):
     check_devices(where, dst.device, (a.device, b.device), gpu_ok=True)
     require_device(where)
     nd = 3 if where == "batch_dot" else 2
-    code = CODE_BY_FLAG[dst.type_flag]
-    if code not in FLOAT_CODES or compute_code(code) != code:    # cuBLAS's S and D routines
-        kinds = " and ".join(BY_CODE[c].np.name for c in FLOAT_CODES if compute_code(c) == c)
-        raise DTypeError(f"{where}: cuBLAS multiplies {kinds}, got {dst.dtype}")
+    check_blas_dtype(where, dst)
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     if _overlaps(dst, (a, b)):
@@ -323,6 +320,15 @@ def assign_product(dst, exp, sign_beta):
                                    pc, dst.stride, dst.shape[1] * dst.stride, dst.shape[0])
     finally:
         _core.unpin_allocations(pinned)
+
+
+def check_blas_dtype(where, t):
+    """DTypeError unless ``t``'s dtype is one cuBLAS's S and D routines multiply."""
+    code = CODE_BY_FLAG[t.type_flag]
+    if code not in FLOAT_CODES or compute_code(code) != code:
+        kinds = " and ".join(sorted(BY_CODE[c].np.name for c in FLOAT_CODES
+                                    if compute_code(c) == c))   # a set: sorted, one message
+        raise DTypeError(f"{where}: cuBLAS multiplies {kinds}, got {t.dtype}")
 
 
 def _matrix(t):

@@ -306,20 +306,6 @@ def test_dot_of_an_expression_operand_on_the_gpu(saver):
         ms.dot(gpu_from(a), ms.from_numpy(b) * 2)
 
 
-def test_conv2d_refuses_gpu_tensors_and_mixed_devices():
-    """ms.nn.conv2d is CPU-only for now: a gpu tensor anywhere is a DeviceError naming the
-    argument, and nothing is stored."""
-    x = np.ones((2, 3, 6, 6), np.float32)
-    w, y = ms.new_tensor((4, 3, 3, 3), init=1), ms.new_tensor((2, 4, 6, 6), init=7)
-    with pytest.raises(ms.DeviceError, match="conv2d: data"):
-        ms.nn.conv2d(y, gpu_from(x), w, 1)
-    with pytest.raises(ms.DeviceError, match="conv2d: out"):
-        ms.nn.conv2d(gpu_from(y.numpy()), ms.from_numpy(x), w, 1)
-    with pytest.raises(ms.DeviceError, match="conv2d_grad_data: dx"):
-        ms.nn.conv2d_grad_data(gpu_from(x), y, w, 1)
-    assert (y.numpy() == 7).all()
-
-
 def test_a_product_into_one_of_its_operands_goes_through_a_temporary():
     a = np.random.RandomState(1).standard_normal((6, 6)).astype(np.float32)
     c, g = ms.from_numpy(a.copy()), gpu_from(a)
