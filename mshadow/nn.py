@@ -78,8 +78,9 @@ def _shape_eq(a, b, where, what_a, what_b, msg):
 
 
 def _int_values(t, where, what):
-    """An index/label tensor's values as float64 (truncated, C's int cast) or int64."""
-    v = t.numpy()
+    """An index/label tensor's values as float64 (truncated, C's int cast) or int64 (a gpu
+    tensor's copied to the host: a check reads them all)."""
+    v = t.numpy() if t.device is cpu else t.to_numpy()
     if v.dtype.kind == "f":
         finite = np.isfinite(v)
         if not finite.all():
@@ -142,13 +143,17 @@ def softmax(dst, energy):
 
 # ---- softmax gradients ------------------------------------------------------------------
 def _grad_args(where, dst, src, label, ignore_label):
-    d_t = _tensor(dst, where, "dst", (2, 3))
-    s_t = _tensor(src, where, "src", (2, 3))
+    d_t = _tensor(dst, where, "dst", (2, 3), gpu_ok=True)
+    s_t = _tensor(src, where, "src", (2, 3), gpu_ok=True)
     _shape_eq(d_t, s_t, where, "dst", "src", "shape mismatch")
     _same_dtype(d_t, s_t, where, "dst", "src")
     _floating(d_t, where, "dst")
     want = (d_t.shape[0],) if d_t.ndim == 2 else (d_t.shape[0], d_t.shape[2])
-    l_t = _tensor(label, where, "label", (d_t.ndim - 1,))
+    l_t = _tensor(label, where, "label", (d_t.ndim - 1,), gpu_ok=True)
+    check_devices(where, d_t.device, (s_t.device, l_t.device), gpu_ok=True)   # one device
+    if d_t.device is not cpu:
+        from .cuda import require_device
+        require_device(f"{where}: dst")
     if tuple(l_t.shape) != want:
         raise ShapeError(f"{where}: label shape {tuple(l_t.shape)} does not match dst "
                          f"{tuple(d_t.shape)} (expected {want})")
@@ -188,6 +193,9 @@ def softmax_grad(dst, src, label, ignore_label=None):
     """
     where = "SoftmaxGrad"
     d_t, s_t, k, keep = _grad_args(where, dst, src, label, ignore_label)
+    if d_t.device is not cpu:
+        from .cuda import executor
+        return executor.softmax_grad(d_t, s_t, np.where(keep, k, -1))
     d, s = d_t.numpy(), s_t.numpy()
     target, ignored = _positions(d, k, keep)
     np.copyto(d, s)
@@ -204,12 +212,16 @@ def smooth_softmax_grad(dst, src, label, alpha, ignore_label=None):
     where = "SmoothSoftmaxGrad"
     _real(alpha, where, "alpha")
     d_t, s_t, k, keep = _grad_args(where, dst, src, label, ignore_label)
-    d, s = d_t.numpy(), s_t.numpy()
-    cdt = _acc(d.dtype)
-    ncls = d.shape[1]
+    cdt = _acc(d_t.dtype)
+    ncls = d_t.shape[1]
     a32 = np.float32(alpha)
     # mshadow: const float smooth_grad = alpha / (C - 1); with one class it is never used
     share = a32 / np.float32(ncls - 1) if ncls > 1 else np.float32(0)
+    if d_t.device is not cpu:
+        from .cuda import executor
+        return executor.softmax_grad(d_t, s_t, np.where(keep, k, -1), a32.astype(cdt),
+                                     share.astype(cdt))
+    d, s = d_t.numpy(), s_t.numpy()
     target, ignored = _positions(d, k, keep)
     picked = s[target].astype(cdt)     # read before dst (which may be src) is written
     np.subtract(s, share.astype(cdt), out=d, casting="same_kind")

@@ -28,7 +28,7 @@ def test_every_launch_is_within_the_limits(limits):
         assert within(launch.elementwise(rows, cols, limits), limits), (rows, cols)
         assert within(launch.reduction(rows, cols, limits), limits), (rows, cols)
         assert within(launch.softmax(rows, limits), limits)
-        assert within(launch.random(rows * cols, limits), limits)
+        assert within(launch.flat(rows * cols, limits), limits)
         r = launch.reduction(rows, cols, limits)
         assert r.block[0] % 32 == 0 and r.block[0] <= REDUCE_BLOCK
     assert launch.softmax(5).block == (32, 1, 1)

@@ -111,30 +111,83 @@ def _run(kernel, geo, named, tensors, stream):
         _core.unpin_allocations(pinned)
 
 
-def softmax(dst, src):
-    """nn.softmax of gpu tensors: rows of float32 or float64 (1-D, 2-D), lower.emit_softmax's
-    kernel (the CPU kernel's bits) on dst's stream; dst may be src, and a dst overlapping
-    src elsewhere goes through a gpu temporary."""
-    where = "Softmax"
-    check_devices(where, dst.device, (src.device,), gpu_ok=True)
+def _float_rows(where, dst, ndims):
+    """DeviceError unless dst is a float32 / float64 tensor of ``ndims`` dimensions (the
+    kernels' forms)."""
     code = CODE_BY_FLAG[dst.type_flag]
-    if len(dst.shape) > 2 or code not in FLOAT_CODES or compute_code(code) != code:
-        raise DeviceError(f"{where}: on the GPU, rows of float32 or float64 (1-D or 2-D), got "
+    if len(dst.shape) not in ndims or code not in FLOAT_CODES or compute_code(code) != code:
+        want = " or ".join(f"{n}-D" for n in ndims)
+        raise DeviceError(f"{where}: on the GPU, float32 or float64 tensors ({want}), got "
                           f"a {len(dst.shape)}-D {dst.dtype} tensor; docs/gpu.md lists what "
                           f"runs on the GPU (ms.copy to the cpu for this)")
-    if _overlaps(dst, (src,)) and not (_span(dst) == _span(src) and dst.stride == src.stride):
-        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True,
-                               stream=dst.stream)
-        softmax(tmp, src)
-        _core.copy(dst, tmp, dst.stream)
+    return code
+
+
+def _elementwise_alias(dst, src):
+    """Whether dst overlaps src other than element for element (then a temporary first)."""
+    return _overlaps(dst, (src,)) and not (_span(dst) == _span(src) and
+                                           dst.stride == src.stride)
+
+
+def _via_temporary(fn, dst, src, *args):
+    tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True,
+                           stream=dst.stream)
+    fn(tmp, src, *args)
+    _core.copy(dst, tmp, dst.stream)
+
+
+def softmax(dst, src):
+    """nn.softmax of gpu tensors, float32 or float64: rows (1-D, 2-D) by lower.emit_softmax's
+    kernel (the CPU kernel's bits), axis 1 of a 3-D tensor by emit_softmax_axis1's, on dst's
+    stream; dst may be src, and a dst overlapping src elsewhere goes through a gpu
+    temporary."""
+    where = "Softmax"
+    check_devices(where, dst.device, (src.device,), gpu_ok=True)
+    code = _float_rows(where, dst, (1, 2, 3))
+    if _elementwise_alias(dst, src):
+        return _via_temporary(softmax, dst, src)
+    if 0 in dst.shape:
         return
+    limits = _facts(_driver())[0]
+    pitches = {"dst_pitch": dst.stride, "src_pitch": src.stride}
+    if len(dst.shape) == 3:
+        Y, C, N = dst.shape
+        k = _kernel(("softmax_axis1", code), lambda: lower.emit_softmax_axis1(code))
+        _run(k, launch.flat(Y * N, limits), dict(pitches, outer=Y, classes=C, cols=N),
+             {"dst": dst, "src": src}, dst.stream)
+        return
+    rows, cols = _rows_cols(dst.shape)
+    k = _kernel(("softmax", code), lambda: lower.emit_softmax(code))
+    _run(k, launch.softmax(rows, limits), dict(pitches, rows=rows, cols=cols),
+         {"dst": dst, "src": src}, dst.stream)
+
+
+def softmax_grad(dst, src, target, alpha=None, share=None):
+    """nn.softmax_grad (``alpha`` None) and smooth_softmax_grad of gpu tensors by
+    lower.emit_softmax_grad's kernel on dst's stream: ``target`` the host's int64 class of
+    each sample (-1: ignored), checked by nn.py and uploaded here; ``alpha`` and ``share`` as
+    nn.py rounds them. dst may be src; a dst overlapping src elsewhere goes through a gpu
+    temporary."""
+    where = "SmoothSoftmaxGrad" if alpha is not None else "SoftmaxGrad"
+    check_devices(where, dst.device, (src.device,), gpu_ok=True)
+    code = _float_rows(where, dst, (2, 3))
+    if _elementwise_alias(dst, src):
+        return _via_temporary(softmax_grad, dst, src, target, alpha, share)
     rows, cols = _rows_cols(dst.shape)
     if rows * cols == 0:
         return
-    k = _kernel(("softmax", code), lambda: lower.emit_softmax(code))
-    named = {"rows": rows, "cols": cols, "dst_pitch": dst.stride, "src_pitch": src.stride}
-    _run(k, launch.softmax(rows, _facts(_driver())[0]), named, {"dst": dst, "src": src},
-         dst.stream)
+    tgt = _core.new_tensor((target.size,), None, dtype=np.int64, device=gpu,
+                           stream=dst.stream)
+    _core.copy(tgt, _core.from_numpy(np.ascontiguousarray(target.reshape(-1), np.int64)),
+               dst.stream)
+    nd, smooth = len(dst.shape), alpha is not None
+    k = _kernel(("softmax_grad", code, nd, smooth),
+                lambda: lower.emit_softmax_grad(code, nd, smooth))
+    T = BY_CODE[code].np.type
+    named = {"rows": rows, "cols": cols, "classes": dst.shape[1], "dst_pitch": dst.stride,
+             "src_pitch": src.stride, "alpha": T(alpha or 0), "share": T(share or 0)}
+    _run(k, launch.flat(rows * cols, _facts(_driver())[0]), named,
+         {"dst": dst, "src": src, "tgt": tgt}, dst.stream)
 
 
 RANDOM_PER_COUNTER = {("uniform", "f32"): 4, ("uniform", "f64"): 2, ("gaussian", "f32"): 2,
@@ -154,7 +207,7 @@ def fill_random(dst, dist, a, b, seed, offset, stream):
         named = {"rows": rows, "cols": cols, "dst_pitch": dst.stride,
                  "seed_lo": seed & 0xFFFFFFFF, "seed_hi": seed >> 32, "offset": offset,
                  "a": T(a), "b": T(b)}
-        _run(k, launch.random(n, _facts(_driver())[0]), named, {"dst": dst}, stream)
+        _run(k, launch.flat(n, _facts(_driver())[0]), named, {"dst": dst}, stream)
     return -(-n // per)
 
 

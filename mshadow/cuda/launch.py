@@ -12,7 +12,7 @@ from collections import namedtuple
 from .lower import REDUCE_BLOCK
 
 __all__ = ["Limits", "Launch", "H100", "elementwise", "reduction", "reduce_geometry",
-           "softmax", "random"]
+           "softmax", "flat"]
 
 # The device attributes a launch reads (cuDeviceGetAttribute): the largest grid in x and y,
 # threads a block, and the multiprocessors whose count sets how many blocks keep it busy.
@@ -72,8 +72,9 @@ def softmax(rows, limits=H100):
                    1, 1), (32, 1, 1))
 
 
-def random(n, limits=H100):
-    """The launch of lower.emit_random over n elements (one thread an element)."""
+def flat(n, limits=H100):
+    """The launch of a kernel walking n elements with one 1-D grid-stride loop, a thread an
+    element (lower.emit_random, emit_softmax_grad, emit_softmax_axis1)."""
     block = min(ELEMENTWISE_BLOCK, limits.max_block)
     return Launch((_cap(min(-(-max(n, 1) // block), limits.sm_count * BLOCKS_PER_SM * 4),
                         limits.max_grid_x), 1, 1), (block, 1, 1))

@@ -56,7 +56,8 @@ from ..errors import UnsupportedNodeError, UntracedOperatorError
 from ..ops_table import OPS_BY_NAME
 from ..readers import READERS_BY_NAME, REDUCER_BY_NAME, REDUCER_TABLE
 
-__all__ = ["emit", "emit_reduce", "view_map", "emit_softmax", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
+__all__ = ["emit", "emit_reduce", "view_map", "emit_softmax", "emit_softmax_grad",
+           "emit_softmax_axis1", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
 
 KERNEL_PREFIX = "ms_ew_"
 VIEW_MAXDIM = 7   # leading axes a view maps (MS_VIEW_MAXDIM of include/mshadow/plan_exec.h)
@@ -858,6 +859,76 @@ def emit_softmax(code):
     params = [("rows", "long long"), ("cols", "long long"), ("dst", f"{T} *"),
               ("dst_pitch", "long long"), ("src", f"const {T} *"), ("src_pitch", "long long")]
     return _assemble(e, f"softmax rows -> dst<{code}>", params, body)
+
+
+def emit_softmax_grad(code, nd, smooth):
+    """The CUDA kernel of mshadow's SoftmaxGrad (``smooth`` False) or SmoothSoftmaxGrad over
+    a float32 / float64 tensor of ``nd`` (2 or 3) dimensions, a thread an element of dst's
+    rows x cols (a grid-stride loop): the element's class c and target index (2-D: row r is
+    the sample, c the column, target tgt[r]; 3-D (Y, C, N) as rows y*C + c, columns n, target
+    tgt[y*N + n]); tgt < 0 marks an ignored sample (0 stored). SoftmaxGrad stores src - 1 at
+    the target class and src elsewhere; the smooth form (src - 1) + alpha there and src -
+    share elsewhere (alpha and share rounded as nn.py does, passed in T): nn.py's operations
+    in its order, so the CPU's bits. ``dst`` may be ``src``. Parameters: rows, cols, classes,
+    dst, dst_pitch, src, src_pitch (elements), tgt (long long a sample), alpha, share."""
+    if code not in _FLOAT_COMPUTE or nd not in (2, 3):
+        raise ValueError(f"emit_softmax_grad: float32 or float64, 2-D or 3-D, got {code!r}, "
+                         f"{nd!r}")
+    T = _CTYPE[code]
+    e = _Emitter()
+    where = ("const long long c = x, t = tgt[y];" if nd == 2 else
+             "const long long c = y % classes, t = tgt[(y / classes) * cols + x];")
+    hit, miss = ("(s - 1) + alpha", "s - share") if smooth else ("s - 1", "s")
+    body = f"""  const long long n = rows * cols;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {{
+    const long long y = i / cols, x = i % cols;
+    {where}
+    const {T} s = src[y * src_pitch + x];
+    dst[y * dst_pitch + x] = t < 0 ? ({T})0 : c == t ? ({T})({hit}) : ({T})({miss});
+  }}
+"""
+    params = [("rows", "long long"), ("cols", "long long"), ("classes", "long long"),
+              ("dst", f"{T} *"), ("dst_pitch", "long long"), ("src", f"const {T} *"),
+              ("src_pitch", "long long"), ("tgt", "const long long *"), ("alpha", T),
+              ("share", T)]
+    what = "smooth_softmax_grad" if smooth else "softmax_grad"
+    return _assemble(e, f"{what} {nd}-D -> dst<{code}>", params, body)
+
+
+def emit_softmax_axis1(code):
+    """The CUDA kernel of mshadow's Softmax over axis 1 of a 3-D (Y, C, N) float32 / float64
+    tensor (dst[y][:][n]), a thread a (y, n) column (a grid-stride loop; threads of a block
+    read neighbouring n): the column's maximum, exp(e - max) stored and summed over c in
+    order, then each divided by the sum. vmath's exp; nn.py's 3-D path is numpy's, so the
+    two agree to rounding. ``dst`` may be ``src``. Parameters: outer (Y), classes (C), cols
+    (N), dst, dst_pitch, src, src_pitch (elements: row y*C + c, column n)."""
+    if code not in _FLOAT_COMPUTE:
+        raise ValueError(f"emit_softmax_axis1: float32 or float64, got {code!r}")
+    T = _CTYPE[code]
+    e = _Emitter()
+    e.vmath(code)
+    body = f"""  const long long n = outer * cols;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {{
+    const long long y = i / cols, x = i % cols;
+    const {T} *er = src + y * classes * src_pitch + x;
+    {T} *dr = dst + y * classes * dst_pitch + x;
+    {T} m = ({T})-INFINITY;
+    for (long long c = 0; c < classes; ++c) m = er[c * src_pitch] > m ? er[c * src_pitch] : m;
+    {T} s = 0;
+    for (long long c = 0; c < classes; ++c) {{
+      const {T} v = ms_s_exp_{code}(er[c * src_pitch] - m);
+      dr[c * dst_pitch] = v;
+      s += v;
+    }}
+    for (long long c = 0; c < classes; ++c) dr[c * dst_pitch] = dr[c * dst_pitch] / s;
+  }}
+"""
+    params = [("outer", "long long"), ("classes", "long long"), ("cols", "long long"),
+              ("dst", f"{T} *"), ("dst_pitch", "long long"), ("src", f"const {T} *"),
+              ("src_pitch", "long long")]
+    return _assemble(e, f"softmax axis 1 -> dst<{code}>", params, body)
 
 
 _PHILOX = """static __device__ __forceinline__ void ms_philox4x32_10(uint32_t c[4], uint32_t k0,

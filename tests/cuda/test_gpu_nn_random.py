@@ -160,3 +160,92 @@ def test_products_with_vectors_on_the_gpu(dtype):
     d = ms.new_tensor((1,), 5.0, dtype=dtype, device=ms.gpu)
     ms.vector_dot(d, gpu_from(u), gpu_from(v))
     np.testing.assert_allclose(d.to_numpy(), [u @ v], **tol)
+
+
+GRAD_CASES = [((6, 5), None), ((6, 5), 2.0), ((1, 1), None), ((4, 3, 7), None),
+              ((4, 3, 7), 1.0), ((2, 70, 3), None)]
+
+
+def _labels(rng, shape, ignore):
+    want = (shape[0],) if len(shape) == 2 else (shape[0], shape[2])
+    lab = rng.integers(0, shape[1], want).astype(np.float32) + 0.75   # truncated to the class
+    if ignore is not None:
+        lab.flat[::3] = ignore
+    return lab
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape,ignore", GRAD_CASES)
+@pytest.mark.parametrize("smooth", [False, True])
+def test_softmax_grads_give_the_cpu_bits(dtype, shape, ignore, smooth):
+    rng = np.random.default_rng(2)
+    s = rng.random(shape).astype(dtype)
+    lab = _labels(rng, shape, ignore)
+
+    def run(dst, src, label):
+        if smooth:
+            ms.nn.smooth_softmax_grad(dst, src, label, 0.1, ignore)
+        else:
+            ms.nn.softmax_grad(dst, src, label, ignore)
+
+    want = ms.new_tensor(shape, np.nan, dtype=dtype)
+    run(want, ms.from_numpy(s), ms.from_numpy(lab))
+    for pad in (True, False):
+        src, dst = gpu_from(s, pad), ms.new_tensor(shape, np.nan, dtype=dtype, device=ms.gpu,
+                                                   pad=pad)
+        run(dst, src, gpu_from(lab))
+        assert dst.to_numpy().tobytes() == want.numpy().tobytes(), pad
+        run(src, src, gpu_from(lab))       # in place
+        assert src.to_numpy().tobytes() == want.numpy().tobytes(), pad
+    # the oracle, by hand: src, the target class less 1 (smooth: plus alpha, others less
+    # alpha / (C - 1)), ignored samples 0
+    ref = s.astype(np.float64) - (0.1 / max(shape[1] - 1, 1) if smooth else 0)
+    moved = np.moveaxis(ref, 1, -1)                      # (..., C)
+    k = np.trunc(lab).astype(np.int64)
+    hit = np.take_along_axis(np.moveaxis(s.astype(np.float64), 1, -1), k[..., None], -1)
+    np.put_along_axis(moved, k[..., None], hit - 1 + (0.1 if smooth else 0), -1)
+    if ignore is not None:
+        moved[np.trunc(lab) == ignore] = 0     # mshadow compares the int-cast label
+    np.testing.assert_allclose(want.numpy(), ref, rtol=1e-6, atol=1e-6)
+
+
+def test_softmax_grad_into_an_overlapping_dst_and_errors():
+    s = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+    lab = np.array([0, 3, 1], np.float32)
+    want = ms.new_tensor((2, 4), 0)
+    ms.nn.softmax_grad(want, ms.from_numpy(s[1:]), ms.from_numpy(lab[1:]))
+    g = gpu_from(s, pad=False)
+    ms.nn.softmax_grad(g.slice(0, 2), g.slice(1, 3), gpu_from(lab[1:]))  # rows shifted by one
+    assert g.to_numpy()[:2].tobytes() == want.numpy().tobytes()
+    d = gpu_from(s)
+    with pytest.raises(ValueError, match="label 4 at \\(1,\\) out of range"):
+        ms.nn.softmax_grad(d, gpu_from(s), gpu_from(np.array([0, 4, 1], np.float32)))
+    with pytest.raises(ValueError, match="not finite"):
+        ms.nn.smooth_softmax_grad(d, gpu_from(s), gpu_from(np.array([0, np.nan, 1],
+                                                                     np.float32)), 0.1)
+    with pytest.raises(ms.DeviceError, match="different devices"):
+        ms.nn.softmax_grad(d, gpu_from(s), ms.from_numpy(lab))
+    with pytest.raises(ms.DeviceError, match="float32 or float64"):
+        ms.nn.softmax_grad(gpu_from(s.astype(np.float16)), gpu_from(s.astype(np.float16)),
+                           gpu_from(lab))
+    np.testing.assert_array_equal(d.to_numpy(), s)      # nothing stored
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(2, 5, 7), (3, 1, 4), (1, 40, 130)])
+def test_softmax_of_3d_over_axis_1(dtype, shape):
+    e = (np.random.default_rng(3).standard_normal(shape) * 4).astype(dtype)
+    e[0, 0, 0] = 30
+    ref = np.exp(e.astype(np.float64) - e.max(1, keepdims=True))
+    ref /= ref.sum(1, keepdims=True)
+    want = ms.new_tensor(shape, dtype=dtype)
+    ms.softmax(want, ms.from_numpy(e))
+    tol = dict(rtol=2e-6, atol=1e-7) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-15)
+    for pad in (True, False):
+        src, dst = gpu_from(e, pad), ms.new_tensor(shape, np.nan, dtype=dtype, device=ms.gpu,
+                                                    pad=pad)
+        ms.softmax(dst, src)
+        np.testing.assert_allclose(dst.to_numpy(), ref, **tol)
+        np.testing.assert_allclose(dst.to_numpy(), want.numpy(), **tol)   # the CPU's, to rounding
+        ms.softmax(src, src)
+        assert src.to_numpy().tobytes() == dst.to_numpy().tobytes()
