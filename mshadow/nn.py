@@ -231,9 +231,13 @@ def smooth_softmax_grad(dst, src, label, alpha, ignore_label=None):
 
 # ---- take gradients, index fill ---------------------------------------------------------
 def _scatter_args(where, dst, index, src):
-    d_t = _tensor(dst, where, "dst", (2,))
-    i_t = _tensor(index, where, "index", (1,))
-    s_t = _tensor(src, where, "src", (2,))
+    d_t = _tensor(dst, where, "dst", (2,), gpu_ok=True)
+    i_t = _tensor(index, where, "index", (1,), gpu_ok=True)
+    s_t = _tensor(src, where, "src", (2,), gpu_ok=True)
+    check_devices(where, d_t.device, (i_t.device, s_t.device), gpu_ok=True)   # one device
+    if d_t.device is not cpu:
+        from .cuda import require_device
+        require_device(f"{where}: dst")
     _same_dtype(d_t, s_t, where, "dst", "src")
     if d_t.shape[1] != s_t.shape[1]:
         raise ShapeError(f"{where}: dst {tuple(d_t.shape)} and src {tuple(s_t.shape)} must have "
@@ -260,6 +264,8 @@ def add_take_grad(dst, index, src):
         raise ShapeError(f"{where}: dst {tuple(d_t.shape)} has no rows to add into")
     _writable(d_t, where, "dst")
     idx = np.clip(_int_values(i_t, where, "index"), 0, max(d_t.shape[0] - 1, 0)).astype(np.intp)
+    if d_t.device is not cpu:
+        return _gpu_scatter(where, d_t, s_t, idx, np.arange(len(idx)), "add")
     d = d_t.numpy()
     np.add.at(d, idx, _source_copy(d, s_t.numpy()))
 
@@ -271,13 +277,16 @@ def add_take_grad_large_batch(dst, sorted, index, src):   # noqa: A002  mshadow'
     """
     where = "AddTakeGradLargeBatch"
     d_t, i_t, s_t = _scatter_args(where, dst, index, src)
-    o_t = _tensor(sorted, where, "sorted", (1,))
+    o_t = _tensor(sorted, where, "sorted", (1,), gpu_ok=True)
+    check_devices(where, d_t.device, (o_t.device,), gpu_ok=True)
     if o_t.shape[0] != i_t.shape[0]:
         raise ShapeError(f"{where}: sorted length {o_t.shape[0]} and index length "
                          f"{i_t.shape[0]} differ")
     _writable(d_t, where, "dst")
     rows = _in_range(_int_values(o_t, where, "sorted"), d_t.shape[0], where, "sorted")
     take = _in_range(_int_values(i_t, where, "index"), s_t.shape[0], where, "index")
+    if d_t.device is not cpu:
+        return _gpu_scatter(where, d_t, s_t, rows, take, "add")
     d = d_t.numpy()
     np.add.at(d, rows, s_t.numpy()[take])   # the gather copies, so aliasing is safe
 
@@ -292,10 +301,17 @@ def index_fill(dst, index, src):
                          f"{tuple(s_t.shape)}")
     _writable(d_t, where, "dst")
     idx = _in_range(_int_values(i_t, where, "index"), d_t.shape[0], where, "index")
+    if d_t.device is not cpu:
+        return _gpu_scatter(where, d_t, s_t, idx, np.arange(len(idx)), "set")
     # numpy leaves the order of repeated fancy-index stores unspecified: keep each last one
     uniq, first_rev = np.unique(idx[::-1], return_index=True)
     d = d_t.numpy()
     d[uniq] = s_t.numpy()[len(idx) - 1 - first_rev]
+
+
+def _gpu_scatter(where, d_t, s_t, dst_rows, src_rows, mode):
+    from .cuda import executor
+    executor.scatter_rows(where, d_t, s_t, dst_rows, src_rows, mode)
 
 
 # ---- sorting ----------------------------------------------------------------------------

@@ -144,9 +144,12 @@ def test_nvrtc_compiles_every_reduction():
     kernels = [emit_reduce(r.key, r.key.code, s) for _, r, s in _cases()]
     x16 = ms.new_tensor((3, 40), 1.0, dtype=np.float16)
     kernels.append(emit_reduce(ms.sum_rows(x16 * 2).key, "f16", "plusto"))
-    from mshadow.cuda.lower import emit_softmax, emit_softmax_axis1, emit_softmax_grad
+    from mshadow.cuda.lower import (emit_scatter_rows, emit_softmax, emit_softmax_axis1,
+                                    emit_softmax_grad)
+    from mshadow.dtypes import BY_CODE
+    kernels += [emit_scatter_rows(c, "set") for c in BY_CODE]
     for c in ("f32", "f64"):
-        kernels += [emit_softmax(c), emit_softmax_axis1(c)]
+        kernels += [emit_softmax(c), emit_softmax_axis1(c), emit_scatter_rows(c, "add")]
         kernels += [emit_softmax_grad(c, nd, sm) for nd in (2, 3) for sm in (False, True)]
     assert compile_all(kernels, archs=("sm_90",)) >= 40   # distinct structures
 
@@ -157,6 +160,9 @@ def test_what_it_refuses():
         emit_softmax_grad("f32", 1, False)
     with pytest.raises(ValueError, match="float32 or float64"):
         emit_softmax_axis1("f16")
+    from mshadow.cuda.lower import emit_scatter_rows
+    with pytest.raises(ValueError, match="mode 'add' of float32 / float64"):
+        emit_scatter_rows("f16", "add")
     x = ms.new_tensor((3, 4), 1.0)
     with pytest.raises(TypeError, match="ir.Reduce"):
         emit_reduce((x * 2).key, "f32", "saveto")

@@ -190,6 +190,39 @@ def softmax_grad(dst, src, target, alpha=None, share=None):
          {"dst": dst, "src": src, "tgt": tgt}, dst.stream)
 
 
+def scatter_rows(where, dst, src, dst_rows, src_rows, mode):
+    """nn's row scatters of gpu tensors by lower.emit_scatter_rows's kernel on dst's stream:
+    row dst_rows[i] of dst takes row src_rows[i] of src, in i's order ("add": added one after
+    another; "set": the last one stored). The index arrays are the host's, checked by nn.py;
+    they are grouped here by dst row (a stable sort) and uploaded. A src overlapping dst is
+    read from a gpu copy made first."""
+    check_devices(where, dst.device, (src.device,), gpu_ok=True)
+    code = CODE_BY_FLAG[dst.type_flag]
+    if mode == "add" and (code not in FLOAT_CODES or compute_code(code) != code):
+        raise DeviceError(f"{where}: on the GPU, float32 or float64 tensors, got "
+                          f"{dst.dtype}; docs/gpu.md lists what runs on the GPU (ms.copy to "
+                          f"the cpu for this)")
+    if len(dst_rows) == 0 or dst.shape[1] == 0:
+        return
+    if _overlaps(dst, (src,)):
+        tmp = _core.new_tensor(src.shape, None, dtype=src.dtype, device=gpu, pad=True,
+                               stream=dst.stream)
+        _core.copy(tmp, src, dst.stream)
+        src = tmp
+    order = np.argsort(dst_rows, kind="stable")
+    rows, starts = np.unique(dst_rows[order], return_index=True)
+    meta = np.concatenate([rows, starts, [len(order)], np.asarray(src_rows)[order]])
+    g = len(rows)
+    buf = _core.new_tensor((len(meta),), None, dtype=np.int64, device=gpu, stream=dst.stream)
+    _core.copy(buf, _core.from_numpy(meta.astype(np.int64)), dst.stream)
+    k = _kernel(("scatter_rows", code, mode), lambda: lower.emit_scatter_rows(code, mode))
+    named = {"groups": g, "cols": dst.shape[1], "dst_pitch": dst.stride,
+             "src_pitch": src.stride}
+    tensors = {"dst": dst, "src": src, "dst_rows": buf.slice(0, g),
+               "offsets": buf.slice(g, 2 * g + 1), "src_rows": buf.slice(2 * g + 1, len(meta))}
+    _run(k, launch.flat(g * dst.shape[1], _facts(_driver())[0]), named, tensors, dst.stream)
+
+
 RANDOM_PER_COUNTER = {("uniform", "f32"): 4, ("uniform", "f64"): 2, ("gaussian", "f32"): 2,
                       ("gaussian", "f64"): 1}     # lower.emit_random's elements a counter
 

@@ -57,7 +57,7 @@ from ..ops_table import OPS_BY_NAME
 from ..readers import READERS_BY_NAME, REDUCER_BY_NAME, REDUCER_TABLE
 
 __all__ = ["emit", "emit_reduce", "view_map", "emit_softmax", "emit_softmax_grad",
-           "emit_softmax_axis1", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
+           "emit_softmax_axis1", "emit_scatter_rows", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
 
 KERNEL_PREFIX = "ms_ew_"
 VIEW_MAXDIM = 7   # leading axes a view maps (MS_VIEW_MAXDIM of include/mshadow/plan_exec.h)
@@ -929,6 +929,42 @@ def emit_softmax_axis1(code):
               ("dst", f"{T} *"), ("dst_pitch", "long long"), ("src", f"const {T} *"),
               ("src_pitch", "long long")]
     return _assemble(e, f"softmax axis 1 -> dst<{code}>", params, body)
+
+
+def emit_scatter_rows(code, mode):
+    """The CUDA kernel of nn's row scatters, a thread a (group, column) (a grid-stride loop):
+    group u stores row dst_rows[u] of dst from the source rows src_rows[offsets[u] ..
+    offsets[u + 1]) in that order: ``mode`` "add" folds them into it one after another
+    (AddTakeGrad, AddTakeGradLargeBatch: numpy's add.at order, so the CPU's bits; float32,
+    float64), "set" copies the last (IndexFill: the last write wins; any dtype). The host
+    groups the rows (distinct dst rows: no two threads store one element). Parameters:
+    groups, cols, dst, dst_pitch, src, src_pitch (elements), dst_rows, offsets, src_rows
+    (long long)."""
+    if mode not in ("add", "set") or (mode == "add" and code not in _FLOAT_COMPUTE) or \
+            code not in _CTYPE:
+        raise ValueError(f"emit_scatter_rows: mode 'add' of float32 / float64 or 'set' of any "
+                         f"dtype, got {mode!r}, {code!r}")
+    T = _CTYPE[code]
+    e = _Emitter()
+    if mode == "add":
+        fold = f"""{T} acc = *d;
+    for (long long j = offsets[u]; j < offsets[u + 1]; ++j) acc = acc + src[src_rows[j] * src_pitch + x];
+    *d = acc;"""
+    else:
+        fold = "*d = src[src_rows[offsets[u + 1] - 1] * src_pitch + x];"
+    body = f"""  const long long n = groups * cols;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {{
+    const long long u = i / cols, x = i % cols;
+    {T} *d = dst + dst_rows[u] * dst_pitch + x;
+    {fold}
+  }}
+"""
+    params = [("groups", "long long"), ("cols", "long long"), ("dst", f"{T} *"),
+              ("dst_pitch", "long long"), ("src", f"const {T} *"), ("src_pitch", "long long"),
+              ("dst_rows", "const long long *"), ("offsets", "const long long *"),
+              ("src_rows", "const long long *")]
+    return _assemble(e, f"scatter rows {mode} -> dst<{code}>", params, body)
 
 
 _PHILOX = """static __device__ __forceinline__ void ms_philox4x32_10(uint32_t c[4], uint32_t k0,

@@ -249,3 +249,72 @@ def test_softmax_of_3d_over_axis_1(dtype, shape):
         np.testing.assert_allclose(dst.to_numpy(), want.numpy(), **tol)   # the CPU's, to rounding
         ms.softmax(src, src)
         assert src.to_numpy().tobytes() == dst.to_numpy().tobytes()
+
+
+def _scatter_case(rng, dtype, K=5, n=9, cols=70):
+    d = rng.standard_normal((K, cols)).astype(dtype)
+    s = rng.standard_normal((n, cols)).astype(dtype)
+    return d, s
+
+
+SCATTERS = {   # name: (cpu/gpu call, index arrays from rng)
+    "add_take_grad": lambda d, s, i, o: ms.nn.add_take_grad(d, i, s),
+    "add_take_grad_large_batch": lambda d, s, i, o: ms.nn.add_take_grad_large_batch(d, o, i, s),
+    "index_fill": lambda d, s, i, o: ms.nn.index_fill(d, i, s),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", sorted(SCATTERS))
+def test_row_scatters_give_the_cpu_bits(dtype, name):
+    rng = np.random.default_rng(4)
+    d, s = _scatter_case(rng, dtype)
+    # repeated rows (the order of their folds is the CPU's), an index past the end (clamped
+    # by add_take_grad), as float labels (truncated)
+    idx = np.array([3, 1, 3, 0, 3, 1, 4, 2, 3], np.float32) + 0.5
+    if name == "add_take_grad":
+        idx[2] = 40
+    srt = np.array([2, 2, 0, 4, 4, 4, 1, 2, 0], np.float32)
+    want = ms.from_numpy(d.copy())
+    SCATTERS[name](want, ms.from_numpy(s), ms.from_numpy(idx), ms.from_numpy(srt))
+    for pad in (True, False):
+        g = gpu_from(d, pad)
+        SCATTERS[name](g, gpu_from(s, pad), gpu_from(idx), gpu_from(srt))
+        assert g.to_numpy().tobytes() == want.numpy().tobytes(), pad
+    # the oracle, by hand
+    ref = d.astype(np.float64)
+    k = np.trunc(idx).astype(int)
+    for i in range(9):
+        if name == "add_take_grad":
+            ref[min(k[i], 4)] += s[i]
+        elif name == "add_take_grad_large_batch":
+            ref[int(srt[i])] += s[k[i]]
+        else:
+            ref[k[i]] = s[i]
+    np.testing.assert_allclose(want.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_row_scatters_of_a_source_over_the_destination_and_errors():
+    a = np.arange(40, dtype=np.float32).reshape(8, 5)
+    want = ms.from_numpy(a.copy())
+    ms.nn.add_take_grad(want.slice(0, 4), ms.from_numpy(np.array([1, 0, 1, 3], np.float32)),
+                        want.slice(2, 6))               # src rows over dst rows
+    g = gpu_from(a)
+    ms.nn.add_take_grad(g.slice(0, 4), gpu_from(np.array([1, 0, 1, 3], np.float32)),
+                        g.slice(2, 6))
+    assert g.to_numpy().tobytes() == want.numpy().tobytes()
+    i16 = gpu_from(a.astype(np.float16))                 # index_fill copies any dtype
+    ms.nn.index_fill(i16, gpu_from(np.array([2, 2], np.float32)), gpu_from(a[:2].astype(
+        np.float16)))
+    np.testing.assert_array_equal(i16.to_numpy()[2], a[1])
+    with pytest.raises(ms.DeviceError, match="float32 or float64"):
+        ms.nn.add_take_grad(i16, gpu_from(np.array([2], np.float32)),
+                            gpu_from(a[:1].astype(np.float16)))
+    with pytest.raises(IndexError, match="index 8 at \\(1,\\) out of range"):
+        ms.nn.index_fill(g, gpu_from(np.array([0, 8], np.float32)), gpu_from(a[:2]))
+    with pytest.raises(IndexError, match="sorted"):
+        ms.nn.add_take_grad_large_batch(g, gpu_from(np.array([0, -1], np.float32)),
+                                        gpu_from(np.array([0, 1], np.float32)), gpu_from(a[:2]))
+    with pytest.raises(ms.DeviceError, match="different devices"):
+        ms.nn.add_take_grad(g, ms.from_numpy(np.array([0.0], np.float32)), gpu_from(a[:1]))
+    assert g.to_numpy().tobytes() == want.numpy().tobytes()   # nothing stored
