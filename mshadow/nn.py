@@ -18,7 +18,8 @@ from .dot import _BLAS_CONSTANTS, _blas, open_panels
 from .dtypes import FLOAT_DTYPES
 from .errors import DTypeError, ShapeError
 from .extension.reduce import (check_dst, check_keep_lowest, check_reducer, check_saver,
-                               reduce_into, scale_value, source, source_devices)
+                               reduce_except_dim, reduce_into, scale_value, source,
+                               source_devices)
 from .engine import assign
 from .extension import crop, pack_col2patch, pad as _pad, unpack_patch2col
 from .extension.views import _source as _operand
@@ -375,8 +376,7 @@ def map_reduce_keep_lowest(dst, exp, saver="saveto", reducer=red.sum, scale=1):
                          f"{dst.shape[0]}, expression shape {tuple(shape)} keeps "
                          f"{shape[-1]}")
     check_keep_lowest(shape, where)
-    check_dst(dst, code, source_devices(src), where)
-    reduce_into(dst, src, "except_dim", reducer.name, len(shape) - 1, False, scale, saver)
+    _map_reduce(where, dst, exp, src, code, len(shape) - 1, saver, reducer, scale)
 
 
 def map_reduce_keep_high_dim(dst, exp, dimkeep, saver="saveto", reducer=red.sum, scale=1):
@@ -394,8 +394,17 @@ def map_reduce_keep_high_dim(dst, exp, dimkeep, saver="saveto", reducer=red.sum,
         raise ShapeError(f"MapReduceKeepHighDim::reduction dimension do not match: dst length "
                          f"{dst.shape[0]}, expression shape {tuple(shape)} axis {dimkeep} has "
                          f"{shape[dimkeep]}")
-    check_dst(dst, code, source_devices(src), where)
-    reduce_into(dst, src, "except_dim", reducer.name, int(dimkeep), False, scale, saver)
+    _map_reduce(where, dst, exp, src, code, int(dimkeep), saver, reducer, scale)
+
+
+def _map_reduce(where, dst, exp, src, code, axis, saver, reducer, scale):
+    """``dst <saver> scale * reduce_except_dim(exp, axis, reducer)``: on the CPU by
+    reduce_into, on the GPU as that ReduceExp statement (one kernel of the CUDA lowering)."""
+    check_dst(dst, code, source_devices(src), where, gpu_ok=True)
+    if dst.device is not cpu:
+        assign(dst, reduce_except_dim(exp, axis, reducer) * scale, saver)
+        return
+    reduce_into(dst, src, "except_dim", reducer.name, axis, False, scale, saver)
 
 
 # ---- convolution (cxxnet's layer, as one call) ---------------------------------------------

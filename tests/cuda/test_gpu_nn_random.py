@@ -318,3 +318,26 @@ def test_row_scatters_of_a_source_over_the_destination_and_errors():
     with pytest.raises(ms.DeviceError, match="different devices"):
         ms.nn.add_take_grad(g, ms.from_numpy(np.array([0.0], np.float32)), gpu_from(a[:1]))
     assert g.to_numpy().tobytes() == want.numpy().tobytes()   # nothing stored
+
+
+@pytest.mark.parametrize("reducer", ["sum", "maximum", "minimum"])
+@pytest.mark.parametrize("saver", ["saveto", "plusto", "minusto"])
+def test_map_reduce_keep_lowest_and_high_dim(reducer, saver):
+    x = np.random.default_rng(6).standard_normal((6, 40, 3)).astype(np.float64)
+    red = getattr(ms.red, reducer)
+    fold = {"sum": np.sum, "maximum": np.max, "minimum": np.min}[reducer]
+    src = ms.new_tensor(x.shape, 0, dtype=np.float64, device=ms.gpu)
+    ms.copy(src, ms.from_numpy(x))
+    for keep, call in ((2, lambda d, e: ms.nn.map_reduce_keep_lowest(d, e, saver, red, 0.5)),
+                       (1, lambda d, e: ms.nn.map_reduce_keep_high_dim(d, e, 1, saver, red,
+                                                                       0.5))):
+        axes = tuple(a for a in range(3) if a != keep)
+        d0 = np.arange(x.shape[keep], dtype=np.float64)
+        d = gpu_from(d0)
+        call(d, src * 2 - 1)
+        got = 0.5 * fold(x * 2 - 1, axis=axes)
+        want = {"saveto": got, "plusto": d0 + got, "minusto": d0 - got}[saver]
+        np.testing.assert_allclose(d.to_numpy(), want, rtol=1e-12, atol=1e-12)
+        with pytest.raises(ms.DeviceError, match="different devices"):
+            call(d, ms.from_numpy(x) * 2)
+        np.testing.assert_allclose(d.to_numpy(), want, rtol=1e-12, atol=1e-12)
