@@ -65,7 +65,13 @@ class Random:
         bits (C++'s unsigned as int: draws >= 2**31 read negative). A numpy array of uint32
         (C++'s ``unsigned``) or uint64 is filled in place too. ``dst`` need not have the
         Random's dtype, as in C++.
+
+        A gpu Random fills a gpu int32 / int64 tensor with raw words of its Philox stream
+        (its uniform float32 draws are these words >> 8), continuing that stream; it has no
+        scalar form (mshadow's ``Random<gpu>`` has none).
         """
+        if self.device is not cpu and dst is not None:
+            return self._gpu_fill(dst, "bits", 0, 0)
         self._cpu_only("get_rand_int")
         if dst is None:
             return int(self._bitgen.random_raw())
@@ -111,13 +117,17 @@ class Random:
         stream of the seed continued from the counters used before."""
         from ._core import Tensor
         from .cuda import executor
-        where = f"Random.sample_{dist}"
+        where = "Random.get_rand_int" if dist == "bits" else f"Random.sample_{dist}"
         if not isinstance(t, Tensor):
             raise TypeError(f"{where}: a gpu Random fills gpu tensors, got {type(t).__name__}")
         check_devices(where, self.device, (t.device,), gpu_ok=True)
-        if t.dtype != self.dtype:
+        if dist == "bits":
+            if t.dtype not in (np.int32, np.int64):
+                raise DTypeError(f"GetRandInt: the draws are 32-bit unsigned integers, so the "
+                                 f"tensor must hold int32 or int64, got {t.dtype}")
+        elif t.dtype != self.dtype:
             raise DTypeError(f"Random(dtype={self.dtype}) cannot fill a {t.dtype} tensor")
-        if self.dtype.kind != "f" or self.dtype.itemsize < 4:
+        elif self.dtype.kind != "f" or self.dtype.itemsize < 4:
             raise DeviceError(f"{where}: on the GPU, Random draws float32 and float64, not "
                               f"{self.dtype} (sample on the cpu and ms.copy)")
         if t.readonly:
@@ -128,8 +138,9 @@ class Random:
 
     def _cpu_only(self, where):
         if self.device is not cpu:
-            raise DeviceError(f"Random.{where}: a gpu Random samples uniform and gaussian "
-                              f"(sample on a cpu Random and ms.copy for the rest)")
+            raise DeviceError(f"Random.{where}: a gpu Random samples uniform and gaussian and "
+                              f"fills a tensor with raw draws (get_rand_int(dst)); sample on a "
+                              f"cpu Random and ms.copy for the rest")
 
     # ---- samplers -----------------------------------------------------------------
     def _fill(self, t, draw, real_only=False):

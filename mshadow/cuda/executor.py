@@ -223,8 +223,6 @@ def scatter_rows(where, dst, src, dst_rows, src_rows, mode):
     _run(k, launch.flat(g * dst.shape[1], _facts(_driver())[0]), named, tensors, dst.stream)
 
 
-RANDOM_PER_COUNTER = {("uniform", "f32"): 4, ("uniform", "f64"): 2, ("gaussian", "f32"): 2,
-                      ("gaussian", "f64"): 1}     # lower.emit_random's elements a counter
 
 
 def fill_random(dst, dist, a, b, seed, offset, stream):
@@ -233,7 +231,7 @@ def fill_random(dst, dist, a, b, seed, offset, stream):
     code = CODE_BY_FLAG[dst.type_flag]
     rows, cols = _rows_cols(dst.shape)
     n = rows * cols
-    per = RANDOM_PER_COUNTER[dist, code]
+    per = lower.RANDOM_PER_COUNTER[dist, code]
     if n:
         k = _kernel(("random", dist, code), lambda: lower.emit_random(dist, code))
         T = BY_CODE[code].np.type

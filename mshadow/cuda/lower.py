@@ -984,6 +984,12 @@ _PHILOX = """static __device__ __forceinline__ void ms_philox4x32_10(uint32_t c[
 }"""
 
 
+# elements per Philox block (4 words): a float32 uniform takes a word, a float64 one or a
+# float32 gaussian two, a float64 gaussian four; raw bits (GetRandInt) a word
+RANDOM_PER_COUNTER = {("uniform", "f32"): 4, ("uniform", "f64"): 2, ("gaussian", "f32"): 2,
+                      ("gaussian", "f64"): 1, ("bits", "i32"): 4, ("bits", "i64"): 4}
+
+
 def emit_random(dist, code):
     """The CUDA kernel filling a float32 / float64 tensor with mshadow's SampleUniform (``dist``
     "uniform": a + (b - a) * u, u in [0, 1), a value rounded up to b taken to the float
@@ -997,26 +1003,28 @@ def emit_random(dist, code):
     gaussian u1 from the first half of its words (as uniform, in (0, 1]: +1), u2 from the
     other, z = sqrt(-2 log u1) cos(2 pi u2). So any grid, thread count or launch order
     gives the same values, and a launcher
-    continues a stream by advancing ``offset`` past the counters used. Parameters: rows,
+    continues a stream by advancing ``offset`` past the counters used. "bits" (GetRandInt)
+    stores each element's word (per 4): int64 its value, int32 its bits. Parameters: rows,
     cols, dst, dst_pitch (elements), seed_lo, seed_hi, offset (long long), a, b."""
-    if dist not in ("uniform", "gaussian") or code not in _FLOAT_COMPUTE:
+    if (dist, code) not in RANDOM_PER_COUNTER:
         raise ValueError(f"emit_random: dist is 'uniform' or 'gaussian' and the dtype float32 "
-                         f"or float64, got {dist!r}, {code!r}")
+                         f"or float64, or 'bits' into int32 / int64, got {dist!r}, {code!r}")
     T = _CTYPE[code]
     e = _Emitter()
     e.need("PHILOX", _PHILOX)
-    # elements per Philox block (4 words): a float32 uniform takes a word, a float64 one
-    # or a float32 gaussian two, a float64 gaussian four
-    per = {("uniform", "f32"): 4, ("uniform", "f64"): 2, ("gaussian", "f32"): 2,
-           ("gaussian", "f64"): 1}[dist, code]
-    if code == "f32":
+    per = RANDOM_PER_COUNTER[dist, code]
+    if code in ("i32", "i64"):
+        unit = unit1 = ""
+    elif code == "f32":
         unit = "(float)(w[{j}] >> 8) * 0x1p-24f"
         unit1 = "(float)((w[{j}] >> 8) + 1) * 0x1p-24f"
     else:
         unit = "(double)((((uint64_t)w[{j}] << 32) | w[{j} + 1]) >> 11) * 0x1p-53"
         unit1 = "(double)(((((uint64_t)w[{j}] << 32) | w[{j} + 1]) >> 11) + 1) * 0x1p-53"
     words = 4 // per                                            # words an element takes
-    if dist == "uniform":
+    if dist == "bits":       # the word as C++'s unsigned: into int32 its bits, int64 its value
+        value = f"({T})w[j]"
+    elif dist == "uniform":
         # rounding can reach b: the interval stays half-open, as the CPU's sample_uniform
         after = "nextafterf" if code == "f32" else "nextafter"
         value = (f"ms_cu_below(a + (b - a) * ({unit.format(j='j')}), a, b)")

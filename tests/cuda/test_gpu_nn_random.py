@@ -8,7 +8,7 @@ import pytest
 import mshadow as ms
 
 from gpu_testing import gpu_device, gpu_from, store  # noqa: F401  (gpu_device: autouse)
-from test_cuda_emit_random import expected
+from test_cuda_emit_random import expected, words
 
 FLOATS = [np.float32, np.float64]
 
@@ -74,6 +74,25 @@ def test_uniform_is_the_philox_stream_of_the_seed_and_continues(dtype):
     assert r.get_seed() == 1234
 
 
+def test_get_rand_int_fills_raw_words_of_the_stream():
+    """GetRandInt(Tensor<gpu>): each element a word of the Philox stream (int64 its value,
+    int32 its bits), continued by the samplers after it; a float32 uniform draw is its
+    word >> 8."""
+    r = ms.Random(ms.gpu, 99)
+    a = ms.new_tensor((3, 70), device=ms.gpu, dtype=np.int64, pad=True)
+    assert r.get_rand_int(a) is a
+    w = words(210, 4, 99, 0)[:, 0].reshape(3, 70)
+    np.testing.assert_array_equal(a.to_numpy(), w.astype(np.int64))
+    b = ms.new_tensor((5,), device=ms.gpu, dtype=np.int32)
+    r.get_rand_int(b)                                   # from counter 210 / 4 on
+    np.testing.assert_array_equal(b.to_numpy(), words(5, 4, 99, 53)[:, 0].astype(
+        np.uint32).view(np.int32))
+    u = ms.new_tensor((4,), device=ms.gpu)
+    r.sample_uniform(u)                                 # counter 55: after the 5 draws
+    want = (words(4, 4, 99, 55)[:, 0] >> np.uint64(8)).astype(np.float32) * np.float32(2 ** -24)
+    assert u.to_numpy().tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_gaussian_has_its_mean_and_deviation(dtype):
     r = ms.Random(ms.gpu, 5, dtype)
@@ -104,6 +123,8 @@ def test_a_gpu_random_refuses_what_it_does_not_draw():
             call()
     with pytest.raises(ms.DTypeError):
         r.sample_uniform(ms.new_tensor((2, 3), device=ms.gpu, dtype=np.float64))
+    with pytest.raises(ms.DTypeError, match="int32 or int64, got float32"):
+        r.get_rand_int(t)
     with pytest.raises(ValueError, match="a <= b"):
         r.sample_uniform(t, 2, 1)
     np.testing.assert_array_equal(t.to_numpy(), 7.0)     # nothing stored
