@@ -1,6 +1,8 @@
 """mshadow's neural-network free functions: Softmax, SoftmaxGrad, AddTakeGrad, SortByKey, ...
 
-Each works in place on the destination's zero-copy numpy view; checks run before the first store.
+On cpu tensors each works in place on the destination's zero-copy numpy view; gpu tensors go,
+after the same checks, to mshadow/cuda (executor, conv, sort). Checks run before the first
+store.
 """
 # Design: these are tensor_cpu-inl.h's free functions (not expressions). They compute with
 # numpy ufuncs writing through ``out=`` into dst's view, so the only temporaries are the
@@ -317,13 +319,18 @@ def _gpu_scatter(where, d_t, s_t, dst_rows, src_rows, mode):
 
 # ---- sorting ----------------------------------------------------------------------------
 def _sort_args(where, keys, values, what=("keys", "values")):
-    k_t = _tensor(keys, where, what[0], (1,))
-    v_t = _tensor(values, where, what[1], (1,))
+    k_t = _tensor(keys, where, what[0], (1,), gpu_ok=True)
+    v_t = _tensor(values, where, what[1], (1,), gpu_ok=True)
+    check_devices(where, k_t.device, (v_t.device,), gpu_ok=True)   # one device
     if k_t.shape[0] != v_t.shape[0]:
         raise ShapeError(f"The sizes of key/value are not equal! keys_size: {k_t.shape[0]} "
                          f"values_size: {v_t.shape[0]}")
     _writable(k_t, where, what[0])
     _writable(v_t, where, what[1])
+    if k_t.device is not cpu:
+        from .cuda import require_device
+        require_device(f"{where}: {what[0]}")
+        return k_t, v_t
     return k_t.numpy(), v_t.numpy()
 
 
@@ -332,6 +339,9 @@ def sort_by_key(keys, values, is_ascend=True):
     permuted along. Equal keys keep their order in both directions; NaN keys go last
     ascending and first descending."""
     k, v = _sort_args("SortByKey", keys, values)
+    if isinstance(k, Tensor):           # gpu tensors: the device's radix sort
+        from .cuda import sort
+        return sort.sort_by_key(k, v, bool(is_ascend))
     if is_ascend:
         idx = np.argsort(k, kind="stable")
     else:
@@ -348,6 +358,9 @@ def vectorized_sort(values, segments):
     As mshadow's two stable SortByKey calls, ``segments`` ends up sorted too (unchanged when
     it already was ascending, the documented use)."""
     v, s = _sort_args("VectorizedSort", values, segments, ("values", "segments"))
+    if isinstance(v, Tensor):
+        from .cuda import sort
+        return sort.vectorized_sort(v, s)
     idx = np.lexsort((v, s))   # by segment, then value; stable like the two sorts
     sv, ss = v[idx], s[idx]
     v[...] = sv

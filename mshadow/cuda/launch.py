@@ -12,7 +12,7 @@ from collections import namedtuple
 from .lower import REDUCE_BLOCK
 
 __all__ = ["Limits", "Launch", "H100", "elementwise", "reduction", "reduce_geometry",
-           "softmax", "flat"]
+           "softmax", "flat", "tiles"]
 
 # The device attributes a launch reads (cuDeviceGetAttribute): the largest grid in x and y,
 # threads a block, and the multiprocessors whose count sets how many blocks keep it busy.
@@ -78,3 +78,10 @@ def flat(n, limits=H100):
     block = min(ELEMENTWISE_BLOCK, limits.max_block)
     return Launch((_cap(min(-(-max(n, 1) // block), limits.sm_count * BLOCKS_PER_SM * 4),
                         limits.max_grid_x), 1, 1), (block, 1, 1))
+
+
+def tiles(n, block, limits=H100):
+    """The launch of a kernel taking a tile of ``block`` elements a block (a grid-stride loop
+    over the n tiles: lower.emit_sort_count, emit_sort_scatter)."""
+    return Launch((_cap(min(n, limits.sm_count * BLOCKS_PER_SM * 4), limits.max_grid_x), 1, 1),
+                  (min(block, limits.max_block), 1, 1))

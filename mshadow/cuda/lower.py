@@ -57,7 +57,8 @@ from ..ops_table import OPS_BY_NAME
 from ..readers import READERS_BY_NAME, REDUCER_BY_NAME, REDUCER_TABLE
 
 __all__ = ["emit", "emit_reduce", "view_map", "emit_softmax", "emit_softmax_grad",
-           "emit_softmax_axis1", "emit_scatter_rows", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
+           "emit_softmax_axis1", "emit_scatter_rows", "emit_sort_keys",
+           "emit_sort_count", "emit_sort_scan", "emit_sort_scatter", "emit_gather_1d", "emit_random", "REDUCE_BLOCK", "SOFTMAX_LANES", "Binding", "Bound", "Emitted", "KERNEL_PREFIX", "VIEW_MAXDIM"]
 
 KERNEL_PREFIX = "ms_ew_"
 VIEW_MAXDIM = 7   # leading axes a view maps (MS_VIEW_MAXDIM of include/mshadow/plan_exec.h)
@@ -984,6 +985,160 @@ _PHILOX = """static __device__ __forceinline__ void ms_philox4x32_10(uint32_t c[
 }"""
 
 
+SORT_TILE = 256     # elements a block of the radix sort ranks at once (its threads)
+SORT_DIGIT = 8      # bits a pass of the radix sort takes
+# a key's bits as an unsigned integer whose order is the key's (stable sorts of nn.py):
+# floats with every NaN last and -0 as +0 (they compare equal), signed ints with the sign
+# bit flipped; ``{k}`` is the key's value, the result is its key bits in 64
+_SORT_ORDER = {
+    "f32": "ms_order32(__float_as_uint({k}))",
+    "f64": "ms_order64((unsigned long long)__double_as_longlong({k}))",
+    "f16": "ms_order16({k})",
+    "u8": "(unsigned long long){k}",
+    "i8": "(unsigned long long)(uint8_t)((uint8_t){k} ^ 0x80u)",
+    "i32": "(unsigned long long)((uint32_t){k} ^ 0x80000000u)",
+    "i64": "((unsigned long long){k} ^ 0x8000000000000000ull)",
+}
+_SORT_ORDER_FUNCS = """static __device__ __forceinline__ unsigned long long ms_order32(uint32_t b) {
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return 0xFFFFFFFFull;      /* NaN: last */
+  if (b == 0x80000000u) b = 0;                                       /* -0 as +0 */
+  return (b & 0x80000000u) ? (unsigned long long)(~b) : (unsigned long long)(b | 0x80000000u);
+}
+static __device__ __forceinline__ unsigned long long ms_order64(unsigned long long b) {
+  if ((b & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull) return ~0ull;
+  if (b == 0x8000000000000000ull) b = 0;
+  return (b & 0x8000000000000000ull) ? ~b : (b | 0x8000000000000000ull);
+}
+static __device__ __forceinline__ unsigned long long ms_order16(uint16_t b) {
+  if ((b & 0x7FFFu) > 0x7C00u) return 0xFFFFull;
+  if (b == 0x8000u) b = 0;
+  return (b & 0x8000u) ? (unsigned long long)(uint16_t)~b : (unsigned long long)(b | 0x8000u);
+}"""
+
+
+def sort_passes(code):
+    """The radix passes of a key of dtype ``code`` (its bits / SORT_DIGIT)."""
+    return BY_CODE[code].np.itemsize * 8 // SORT_DIGIT
+
+
+def emit_sort_keys(code, descending):
+    """The first kernel of the GPU's stable radix sort (nn.sort_by_key, vectorized_sort):
+    ukeys[i] = the order bits of keys[perm[i]] (_SORT_ORDER; complemented within the key's
+    bits when ``descending``: equal keys keep their order, NaN comes first), and with
+    ``first`` perm[i] = i (read as i). Parameters: n, first, keys (1-D), ukeys, perm."""
+    if code not in _SORT_ORDER:
+        raise ValueError(f"emit_sort_keys: no order for dtype {code!r}")
+    T, bits = _CTYPE[code], sort_passes(code) * SORT_DIGIT
+    e = _Emitter()
+    e.need("SORT_ORDER", _SORT_ORDER_FUNCS)
+    mask = "~0ull" if bits == 64 else f"((1ull << {bits}) - 1)"
+    flip = f" ^ {mask}" if descending else ""
+    body = f"""  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {{
+    const long long p = first ? i : perm[i];
+    if (first) perm[i] = i;
+    const {T} k = keys[p];
+    ukeys[i] = ({_SORT_ORDER[code].format(k="k")}){flip};
+  }}
+"""
+    params = [("n", "long long"), ("first", "long long"), ("keys", f"const {T} *"),
+              ("ukeys", "unsigned long long *"), ("perm", "long long *")]
+    return _assemble(e, f"sort keys<{code}>{' descending' if descending else ''}", params, body)
+
+
+def emit_sort_count():
+    """A radix pass's digit counts: tile t of SORT_TILE elements (a block, a grid-stride loop
+    over tiles) stores counts[d * tiles + t], the tile's elements whose digit (ukeys >>
+    shift) & 255 is d, each thread counting one digit over the tile in shared memory (no
+    atomics). Parameters: n, tiles, shift, ukeys, counts. Launch SORT_TILE threads."""
+    R = 1 << SORT_DIGIT
+    body = f"""  __shared__ int dig[{SORT_TILE}];
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {{
+    const long long i = t * {SORT_TILE} + threadIdx.x;
+    dig[threadIdx.x] = i < n ? (int)((ukeys[i] >> shift) & {R - 1}) : -1;
+    __syncthreads();
+    for (int d = threadIdx.x; d < {R}; d += blockDim.x) {{
+      long long c = 0;
+      for (int j = 0; j < {SORT_TILE}; ++j) c += dig[j] == d;
+      counts[d * tiles + t] = c;
+    }}
+    __syncthreads();
+  }}
+"""
+    params = [("n", "long long"), ("tiles", "long long"), ("shift", "long long"),
+              ("ukeys", "const unsigned long long *"), ("counts", "long long *")]
+    return _assemble(_Emitter(), "sort count", params, body)
+
+
+def emit_sort_scan():
+    """The exclusive prefix sum of the m counts in place, by one block (its threads each sum
+    a run, thread 0 scans the runs' sums in order, each thread then writes its run).
+    Parameters: m, counts. Launch one block of SORT_SCAN_BLOCK threads."""
+    B = SORT_SCAN_BLOCK
+    body = f"""  __shared__ long long part[{B}];
+  const long long per = (m + {B} - 1) / {B};
+  const long long lo = threadIdx.x * per, hi = lo + per < m ? lo + per : m;
+  long long s = 0;
+  for (long long i = lo; i < hi; ++i) s += counts[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {{
+    long long run = 0;
+    for (int b = 0; b < {B}; ++b) {{ const long long v = part[b]; part[b] = run; run += v; }}
+  }}
+  __syncthreads();
+  s = part[threadIdx.x];
+  for (long long i = lo; i < hi; ++i) {{ const long long v = counts[i]; counts[i] = s; s += v; }}
+"""
+    params = [("m", "long long"), ("counts", "long long *")]
+    return _assemble(_Emitter(), "sort scan", params, body)
+
+
+SORT_SCAN_BLOCK = 1024
+
+
+def emit_sort_scatter():
+    """A radix pass's stable move: element i of tile t goes to offsets[d * tiles + t] (the
+    scanned counts) plus the tile's elements before it with its digit d, its key and its
+    perm entry with it. Parameters: n, tiles, shift, ukeys, perm, ukeys_out, perm_out,
+    offsets. Launch SORT_TILE threads."""
+    R = 1 << SORT_DIGIT
+    body = f"""  __shared__ int dig[{SORT_TILE}];
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {{
+    const long long i = t * {SORT_TILE} + threadIdx.x;
+    const int d = i < n ? (int)((ukeys[i] >> shift) & {R - 1}) : -1;
+    dig[threadIdx.x] = d;
+    __syncthreads();
+    if (i < n) {{
+      long long r = 0;
+      for (int j = 0; j < (int)threadIdx.x; ++j) r += dig[j] == d;
+      const long long at = offsets[d * tiles + t] + r;
+      ukeys_out[at] = ukeys[i];
+      perm_out[at] = perm[i];
+    }}
+    __syncthreads();
+  }}
+"""
+    params = [("n", "long long"), ("tiles", "long long"), ("shift", "long long"),
+              ("ukeys", "const unsigned long long *"), ("perm", "const long long *"),
+              ("ukeys_out", "unsigned long long *"), ("perm_out", "long long *"),
+              ("offsets", "const long long *")]
+    return _assemble(_Emitter(), "sort scatter", params, body)
+
+
+def emit_gather_1d(code):
+    """dst[i] = src[perm[i]] over n elements of 1-D tensors (a sort's last step; src a copy
+    of the tensor dst is). Parameters: n, perm, src, dst."""
+    T = _CTYPE[code]
+    body = f"""  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    dst[i] = src[perm[i]];
+"""
+    params = [("n", "long long"), ("perm", "const long long *"), ("src", f"const {T} *"),
+              ("dst", f"{T} *")]
+    return _assemble(_Emitter(), f"gather 1-D <{code}>", params, body)
+
+
 # elements per Philox block (4 words): a float32 uniform takes a word, a float64 one or a
 # float32 gaussian two, a float64 gaussian four; raw bits (GetRandInt) a word
 RANDOM_PER_COUNTER = {("uniform", "f32"): 4, ("uniform", "f64"): 2, ("gaussian", "f32"): 2,
@@ -1013,7 +1168,7 @@ def emit_random(dist, code):
     e = _Emitter()
     e.need("PHILOX", _PHILOX)
     per = RANDOM_PER_COUNTER[dist, code]
-    if code in ("i32", "i64"):
+    if dist == "bits":
         unit = unit1 = ""
     elif code == "f32":
         unit = "(float)(w[{j}] >> 8) * 0x1p-24f"

@@ -599,7 +599,6 @@ NOT_YET = {   # docs/gpu.md's "not yet" column: name: statement(dst 3x70, x 3x70
     "softmax_of_float16": lambda d, x, v: ms.softmax(
         ms.new_tensor((3, 70), 0, dtype=np.float16, device=d.device),
         ms.new_tensor((3, 70), 1, dtype=np.float16, device=x.device)),
-    "sort_by_key": lambda d, x, v: ms.nn.sort_by_key(v, v),
     "random_gamma_on_gpu": lambda d, x, v: ms.Random(ms.gpu, 0).sample_gamma(d),
     "random_into_a_gpu_tensor": lambda d, x, v: ms.Random(ms.cpu, 0).sample_uniform(d),
     "take_with_an_index_expression": lambda d, x, v: store(
