@@ -249,7 +249,7 @@ def assign(dst, node, leaves, scalars, saver):
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     code = CODE_BY_FLAG[dst.type_flag]
-    if _views_an_expression(node):
+    if _needs_stages(node):
         node, leaves, scalars = _stage_views(node, tuple(leaves), tuple(scalars), dst)
     p = plan(node, code, saver)
     if _reads_dst_elsewhere(p, dst, leaves):
@@ -257,20 +257,34 @@ def assign(dst, node, leaves, scalars, saver):
     _launch(p, dst, leaves, scalars)
 
 
-def _views_an_expression(node):
+def _index_position(node):
+    """The source position of a Gather's index (its reader's "index" source), else None."""
+    srcs = READERS_BY_NAME[node.reader].sources
+    return srcs.index("index") if "index" in srcs else None
+
+
+def _needs_stages(node):
     """Whether ``node`` holds a View of an expression (which the emitter reads in place only
-    over a tensor: _stage_views gives it one)."""
-    if type(node) is ir.View and node.src is not None:
+    over a tensor) or a Gather whose index is an expression (which the host range-checks
+    only as a tensor): _stage_views gives each a tensor."""
+    t = type(node)
+    if t is ir.View and node.src is not None:
         return True
-    return any(_views_an_expression(c) for c in node.children)
+    if t is ir.Gather:
+        at = _index_position(node)
+        if at is not None and type(node.srcs[at]) is not ir.Leaf:
+            return True
+    return any(_needs_stages(c) for c in node.children)
 
 
 def _stage_views(node, leaves, scalars, dst):
-    """The stages of ``node``'s views of expressions: each such View's source is evaluated
-    into a gpu temporary laid out as the view's handle (densely), on dst's stream, before
-    the kernel that reads it, and the View becomes one read in place over that temporary.
-    Returns the (node, leaves, scalars) of what is left; the sources' own views of
-    expressions are staged first, by assign."""
+    """The stages of ``node``'s views of expressions and gather indices that are
+    expressions, on dst's stream, before the kernel that reads them: a View's source is
+    evaluated into a gpu temporary laid out as the view's handle (densely), and the View
+    becomes one read in place over it; an index into a gpu tensor of its shape and dtype,
+    which becomes a tensor Leaf (range-checked on the host as any index tensor). Returns
+    the (node, leaves, scalars) of what is left; the stages' own stages run first, by
+    assign."""
     st = _Stager(leaves, scalars, dst)
     staged = st.walk(node)
     return staged, tuple(st.out_leaves), tuple(st.out_scalars)
@@ -299,13 +313,31 @@ class _Stager:
             return n
         if t is ir.View and n.src is not None:
             return self.stage(n)
+        index = None
         if t is ir.View or t is ir.Gather:        # their own leaf, then their sources'
-            self.out_leaves.append(self.leaves[self.li])
+            args = self.leaves[self.li]
+            self.out_leaves.append(args)
             self.li += 1
+            if t is ir.Gather:
+                index = _index_position(n)
         kids = n.children
         if not kids:
             return n
-        return type(n)(*n[1:len(n) - len(kids)], *map(self.walk, kids))
+        kids = [self.stage_index(c, args.src_shapes[j])
+                if j == index and type(c) is not ir.Leaf else self.walk(c)
+                for j, c in enumerate(kids)]
+        return type(n)(*n[1:len(n) - len(kids)], *kids)
+
+    def stage_index(self, n, shape):
+        """A gather's index expression into a gpu tensor of ``shape``: a Leaf over it."""
+        li, si = self.li, self.si
+        nl, ns = len(ir.leaves(n)), ir.scalar_count(n)
+        self.li, self.si = li + nl, si + ns
+        tmp = _core.new_tensor(shape, None, dtype=BY_CODE[n.code].np, device=gpu, pad=False,
+                               stream=self.dst.stream)
+        assign(tmp, n, self.leaves[li:li + nl], self.scalars[si:si + ns], "saveto")
+        self.out_leaves.append(tmp)
+        return ir.LEAF[n.code]
 
     def stage(self, n):
         """A View of an expression: its source into a temporary, a View over that."""
@@ -511,7 +543,8 @@ def _bind(drv, p, dst, leaves, scalars, extra=None):
                 named[f"L{i}_vec{j}"] = int(len(shape) == 1)
             if obj.index is not None:
                 start, plain = p.sources[i][obj.index[0]]
-                _check_index(obj, leaves[start] if plain else None)
+                assert plain, "an index expression or view is staged first (_stage_views)"
+                _check_index(obj, leaves[start])
     for i, (v, (store, comp)) in enumerate(zip(scalars, p.binding.scalars)):
         named[f"s{i}"] = np.asarray(v).astype(BY_CODE[store].np).astype(BY_CODE[comp].np)
     if p.binding.checks:
@@ -550,9 +583,6 @@ def _gather_sources(node):
 def _check_index(args, index):
     """The index source of a gather (a gpu tensor), copied to the host and range-checked
     (GatherArgs.check_index, the CPU's check)."""
-    if index is None:
-        raise DeviceError(f"{args.name}: an index that is an expression is not evaluated on the "
-                          f"GPU yet; assign it to a gpu tensor first")
     args.check_index(index.to_numpy())
 
 

@@ -601,8 +601,6 @@ NOT_YET = {   # docs/gpu.md's "not yet" column: name: statement(dst 3x70, x 3x70
         ms.new_tensor((3, 70), 1, dtype=np.float16, device=x.device)),
     "random_gamma_on_gpu": lambda d, x, v: ms.Random(ms.gpu, 0).sample_gamma(d),
     "random_into_a_gpu_tensor": lambda d, x, v: ms.Random(ms.cpu, 0).sample_uniform(d),
-    "take_with_an_index_expression": lambda d, x, v: store(
-        d.slice(0, 1), ms.take(ms.tcast(np.float32, v[0:1] * 0), x), "="),
 }
 
 
@@ -655,3 +653,40 @@ def test_views_of_expressions_give_the_cpu_bits(name):
     VIEWS_OF_EXPRESSIONS[name](dc, cpu_from(a))
     VIEWS_OF_EXPRESSIONS[name](dg, gpu_from(a))
     assert_same_bits(host(dg), host(dc), name)
+
+
+# name: (dst shape, statement(dst, x 3x70, v 3 holding 2, 0, 1)): gathers whose index is an
+# expression or a view, staged into a gpu index tensor first (executor._stage_views), then
+# range-checked on the host as any index
+INDEX_EXPRESSIONS = {
+    "take": ((3, 70), lambda d, x, v: store(d, ms.take(ms.tcast(np.float32, v * 1 + 0), x),
+                                            "+=")),
+    "take_of_a_view_index": ((3, 70), lambda d, x, v: store(
+        d, ms.take(ms.flip(v, 0), x) * 2, "=")),
+    "one_hot_encode": ((3, 70), lambda d, x, v: store(
+        d, ms.one_hot_encode(v * 2 + 5, 70) * 3, "-=")),
+    "choose_row": ((3,), lambda d, x, v: store(
+        d, ms.mat_choose_row_element(x, v * 3 + 1) + 1, "=")),
+    "nested": ((3, 70), lambda d, x, v: store(
+        d, ms.take(ms.mat_choose_row_element(x * 0 + 1, v), x) - x, "=")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEX_EXPRESSIONS))
+def test_gathers_of_index_expressions_give_the_cpu_bits(name):
+    shape, run = INDEX_EXPRESSIONS[name]
+    a = values(np.random.default_rng(11), (3, 70), np.float32)
+    v = np.array([2, 0, 1], np.float32)
+    start = values(np.random.default_rng(12), shape, np.float32)
+    dc, dg = cpu_from(start), gpu_from(start)
+    run(dc, cpu_from(a), cpu_from(v))
+    run(dg, gpu_from(a), gpu_from(v))
+    assert_same_bits(host(dg), host(dc), name)
+
+
+def test_an_index_expression_out_of_range_stores_nothing():
+    x, v = gpu_from(np.ones((3, 70), np.float32)), gpu_from(np.array([2, 0, 1], np.float32))
+    d = gpu_from(np.full((3, 70), 5, np.float32))
+    with pytest.raises(IndexError):
+        d[:] = ms.take(v * 2, x)        # 4 is past the 3 rows
+    np.testing.assert_array_equal(host(d), 5)
