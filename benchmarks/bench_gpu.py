@@ -17,6 +17,14 @@ others synchronize after each call too):
        launch): the emitted kernel over (1, n) and over (n / 1024, 1024), and hand-written
        grid-stride kernels with 64-bit and 32-bit indices, to tell the kernel's cost from
        the statement's
+    ops    the issue's other goals, each checked against numpy first: ms.sum(x*x) at 2**27
+       (cupy.sum, torch.sum), softmax (4096, 1000) (torch.softmax), sgemm / dgemm 4096
+       (cupy.matmul, torch.matmul), conv2d 64->64 3x3 pad 1 on (32, 64, 56, 56) and its two
+       gradients (torch's cuDNN), sort_by_key of 2**24 float32 keys (torch.sort stable,
+       cupy.argsort)
+
+    python benchmarks/bench_gpu.py --smoke   # the ops at toy sizes, one round: a check that
+                                             # every case runs (the emulated device too)
 """
 import argparse
 import statistics
@@ -165,12 +173,180 @@ def kernel_variants(n, number, rounds):
     return {k: statistics.median(v) for k, v in res.items()}
 
 
+def _others():
+    """(cupy or None, torch or None, a sync for both)."""
+    try:
+        import cupy as cp
+    except ImportError:
+        cp = None
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            torch = None
+    except ImportError:
+        torch = None
+
+    def sync():
+        if cp is not None:
+            cp.cuda.Device().synchronize()
+        if torch is not None:
+            torch.cuda.synchronize()
+    return cp, torch, sync
+
+
+def _gpu(a):
+    t = ms.new_tensor(a.shape, None, dtype=a.dtype, device=ms.gpu)
+    ms.copy(t, ms.from_numpy(np.ascontiguousarray(a)))
+    return t
+
+
+def sum_case(n):
+    x0 = np.random.default_rng(1).uniform(-1, 1, n).astype(np.float32)
+    x = _gpu(x0)
+    cp, torch, sync = _others()
+    alts = {"mshadow": lambda: ms.sum(x * x)}
+    np.testing.assert_allclose(alts["mshadow"](), np.dot(x0.astype(np.float64), x0),
+                               rtol=1e-4)
+    if cp is not None:
+        c = cp.asarray(x0)
+        alts["cupy"] = lambda: cp.sum(c * c)
+    if torch is not None:
+        t = torch.from_numpy(x0).cuda()
+        alts["torch"] = lambda: torch.sum(t * t)
+    return alts, sync
+
+
+def softmax_case(rows, cols):
+    e0 = np.random.default_rng(2).standard_normal((rows, cols)).astype(np.float32)
+    e, d = _gpu(e0), ms.new_tensor((rows, cols), None, device=ms.gpu)
+    cp, torch, sync = _others()
+    alts = {"mshadow": lambda: ms.softmax(d, e)}
+    alts["mshadow"]()
+    want = np.exp(e0 - e0.max(1, keepdims=True))
+    np.testing.assert_allclose(d.to_numpy(), want / want.sum(1, keepdims=True), rtol=1e-5,
+                               atol=1e-7)
+    if torch is not None:
+        t = torch.from_numpy(e0).cuda()
+        alts["torch"] = lambda: torch.softmax(t, 1)
+    return alts, sync
+
+
+def gemm_case(n, dtype):
+    rng = np.random.default_rng(3)
+    a0, b0 = (rng.standard_normal((n, n)).astype(dtype) for _ in range(2))
+    a, b, c = _gpu(a0), _gpu(b0), ms.new_tensor((n, n), None, dtype=dtype, device=ms.gpu)
+    cp, torch, sync = _others()
+
+    def run():
+        c[:] = ms.dot(a, b)
+    alts = {"mshadow": run}
+    run()
+    np.testing.assert_allclose(c.to_numpy(), a0.astype(np.float64) @ b0,
+                               rtol=1e-3, atol=1e-3 * n ** 0.5)
+    if cp is not None:
+        ca, cb = cp.asarray(a0), cp.asarray(b0)
+        alts["cupy"] = lambda: cp.matmul(ca, cb)
+    if torch is not None:
+        ta, tb = torch.from_numpy(a0).cuda(), torch.from_numpy(b0).cuda()
+        alts["torch"] = lambda: torch.matmul(ta, tb)
+    return alts, sync
+
+
+def conv_case(N, C, H, K, which):
+    rng = np.random.default_rng(4)
+    x0 = rng.standard_normal((N, C, H, H)).astype(np.float32)
+    w0 = (rng.standard_normal((K, C, 3, 3)) * 0.1).astype(np.float32)
+    g0 = rng.standard_normal((N, K, H, H)).astype(np.float32)
+    x, w, g = _gpu(x0), _gpu(w0), _gpu(g0)
+    y, dx, dw = (ms.new_tensor(s, None, device=ms.gpu, pad=False)
+                 for s in (g0.shape, x0.shape, w0.shape))
+    run = {"forward": lambda: ms.nn.conv2d(y, x, w, 1),
+           "grad-data": lambda: ms.nn.conv2d_grad_data(dx, g, w, 1),
+           "grad-weight": lambda: ms.nn.conv2d_grad_weight(dw, x, g, 1)}[which]
+    alts = {"mshadow": run}
+    cp, torch, sync = _others()
+    if torch is not None:
+        F = torch.nn.functional
+        tx, tw, tg = (torch.from_numpy(a).cuda() for a in (x0, w0, g0))
+        ref = {"forward": lambda: F.conv2d(tx, tw, padding=1),
+               "grad-data": lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tg, padding=1),
+               "grad-weight": lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tg,
+                                                                  padding=1)}[which]
+        run()
+        got = {"forward": y, "grad-data": dx, "grad-weight": dw}[which].to_numpy()
+        np.testing.assert_allclose(got, ref().cpu().numpy(), rtol=2e-3, atol=2e-3)
+        alts["torch"] = ref
+    else:        # the CPU's conv2d (tests/test_conv2d.py checks it against numpy)
+        run()
+        (got, a, b), cpu_fn = {"forward": ((y, x0, w0), ms.nn.conv2d),
+                               "grad-data": ((dx, g0, w0), ms.nn.conv2d_grad_data),
+                               "grad-weight": ((dw, x0, g0), ms.nn.conv2d_grad_weight)}[which]
+        want = ms.new_tensor(got.shape, 0)
+        cpu_fn(want, ms.from_numpy(a), ms.from_numpy(b), 1)
+        np.testing.assert_allclose(got.to_numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+    return alts, sync
+
+
+def sort_case(n):
+    k0 = np.random.default_rng(5).standard_normal(n).astype(np.float32)
+    v0 = np.arange(n, dtype=np.int32)
+    k, v = _gpu(k0), _gpu(v0)
+
+    def run():     # a fresh copy of the keys each time: a sorted input would flatter none
+        ms.copy(k, kin)
+        ms.nn.sort_by_key(k, v)
+    kin = _gpu(k0)
+    alts = {"mshadow": run}
+    run()
+    np.testing.assert_array_equal(k.to_numpy(), np.sort(k0, kind="stable"))
+    cp, torch, sync = _others()
+    if torch is not None:
+        t = torch.from_numpy(k0).cuda()
+        alts["torch"] = lambda: torch.sort(t, stable=True)
+    if cp is not None:
+        c = cp.asarray(k0)
+        alts["cupy"] = lambda: cp.argsort(c)
+    return alts, sync
+
+
+SIZES = {False: dict(sum=1 << 27, softmax=(4096, 1000), gemm=4096, conv=(32, 64, 56, 64),
+                    sort=1 << 24),
+         True: dict(sum=1 << 12, softmax=(64, 100), gemm=32, conv=(2, 4, 9, 5),
+                    sort=1 << 12)}     # --smoke
+
+
+def ops(smoke, number, rounds):
+    """The ops table: (case name, its alternatives' median seconds)."""
+    z = SIZES[smoke]
+    N, C, H, K = z["conv"]
+    cases = [(f"sum(x*x) n = {z['sum']} float32", lambda: sum_case(z["sum"])),
+             (f"softmax {z['softmax']} float32", lambda: softmax_case(*z["softmax"]))]
+    for dt in (np.float32, np.float64):
+        cases.append((f"gemm {z['gemm']} {np.dtype(dt).name}",
+                      lambda dt=dt: gemm_case(z["gemm"], dt)))
+    for which in ("forward", "grad-data", "grad-weight"):
+        cases.append((f"conv2d {which} {C}->{K} 3x3 pad 1 on ({N}, {C}, {H}, {H})",
+                      lambda which=which: conv_case(N, C, H, K, which)))
+    cases.append((f"sort_by_key n = {z['sort']} float32", lambda: sort_case(z["sort"])))
+    out = []
+    for name, make in cases:
+        alts, sync = make()
+        out.append((name, _rounds(alts, sync, number, rounds)))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="only the ops at toy sizes, one round (every case runs)")
     args = ap.parse_args(argv)
     if not cuda.available():
         print(f"no CUDA device: {cuda.unavailable_reason()}")
+        return 0
+    if args.smoke:
+        for name, t in ops(True, 1, 1):
+            print(f"  {name:48s} " + "  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in t.items()))
         return 0
     a = cuda.device_attributes(0)
     print(f"device : {a['name']} (sm_{a['compute_capability'][0]}{a['compute_capability'][1]}),"
@@ -194,6 +370,12 @@ def main(argv=None):
     print("\nE1 kernels alone, n = 2**27 float32 (events over back-to-back launches)")
     for k, v in kernel_variants(n, 20, rounds).items():
         print(f"  {k:44s} {v:7.3f} ms  {3 * n * 4 / v / 1e6:6.0f} GB/s")
+    print("\nthe other goals (median ms; mshadow / other)")
+    for name, t in ops(False, 3 if args.quick else 10, rounds):
+        line = "  ".join(f"{k} {v * 1e3:.3f} ms" + ("" if k == "mshadow" else
+                                                    f" ({t['mshadow'] / v:.2f}x)")
+                         for k, v in t.items())
+        print(f"  {name:48s} {line}")
     return 0
 
 
