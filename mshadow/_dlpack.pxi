@@ -63,6 +63,7 @@ cdef extern from *:
 
 cdef enum:
     _kDLCUDA = 2
+    _kDLCUDAManaged = 13     # cuMemAllocManaged: a device pointer too
     _DLPACK_FLAG_READ_ONLY = 1
     _DLPACK_FLAG_IS_COPIED = 2
 
@@ -274,11 +275,12 @@ cdef Tensor _from_cuda_dlpack(object x):
 
 cdef tuple _dl_layout(ms_DLTensor *d):
     """(shape, row pitch in elements, dtype) of a CUDA DLPack tensor an mshadow Tensor can
-    view: device 0, one lane of a dtype mshadow has, unit steps along the last axis and
+    view: device 0 (its device memory, or managed memory, which a device pointer reaches), one lane of a dtype mshadow has, unit steps along the last axis and
     rows ``pitch`` apart, the leading axes compact over the rows."""
-    if d.device.device_type != _kDLCUDA or d.device.device_id != 0:
+    if d.device.device_type not in (_kDLCUDA, _kDLCUDAManaged) or d.device.device_id != 0:
         raise BufferError(f"from_dlpack: a tensor on DLPack device ({d.device.device_type}, "
-                          f"{d.device.device_id}); gpu tensors view kDLCUDA device 0 (2, 0)")
+                          f"{d.device.device_id}); gpu tensors view kDLCUDA (2, 0) or "
+                          f"kDLCUDAManaged (13, 0) memory of device 0")
     kind = _DL_KINDS.get(d.dtype.code)
     try:
         dtype = np.dtype(f"{kind}{d.dtype.bits // 8}") if kind and d.dtype.lanes == 1 \

@@ -1029,9 +1029,10 @@ def _tensor_from_array(a, pad=False):
 
 def from_dlpack(x):
     """A Tensor over any DLPack producer, zero-copy: host memory (numpy, torch, jax) as a
-    cpu tensor, CUDA device 0's (torch, CuPy, a gpu tensor) as a gpu one."""
+    cpu tensor, CUDA device 0's or CUDA managed memory (torch, CuPy, a gpu tensor) as a gpu
+    one."""
     device = getattr(x, "__dlpack_device__", None)
-    if device is not None and device()[0] == 2:      # kDLCUDA
+    if device is not None and device()[0] in (2, 13):      # kDLCUDA, kDLCUDAManaged
         return _from_cuda_dlpack(x)
     return from_numpy(np.from_dlpack(x))
 

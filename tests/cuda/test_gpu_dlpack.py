@@ -221,6 +221,20 @@ def test_a_producers_capsule_is_viewed_and_its_deleter_runs_once():
     np.testing.assert_array_equal(p.to_numpy(), [[0, 1, 2, 3], [6, 7, 8, 9]])
 
 
+def test_managed_memory_is_viewed_as_a_gpu_tensor():
+    """kDLCUDAManaged (13): a device pointer as kDLCUDA's (CuPy's managed-memory arrays)."""
+    t = gpu_from(np.arange(6, dtype=np.float32).reshape(2, 3), pad=False)
+    deleted = []
+    u = ms.from_dlpack(_Producer(_crafted(t, device=(13, 0), deleted=deleted), (13, 0)))
+    assert u.device is ms.gpu and u.dptr == t.dptr
+    np.testing.assert_array_equal(u.to_numpy(), np.arange(6).reshape(2, 3))
+    del u
+    gc.collect()
+    assert deleted == [1]
+    with pytest.raises(BufferError, match=r"device \(13, 1\)"):
+        ms.from_dlpack(_Producer(_crafted(t, device=(13, 1)), (13, 1)))
+
+
 @pytest.mark.parametrize("kw, error, match", [
     ({"shape": (4, 3), "strides": (1, 4)}, ValueError, "unit steps along its last axis"),
     ({"shape": (2, 2, 3), "strides": (3, 6, 1)}, ValueError, "compact"),
