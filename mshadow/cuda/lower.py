@@ -1049,13 +1049,16 @@ def emit_sort_keys(code, descending):
 def emit_sort_count():
     """A radix pass's digit counts: tile t of SORT_TILE elements (a block, a grid-stride loop
     over tiles) stores counts[d * tiles + t], the tile's elements whose digit (ukeys >>
-    shift) & 255 is d, each thread counting one digit over the tile in shared memory (no
-    atomics). Parameters: n, tiles, shift, ukeys, counts. Launch SORT_TILE threads."""
+    shift) & 255 is d, each thread counting digits over the tile in shared memory (no
+    atomics). Parameters: n, tiles, shift, ukeys, counts. Any block size (SORT_TILE fits
+    a thread an element)."""
     R = 1 << SORT_DIGIT
     body = f"""  __shared__ int dig[{SORT_TILE}];
   for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {{
-    const long long i = t * {SORT_TILE} + threadIdx.x;
-    dig[threadIdx.x] = i < n ? (int)((ukeys[i] >> shift) & {R - 1}) : -1;
+    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
+      const long long i = t * {SORT_TILE} + e;
+      dig[e] = i < n ? (int)((ukeys[i] >> shift) & {R - 1}) : -1;
+    }}
     __syncthreads();
     for (int d = threadIdx.x; d < {R}; d += blockDim.x) {{
       long long c = 0;
@@ -1071,12 +1074,12 @@ def emit_sort_count():
 
 
 def emit_sort_scan():
-    """The exclusive prefix sum of the m counts in place, by one block (its threads each sum
-    a run, thread 0 scans the runs' sums in order, each thread then writes its run).
-    Parameters: m, counts. Launch one block of SORT_SCAN_BLOCK threads."""
+    """The exclusive prefix sum of the m counts in place, by one block of at most
+    SORT_SCAN_BLOCK threads (each sums a run, thread 0 scans the runs' sums in order, each
+    thread then writes its run). Parameters: m, counts."""
     B = SORT_SCAN_BLOCK
     body = f"""  __shared__ long long part[{B}];
-  const long long per = (m + {B} - 1) / {B};
+  const long long nb = blockDim.x, per = (m + nb - 1) / nb;
   const long long lo = threadIdx.x * per, hi = lo + per < m ? lo + per : m;
   long long s = 0;
   for (long long i = lo; i < hi; ++i) s += counts[i];
@@ -1084,7 +1087,7 @@ def emit_sort_scan():
   __syncthreads();
   if (threadIdx.x == 0) {{
     long long run = 0;
-    for (int b = 0; b < {B}; ++b) {{ const long long v = part[b]; part[b] = run; run += v; }}
+    for (long long b = 0; b < nb; ++b) {{ const long long v = part[b]; part[b] = run; run += v; }}
   }}
   __syncthreads();
   s = part[threadIdx.x];
@@ -1098,23 +1101,28 @@ SORT_SCAN_BLOCK = 1024
 
 
 def emit_sort_scatter():
-    """A radix pass's stable move: element i of tile t goes to offsets[d * tiles + t] (the
+    """A radix pass's stable move: element e of tile t goes to offsets[d * tiles + t] (the
     scanned counts) plus the tile's elements before it with its digit d, its key and its
     perm entry with it. Parameters: n, tiles, shift, ukeys, perm, ukeys_out, perm_out,
-    offsets. Launch SORT_TILE threads."""
+    offsets. Any block size."""
     R = 1 << SORT_DIGIT
     body = f"""  __shared__ int dig[{SORT_TILE}];
   for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {{
-    const long long i = t * {SORT_TILE} + threadIdx.x;
-    const int d = i < n ? (int)((ukeys[i] >> shift) & {R - 1}) : -1;
-    dig[threadIdx.x] = d;
+    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
+      const long long i = t * {SORT_TILE} + e;
+      dig[e] = i < n ? (int)((ukeys[i] >> shift) & {R - 1}) : -1;
+    }}
     __syncthreads();
-    if (i < n) {{
-      long long r = 0;
-      for (int j = 0; j < (int)threadIdx.x; ++j) r += dig[j] == d;
-      const long long at = offsets[d * tiles + t] + r;
-      ukeys_out[at] = ukeys[i];
-      perm_out[at] = perm[i];
+    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
+      const long long i = t * {SORT_TILE} + e;
+      if (i < n) {{
+        const int d = dig[e];
+        long long r = 0;
+        for (int j = 0; j < e; ++j) r += dig[j] == d;
+        const long long at = offsets[d * tiles + t] + r;
+        ukeys_out[at] = ukeys[i];
+        perm_out[at] = perm[i];
+      }}
     }}
     __syncthreads();
   }}

@@ -38,7 +38,7 @@ def _permutation(keys, descending, stream):
     scan = _kernel(("sort_scan",), lower.emit_sort_scan)
     scatter = _kernel(("sort_scatter",), lower.emit_sort_scatter)
     flat, by_tile = launch.flat(n, limits), launch.tiles(tiles, lower.SORT_TILE, limits)
-    one_block = launch.Launch((1, 1, 1), (lower.SORT_SCAN_BLOCK, 1, 1))
+    one_block = launch.Launch((1, 1, 1), (min(lower.SORT_SCAN_BLOCK, limits.max_block), 1, 1))
     for j, key in enumerate(reversed(keys)):
         code = CODE_BY_FLAG[key.type_flag]
         order = _kernel(("sort_keys", code, descending),

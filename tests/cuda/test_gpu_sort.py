@@ -96,3 +96,19 @@ def test_the_passes_and_what_the_emitter_refuses():
         [4, 8, 2, 1, 1, 4, 8]
     with pytest.raises(ValueError, match="no order"):
         lower.emit_sort_keys("c64", False)
+
+
+def test_a_device_with_small_blocks_sorts_the_same(monkeypatch):
+    """Blocks smaller than a tile (a device's max_block under SORT_TILE and SORT_SCAN_BLOCK):
+    each thread takes several of the tile's elements, and the scan's runs are longer."""
+    from mshadow.cuda import executor, launch, sort
+    k = _keys(np.random.default_rng(7), np.float32, 1500)
+    v = np.arange(1500, dtype=np.int32)
+    kc, vc = ms.from_numpy(k.copy()), ms.from_numpy(v.copy())
+    ms.nn.sort_by_key(kc, vc, False)
+    limits, arch = executor._facts(executor._driver())
+    small = launch.Limits(limits.max_grid_x, limits.max_grid_y, 96, limits.sm_count)
+    monkeypatch.setattr(sort, "_facts", lambda drv: (small, arch))
+    kg, vg = gpu_from(k), gpu_from(v)
+    ms.nn.sort_by_key(kg, vg, False)
+    assert _bytes_equal(kg, kc) and _bytes_equal(vg, vc)
