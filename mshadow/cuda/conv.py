@@ -64,6 +64,16 @@ def _columns(data, n0, nb, kh, kw, py, px, stride, like):
     return tmp
 
 
+def _no_products(dst, ckk, P, beta):
+    """Whether a convolution has no products (a dimension 0, which cuBLAS would refuse as a
+    leading dimension): then dst <saver> 0, so saveto zeroes it and the others leave it."""
+    if ckk and P and dst.size:
+        return False
+    if beta == 0 and dst.size:
+        dst[:] = 0
+    return True
+
+
 def _geometry(weight_like, ohw):
     K, C, kh, kw = weight_like.shape
     return K, C * kh * kw, ohw[0] * ohw[1]
@@ -75,6 +85,8 @@ def conv2d(out, data, weight, py, px, stride, ohw, sign_beta):
     check_blas_dtype(where, out)
     data, weight = _readable(data, out), _readable(weight, out)
     K, ckk, P = _geometry(weight, ohw)
+    if _no_products(out, ckk, P, sign_beta[1]):
+        return
     h = streams.blas(out.stream, where)
     size = out.itemsize
     for n0, nb in _chunks(out.shape[0], ckk * P * size):
@@ -97,9 +109,7 @@ def conv2d_grad_weight(dweight, data, grad, py, px, stride, ohw, sign_beta):
     data = _readable(data, dweight)
     K, ckk, P = _geometry(dweight, ohw)
     N = grad.shape[0]
-    if N == 0 or P == 0:         # no products: the sum is 0
-        if sign_beta[1] == 0:
-            dweight[:] = 0
+    if _no_products(dweight, ckk * N, P, sign_beta[1]):     # an empty sum is 0
         return
     h = streams.blas(dweight.stream, where)
     beta = sign_beta[1]
@@ -127,6 +137,8 @@ def conv2d_grad_data(dx, grad, weight, py, px, stride, ohw, saver):
     N, C, H, W = dx.shape
     K, ckk, P = _geometry(weight, ohw)
     kh, kw = weight.shape[2], weight.shape[3]
+    if _no_products(dx, ckk, P, 0 if saver == "saveto" else 1):
+        return
     h = streams.blas(dx.stream, where)
     for n0, nb in _chunks(N, ckk * P * dx.itemsize):
         cols = _gpu_tensor((ckk, nb * P), dx)

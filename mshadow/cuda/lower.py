@@ -794,7 +794,10 @@ def emit_reduce(key, dst_code, saver):
     lines += warp + ["  " + t for t in put] + ["  __syncthreads();"]
     lines += ["  " + t for t in take] + warp + ["  if (tid == 0) {"]
     e.lines = []
-    e.store(at, e.value(A, res), dst_code, saver)
+    v, cc = e.value(A, res), compute_code(dst_code)
+    if cc != dst_code:     # the CPU rounds the scaled result to dst's type before the saver
+        v = e.value(A, f"ms_half_to_float({e.convert(v, cc, dst_code)})")
+    e.store(at, v, dst_code, saver)
     lines += ["    " + t for t in e.lines]
     lines += ["  }", "  __syncthreads();   /* sbuf is the next output's */", "}"]
     body = "\n".join(line if line.startswith("#") else "  " + line for line in lines) + "\n"

@@ -203,6 +203,22 @@ def test_softmax_grads_with_labels_of_every_dtype(ldtype, smooth):
             assert same_bytes(s, want), (shape, ignore, "in place")
 
 
+def test_smooth_softmax_grad_of_hostile_alphas():
+    """alpha rounded to float32 as mshadow's float: -0, a float16, an int, the smallest
+    subnormal, NaN, near float32's max; one class (the share is never used)."""
+    rng = np.random.default_rng(25)
+    for shape in [(4, 70), (3, 1), (2, 3, 65)]:
+        src = rng.standard_normal(shape).astype(np.float32)
+        lshape = (shape[0],) if len(shape) == 2 else (shape[0], shape[2])
+        lab = rng.integers(0, shape[1], lshape).astype(np.float32)
+        for alpha in (-0.0, np.float16(0.3), 7, -1e-45, np.nan, 3.0e38):
+            c = cpu_of(np.zeros(shape, np.float32))
+            ms.nn.smooth_softmax_grad(c, cpu_of(src), cpu_of(lab), alpha)
+            g = gpu_from(np.zeros(shape, np.float32))
+            ms.nn.smooth_softmax_grad(g, gpu_from(src), gpu_from(lab), alpha)
+            assert same_bytes(g, c), (shape, alpha)
+
+
 @pytest.mark.parametrize("smooth", [False, True])
 def test_softmax_grad_into_a_shifted_view_and_a_label_in_dst(smooth):
     """dst = rows 1..4 of a gpu allocation, src = rows 0..3 of it; then the labels are a
@@ -252,6 +268,30 @@ def test_softmax_grad_bad_labels_raise_the_cpus_error_and_store_nothing(ldtype):
                                               cpu_of(np.zeros(4, ldtype)), ign),
                    lambda: ms.nn.softmax_grad(g, gpu_from(src), gpu_from(np.zeros(4, ldtype)),
                                               ign), [g], [dst0], ValueError)
+
+
+@pytest.mark.parametrize("smooth", [False, True])
+def test_softmax_grad_labels_equal_to_ignore_label_after_truncation(smooth):
+    """mshadow compares int(label) with int(ignore_label): -1.5 and -1 are ignored by
+    -1.9; 255 of uint8 by 255; an out-of-range label that is ignored is no error."""
+    rng = np.random.default_rng(24)
+    src = rng.standard_normal((5, 70)).astype(np.float64)
+    cases = [(np.array([-1.5, 0, -1, 69.9, -0.5], np.float32), -1.9),
+             (np.array([-1, 3, -1, 2, 0], np.int8), -1),
+             (np.array([255, 0, 255, 69, 1], np.uint8), 255),
+             (np.array([99, 0, 99.7, 1, 2], np.float64), 99.2),
+             (np.array([-7, 1, 2, 3, 4], np.int64), -7.99)]
+    for lab, ignore in cases:
+        f = ((lambda d, s_, l: ms.nn.smooth_softmax_grad(d, s_, l, 0.2, ignore)) if smooth
+             else (lambda d, s_, l: ms.nn.softmax_grad(d, s_, l, ignore)))
+        want = cpu_of(np.zeros((5, 70)))
+        f(want, cpu_of(src), cpu_of(lab))
+        d = ms.new_tensor((5, 70), np.nan, dtype=np.float64, device=ms.gpu, pad=True)
+        f(d, gpu_from(src), gpu_from(lab))
+        assert same_bytes(d, want), (lab, ignore)
+        ignored = np.trunc(lab.astype(np.float64)) == np.trunc(ignore)
+        assert ignored.any() and (want.numpy()[ignored] == 0).all()      # hand-computed
+        assert (want.numpy()[~ignored] != 0).all()
 
 
 def test_softmax_grad_errors_of_shapes_devices_readonly_freed():
@@ -335,6 +375,10 @@ def test_index_fill_of_every_dtype_pitched_and_dense(dtype):
     rng = np.random.default_rng(33)
     src = (rng.standard_normal((6, 65)) * 50).astype(dtype)
     dst0 = (rng.standard_normal((4, 65)) * 50).astype(dtype)
+    if dtype == np.float32:      # NaNs with payloads (and signs): a copy keeps their bits
+        src.view(np.uint32)[5, :3] = [0x7FC01234, 0xFFC00001, 0x7F800001]
+    elif dtype == np.float16:
+        src.view(np.uint16)[5, :2] = [0x7E01, 0xFC01]
     idx = np.array([3, 1, 3, 0, 1, 3], np.int32)
     want = cpu_of(dst0)
     ms.nn.index_fill(want, cpu_of(idx), cpu_of(src))
@@ -388,6 +432,14 @@ def test_scatter_whose_index_is_a_row_of_the_destination():
         g = gpu_from(a)
         getattr(ms.nn, fn)(g, g[0], gpu_from(src))
         assert same_bytes(g, c), fn
+        # all three in one allocation: dst rows 1..3, the index row 0, the source rows 0..3
+        b = a.copy()
+        b[0] = [0.5, 2.9, -4 if fn == "add_take_grad" else 0, 1]     # -4: clamped to 0
+        c = cpu_of(b)
+        getattr(ms.nn, fn)(c[1:4], c[0], c)
+        g = gpu_from(b)
+        getattr(ms.nn, fn)(g[1:4], g[0], g)
+        assert same_bytes(g, c), fn
 
 
 def test_scatter_errors_store_nothing():
@@ -438,6 +490,28 @@ def test_scatter_errors_store_nothing():
             assert same_bytes(g, dst0)
 
 
+def test_scatters_of_empty_indices_and_no_rows():
+    for fn in ("add_take_grad", "index_fill"):
+        f = getattr(ms.nn, fn)
+        d0 = np.full((3, 70), 2, np.float32)
+        c, g = cpu_of(d0), gpu_from(d0)
+        f(c, cpu_of(np.zeros(0, np.int32)), cpu_of(np.zeros((0, 70), np.float32)))
+        f(g, gpu_from(np.zeros(0, np.int32)), gpu_from(np.zeros((0, 70), np.float32)))
+        assert same_bytes(g, c) and same_bytes(g, d0)
+        c, g = cpu_of(np.zeros((0, 70), np.float32)), gpu_from(np.zeros((0, 70), np.float32))
+        f(c, cpu_of(np.zeros(0, np.int32)), cpu_of(np.zeros((0, 70), np.float32)))
+        f(g, gpu_from(np.zeros(0, np.int32)), gpu_from(np.zeros((0, 70), np.float32)))
+        g = gpu_from(np.zeros((0, 4), np.float32))
+        both_raise(lambda: f(cpu_of(np.zeros((0, 4), np.float32)), cpu_of([0]),
+                             cpu_of(np.ones((1, 4), np.float32))),
+                   lambda: f(g, gpu_from(np.array([0])), gpu_from(np.ones((1, 4), np.float32))),
+                   [], [], (ShapeError, IndexError))
+        c, g = cpu_of(np.ones((2, 0), np.float32)), gpu_from(np.ones((2, 0), np.float32))
+        f(c, cpu_of([1, 0, 1]), cpu_of(np.ones((3, 0), np.float32)))
+        f(g, gpu_from(np.array([1, 0, 1])), gpu_from(np.ones((3, 0), np.float32)))
+        assert same_bytes(g, c)
+
+
 def test_add_take_grad_of_float16_and_ints_on_the_gpu_is_refused_storing_nothing():
     """The CPU adds float16 / integer rows; the GPU documents float32 / float64 only (a
     DeviceError), and must store nothing."""
@@ -476,7 +550,7 @@ def _hostile_keys(rng, dtype, n):
 
 
 @pytest.mark.parametrize("kdtype", ALL)
-@pytest.mark.parametrize("n", [1, 2, 255, 257, 700])
+@pytest.mark.parametrize("n", [1, 257, 700])        # one, a tile and one, tiles
 def test_sort_by_key_of_hostile_keys_gives_the_cpu_bytes(kdtype, n):
     rng = np.random.default_rng(41 + n)
     k = _hostile_keys(rng, kdtype, n)
@@ -515,6 +589,32 @@ def test_sort_by_key_of_keys_that_are_the_values_or_overlap_them():
             assert same_bytes(g, c)
 
 
+def test_sorts_whose_values_are_the_keys_memory_seen_as_another_dtype():
+    """float32 keys and int32 values over the same bytes (numpy's view on the CPU, a DLPack
+    view on the GPU): both gathered before either is written, keys first, then values."""
+    k = _hostile_keys(np.random.default_rng(45), np.float32, 300)
+    for asc in (True, False):
+        kc = cpu_of(k)
+        vc = ms.from_numpy(kc.numpy().view(np.int32))
+        ms.nn.sort_by_key(kc, vc, asc)
+        kg = gpu_from(k, pad=False)
+        vg = ms.from_dlpack(_Producer(_crafted(kg, dtype=(0, 32, 1))))
+        ms.nn.sort_by_key(kg, vg, asc)
+        assert same_bytes(kg, kc) and same_bytes(vg, vc)
+    for dtype in (np.float64, np.uint8):
+        v = _hostile_keys(np.random.default_rng(46), dtype, 259)
+        c = cpu_of(v)
+        ms.nn.vectorized_sort(c, c)                 # values are the segments
+        g = gpu_from(v)
+        ms.nn.vectorized_sort(g, g)
+        assert same_bytes(g, c)
+        c = cpu_of(v)
+        ms.nn.vectorized_sort(c.slice(0, 258), c.slice(1, 259))
+        g = gpu_from(v)
+        ms.nn.vectorized_sort(g.slice(0, 258), g.slice(1, 259))
+        assert same_bytes(g, c)
+
+
 def test_sort_by_key_descending_with_all_ties_and_all_nans_is_stable():
     """Hand-computed: a stable sort keeps the values' order among equal keys in both
     directions; NaNs (of both signs) equal each other, -0 equals +0."""
@@ -531,11 +631,11 @@ def test_sort_by_key_descending_with_all_ties_and_all_nans_is_stable():
 @pytest.mark.parametrize("vdtype", ALL)
 def test_vectorized_sort_of_hostile_values_and_unsorted_segments(vdtype):
     rng = np.random.default_rng(43)
-    n = 513
+    n = 300
     v = _hostile_keys(rng, vdtype, n)
-    for segs in (np.sort(rng.integers(0, 7, n)).astype(np.int32),
-                 rng.integers(-2, 3, n).astype(np.float32),           # not sorted
-                 np.zeros(n, np.uint8)):
+    fsegs = rng.integers(-2, 3, n).astype(np.float32)                 # not sorted
+    fsegs[::13], fsegs[1::13], fsegs[2::11] = np.nan, -np.nan, -0.0     # NaN segments last
+    for segs in (np.sort(rng.integers(0, 7, n)).astype(np.int32), fsegs, np.zeros(n, np.uint8)):
         vc, sc = cpu_of(v), cpu_of(segs)
         ms.nn.vectorized_sort(vc, sc)
         vg, sg = gpu_from(v), gpu_from(segs)
@@ -600,14 +700,12 @@ def test_sort_errors_store_nothing():
 
 # ---- map_reduce_keep_lowest / high_dim -----------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint8, np.int64])
-@pytest.mark.parametrize("saver", ["saveto", "plusto", "minusto"])
+@pytest.mark.parametrize("saver", ["plusto", "minusto"])
 def test_map_reduce_of_integers_gives_the_cpu_bits(dtype, saver):
     rng = np.random.default_rng(51)
     a = rng.integers(0, 9, (3, 5, 70)).astype(dtype)
     for reducer in (ms.red.sum, ms.red.maximum, ms.red.minimum):
-        for scale in (1, 3, -2):
-            if np.dtype(dtype).kind == "u" and scale < 0:
-                continue
+        for scale in ((3,) if np.dtype(dtype).kind == "u" else (3, -2)):
             d0 = rng.integers(0, 9, 70).astype(dtype)
             want = cpu_of(d0)
             ms.nn.map_reduce_keep_lowest(want, cpu_of(a) * 2 + 1, saver, reducer, scale)
@@ -642,6 +740,32 @@ def test_map_reduce_of_floats_with_nan_and_a_destination_inside_the_source(dtype
         red = {ms.red.sum: np.sum, ms.red.maximum: np.max, ms.red.minimum: np.min}[reducer]
         want = a[0].astype(np.float64) + 0.5 * red(a.astype(np.float64), axis=0)
         np.testing.assert_allclose(c.numpy()[0], want, **tol)
+
+
+@pytest.mark.parametrize("saver", ["plusto", "minusto"])
+def test_map_reduce_of_float16_maximum_with_a_scale_and_a_saver_gives_the_cpu_bits(saver):
+    # regression: the GPU kernel added the float32 scaled value and rounded once
+    # one element, hand-computed: max = 4.516, scale -3.3: the CPU stores
+    # d - f16(4.516 * -3.3f) (minusto) / d + f16(...) (plusto), rounded again
+    a = np.array([[4.516], [1.0]], np.float16)
+    d0 = np.array([-7.906], np.float16)
+    s = np.float32(-3.3)
+    sign = 1 if saver == "plusto" else -1
+    scaled = (np.float32(a.max()) * s).astype(np.float16)
+    hand = (np.float32(d0[0]) + sign * np.float32(scaled)).astype(np.float16)
+    c = cpu_of(d0)
+    ms.nn.map_reduce_keep_lowest(c, cpu_of(a), saver, ms.red.maximum, -3.3)
+    assert c.numpy()[0] == hand
+    rng = np.random.default_rng(53)
+    big = (rng.standard_normal((7, 70)) * 10).astype(np.float16)
+    dbig = (rng.standard_normal(70) * 10).astype(np.float16)
+    for src, dst in ((a, d0), (big, dbig)):
+        for red in (ms.red.maximum, ms.red.minimum):
+            c = cpu_of(dst)
+            ms.nn.map_reduce_keep_lowest(c, cpu_of(src), saver, red, -3.3)
+            g = gpu_from(dst)
+            ms.nn.map_reduce_keep_lowest(g, gpu_from(src), saver, red, -3.3)
+            assert same_bytes(g, c), red
 
 
 def test_map_reduce_errors_store_nothing():
@@ -765,10 +889,15 @@ def test_conv2d_family_of_odd_shapes_savers_and_an_expression(case, dtype):
         np.testing.assert_allclose(dxg.to_numpy(), beta * x0 + sign * ref_x, **_tol(dtype))
 
 
-def test_conv2d_into_images_shifted_over_its_data():
+@pytest.mark.parametrize("column_bytes", [None, 1])
+def test_conv2d_into_images_shifted_over_its_data(monkeypatch, column_bytes):
     """A 1x1 convolution with K == C: out = images 1..3 and data = images 0..2 of one gpu
-    allocation (image n of out is image n + 1 of data), out == data, and a weight that is a
-    slice of the same allocation as out; the values of the sources before the call."""
+    allocation (image n of out is image n + 1 of data), out == data, data an expression of
+    out, and a weight that is a slice of the same allocation as out; the values of the
+    sources before the call. column_bytes 1: a chunk an image (conv.COLUMN_BYTES)."""
+    from mshadow.cuda import conv
+    if column_bytes is not None:
+        monkeypatch.setattr(conv, "COLUMN_BYTES", column_bytes)
     rng = np.random.default_rng(62)
     base = rng.standard_normal((4, 3, 2, 5))
     w = rng.standard_normal((3, 3, 1, 1))
@@ -786,6 +915,15 @@ def test_conv2d_into_images_shifted_over_its_data():
         ms.nn.conv2d(t, t, gpu_from(w, pad=False), 0, 1, saver)
         np.testing.assert_allclose(t.to_numpy(), beta * base + sign * _conv_ref(base, w, 0, 1),
                                    rtol=1e-12, atol=1e-12)
+        # data an expression of the shifted images of out
+        want = base.copy()
+        want[1:] = beta * base[1:] + sign * _conv_ref(base[:3] * 2 - 1, w, 0, 1)
+        c = cpu_of(base)
+        ms.nn.conv2d(c.slice(1, 4), c.slice(0, 3) * 2 - 1, cpu_of(w), 0, 1, saver)
+        np.testing.assert_allclose(c.numpy(), want, rtol=1e-12, atol=1e-12)
+        t = gpu_from(base, pad=False)
+        ms.nn.conv2d(t.slice(1, 4), t.slice(0, 3) * 2 - 1, gpu_from(w, pad=False), 0, 1, saver)
+        np.testing.assert_allclose(t.to_numpy(), want, rtol=1e-12, atol=1e-12)
     # the weight (3, 3, 1, 1) is the first 9 elements of a dense allocation whose tail is out
     flat = gpu_from(np.concatenate([w.reshape(-1), np.zeros(2 * 3 * 2 * 5)]), pad=False)
     wv = ms.from_dlpack(_Producer(_crafted(flat, shape=(3, 3, 1, 1), dtype=(2, 64, 1))))
@@ -796,9 +934,13 @@ def test_conv2d_into_images_shifted_over_its_data():
     np.testing.assert_allclose(out.to_numpy(), _conv_ref(x, w, 0, 1), rtol=1e-12, atol=1e-12)
 
 
-def test_conv2d_grad_weight_into_images_of_its_own_data():
+@pytest.mark.parametrize("column_bytes", [None, 1])
+def test_conv2d_grad_weight_into_images_of_its_own_data(monkeypatch, column_bytes):
     """dweight (K, C, H, W) = images 1..2 of the allocation whose images 0..2 are the data
-    (a kernel of the image's size: a 1x1 output)."""
+    (a kernel of the image's size: a 1x1 output), the data a tensor and an expression."""
+    from mshadow.cuda import conv
+    if column_bytes is not None:
+        monkeypatch.setattr(conv, "COLUMN_BYTES", column_bytes)
     rng = np.random.default_rng(63)
     base = rng.standard_normal((3, 2, 3, 4))
     g = rng.standard_normal((3, 2, 1, 1))
@@ -811,6 +953,36 @@ def test_conv2d_grad_weight_into_images_of_its_own_data():
         t = gpu_from(base, pad=False)
         ms.nn.conv2d_grad_weight(t.slice(1, 3), t, gpu_from(g, pad=False), 0, 1, saver)
         np.testing.assert_allclose(t.to_numpy(), want, rtol=1e-12, atol=1e-12)
+        want[1:] = beta * base[1:] + sign * _conv_grad_weight_ref(base * 0.5, g, (2, 2, 3, 4),
+                                                                  0, 1)
+        t = gpu_from(base, pad=False)
+        ms.nn.conv2d_grad_weight(t.slice(1, 3), t * 0.5, gpu_from(g, pad=False), 0, 1, saver)
+        np.testing.assert_allclose(t.to_numpy(), want, rtol=1e-12, atol=1e-12)
+        c = cpu_of(base)
+        ms.nn.conv2d_grad_weight(c.slice(1, 3), c * 0.5, cpu_of(g), 0, 1, saver)
+        np.testing.assert_allclose(c.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+def test_conv2d_of_a_padded_expression_as_data():
+    """data = pad(x, 1) (an extension expression, itself padded again by the call)."""
+    rng = np.random.default_rng(67)
+    x = rng.standard_normal((2, 2, 4, 66)).astype(np.float64)
+    w = rng.standard_normal((3, 2, 3, 2)).astype(np.float64)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = _conv_ref(xp, w, (1, 0), 2)
+    yc = cpu_of(np.zeros(ref.shape))
+    ms.nn.conv2d(yc, ms.pad(cpu_of(x), 1), cpu_of(w), (1, 0), 2)
+    yg = ms.new_tensor(ref.shape, np.nan, dtype=np.float64, device=ms.gpu)
+    ms.nn.conv2d(yg, ms.pad(gpu_from(x), 1), gpu_from(w, pad=False), (1, 0), 2)
+    np.testing.assert_allclose(yc.numpy(), ref, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(yg.to_numpy(), ref, rtol=1e-10, atol=1e-10)
+    g = rng.standard_normal(ref.shape)
+    dwc, dwg = cpu_of(np.zeros(w.shape)), gpu_from(np.zeros(w.shape), pad=False)
+    ms.nn.conv2d_grad_weight(dwc, ms.pad(cpu_of(x), 1), cpu_of(g), (1, 0), 2)
+    ms.nn.conv2d_grad_weight(dwg, ms.pad(gpu_from(x), 1), gpu_from(g, pad=False), (1, 0), 2)
+    want = _conv_grad_weight_ref(xp, g, w.shape, (1, 0), 2)
+    np.testing.assert_allclose(dwc.numpy(), want, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(dwg.to_numpy(), want, rtol=1e-10, atol=1e-10)
 
 
 def test_conv2d_on_a_stream():
@@ -873,11 +1045,9 @@ def test_conv2d_family_of_empty_batches_and_filters(which, empty):
             assert (c.numpy() == (0 if saver == "saveto" else 3)).all()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a conv2d of C == 0 channels (an empty column "
-                   "matrix) raises CudaError on the GPU (cuBLAS's lda/ldb/ldc = C*kh*kw = 0), "
-                   "where the CPU gives saveto: zeros, plusto/minusto: dst unchanged")
 @pytest.mark.parametrize("which", ["conv2d", "grad_weight", "grad_data"])
 def test_conv2d_family_of_zero_channels(which):
+    # regression: cuBLAS was called with a leading dimension C*kh*kw = 0 (CudaError)
     x = np.ones((2, 0, 4, 4), np.float32)
     w = np.ones((3, 0, 3, 3), np.float32)
     g = np.ones((2, 3, 2, 2), np.float32)
@@ -934,17 +1104,49 @@ def test_conv2d_errors_store_nothing():
     ]
     for cpu_call, gpu_call, typ in cases:
         both_raise(cpu_call, gpu_call, [g], [y0], typ)
-    for dtype in (np.float16, np.int32):   # the CPU's error type, and nothing stored
+    for dtype in (np.float16, np.int32, np.int8):
+        # the CPU convolves these; the GPU documents float32 / float64 only (cuBLAS's S and
+        # D): a DTypeError storing nothing
         a, b, o = x.astype(dtype), w.astype(dtype), y0.astype(dtype)
-        go = gpu_from(o, pad=False)
-        both_raise(lambda: ms.nn.conv2d(C(o), C(a), C(b)),
-                   lambda: ms.nn.conv2d(go, G(a), G(b, pad=False)), [go], [o], DTypeError)
+        ms.nn.conv2d(C(o), C(a), C(b))
+        for f, args in [(ms.nn.conv2d, (G(a), G(b, pad=False))),
+                        (ms.nn.conv2d_grad_data, None), (ms.nn.conv2d_grad_weight, None)]:
+            go = gpu_from(o, pad=False)
+            if f is ms.nn.conv2d:
+                with pytest.raises(DTypeError):
+                    f(go, *args)
+                assert same_bytes(go, o)
+            elif f is ms.nn.conv2d_grad_data:
+                gx = gpu_from(a)
+                with pytest.raises(DTypeError):
+                    f(gx, go, G(b, pad=False))
+                assert same_bytes(gx, a)
+            else:
+                gw = gpu_from(b, pad=False)
+                with pytest.raises(DTypeError):
+                    f(gw, G(a), go)
+                assert same_bytes(gw, b)
     # a pitched (non-dense) destination or weight: a ShapeError on the GPU too
     yp = ms.new_tensor((2, 4, 3, 70), 7.0, device=ms.gpu, pad=True)
     assert yp.stride > 70
     with pytest.raises(ShapeError):
         ms.nn.conv2d(yp, G(np.ones((2, 3, 5, 72), np.float32)), G(w, pad=False))
     assert (yp.to_numpy() == 7).all()
+    # a pitched grad (rows of 70: 72 on the CPU, 128 on the GPU): a ShapeError on both
+    gp0 = np.ones((2, 4, 1, 70), np.float32)
+    gc = ms.new_tensor(gp0.shape, 1.0, pad=True)
+    gg = ms.new_tensor(gp0.shape, 1.0, device=ms.gpu, pad=True)
+    assert not gc.check_contiguous() and not gg.check_contiguous()
+    xw = np.ones((2, 3, 3, 72), np.float32)
+    dw0 = np.full((4, 3, 3, 3), 5, np.float32)
+    dwg = gpu_from(dw0, pad=False)
+    both_raise(lambda: ms.nn.conv2d_grad_weight(C(dw0), C(xw), gc),
+               lambda: ms.nn.conv2d_grad_weight(dwg, G(xw), gg), [dwg], [dw0], ShapeError)
+    dxg = gpu_from(xw)
+    both_raise(lambda: ms.nn.conv2d_grad_data(C(xw), gc, C(w)),
+               lambda: ms.nn.conv2d_grad_data(dxg, gg, G(w, pad=False)), [dxg], [xw], ShapeError)
+    both_raise(lambda: ms.nn.conv2d(C(y0), C(x), C(w) * 1),
+               lambda: ms.nn.conv2d(g, G(x), G(w, pad=False) * 1), [g], [y0], TypeError)
     for args in [(g, C(x), G(w, pad=False)), (g, G(x), C(w)), (g, G(x) * 1 + C(x), G(w))]:
         with pytest.raises(DeviceError):
             ms.nn.conv2d(*args)
@@ -985,6 +1187,31 @@ def test_gathers_with_an_index_expression_of_fractions():
         g4 = ms.new_tensor((5, 70), 7.0, device=ms.gpu, pad=True)
         g4 += ms.take_grad(mk(gpu_from(idx)), gpu_from(np.ones((6, 70), np.float32)), 5)
         assert same_bytes(g4, c4)
+
+
+def test_gathers_whose_index_is_a_view_or_an_exotic_expression():
+    rng = np.random.default_rng(72)
+    src = rng.standard_normal((5, 70)).astype(np.float32)
+    idx2d = np.array([[0.5, 3.9, 2.0], [4.2, 1.999, 0]], np.float32)
+    flat = idx2d.reshape(6)
+    forms = [
+        lambda T: ms.reshape(T(idx2d), (6,)),
+        lambda T: ms.reshape(T(idx2d) * 1, (6,)),
+        lambda T: ms.reshape(T(idx2d.T.copy()).T, (6,)),
+        lambda T: ms.flip(T(flat), 0),
+        lambda T: ms.concat(T(idx2d[0].copy()), T(idx2d[1].copy()) + 0, 0),
+        lambda T: ms.reshape(ms.broadcast_to(T(np.array([[1.5, 3.2, 0]], np.float32)), (2, 3)),
+                             (6,)),
+        lambda T: ms.where(T(flat) > 2, T(flat), T(flat) * 0 + 4.5),
+        lambda T: ms.mat_choose_row_element(T(np.tile(flat, (6, 1))), T(np.arange(6.0,
+                                                                            dtype=np.float32))),
+    ]
+    for i, form in enumerate(forms):
+        c = ms.new_tensor((6, 70), 3.0)
+        c[:] = 2 * c + ms.take(form(cpu_of), cpu_of(src)) * 0.5
+        g = ms.new_tensor((6, 70), 3.0, device=ms.gpu, pad=True)
+        g[:] = 2 * g + ms.take(form(gpu_from), gpu_from(src)) * 0.5
+        assert same_bytes(g, c), i
 
 
 def test_a_gather_whose_index_expression_reads_the_destination():
@@ -1077,14 +1304,30 @@ def test_get_rand_int_is_the_philox_stream_in_logical_order_and_errors_keep_the_
         with pytest.raises(typ):
             r.get_rand_int(bad)
     assert (ro.to_numpy() == 0).all()
+    st = ms.new_stream(ms.gpu)
+    r.set_stream(st)
+    ms.delete_stream(st)
+    z = gpu_from(np.zeros(5, np.int64))
+    with pytest.raises(DeviceError):            # work on a deleted stream: nothing queued
+        r.get_rand_int(z)
+    assert (z.to_numpy() == 0).all()
+    r.set_stream(None)
     b = ms.new_tensor((1, 1), device=ms.gpu, dtype=np.int64)
     r.get_rand_int(b)
     assert int(b.to_numpy()[0, 0]) == int(_words(1, 12345, used)[0])
     e = ms.new_tensor((0, 3), device=ms.gpu, dtype=np.int64)
     r.get_rand_int(e)                   # uses no counter
+    used += 1                           # b's one element took a counter
+    p = ms.new_tensor((4, 70), -1, device=ms.gpu, dtype=np.int64, pad=True)
+    r.get_rand_int(p[1:3])              # a view of pitched rows: only its rows, in order
+    got = p.to_numpy()
+    np.testing.assert_array_equal(got[1:3].reshape(-1), _words(140, 12345, used).astype(
+        np.int64))
+    assert (got[0] == -1).all() and (got[3] == -1).all()
+    used += 140 // 4
     c = ms.new_tensor((9,), device=ms.gpu, dtype=np.int64)
     r.get_rand_int(c)
-    np.testing.assert_array_equal(c.to_numpy(), _words(9, 12345, used + 1).astype(np.int64))
+    np.testing.assert_array_equal(c.to_numpy(), _words(9, 12345, used).astype(np.int64))
     r.seed(12345)
     d = ms.new_tensor((195,), device=ms.gpu, dtype=np.int64)
     r.get_rand_int(d)
