@@ -1077,29 +1077,47 @@ def emit_sort_count():
 
 
 def emit_sort_scan():
-    """The exclusive prefix sum of the m counts in place, by one block of at most
-    SORT_SCAN_BLOCK threads (each sums a run, thread 0 scans the runs' sums in order, each
-    thread then writes its run). Parameters: m, counts."""
+    """The scan of a radix pass's m counts, chunk by chunk (a block a chunk of ``chunk``
+    counts, a grid-stride loop over chunks; each thread takes a run of its chunk, thread 0
+    scans the runs' sums in order). ``total`` 1 stores each chunk's sum in part[b]; 0
+    replaces the chunk by its exclusive prefix sums plus part[b] (``based``; else from 0).
+    The sorter runs it three times: the chunks' sums, their scan in one chunk, each chunk's
+    scan from its offset. Parameters: m, chunk, total, based, counts, part. At most
+    SORT_SCAN_BLOCK threads a block."""
     B = SORT_SCAN_BLOCK
-    body = f"""  __shared__ long long part[{B}];
-  const long long nb = blockDim.x, per = (m + nb - 1) / nb;
-  const long long lo = threadIdx.x * per, hi = lo + per < m ? lo + per : m;
-  long long s = 0;
-  for (long long i = lo; i < hi; ++i) s += counts[i];
-  part[threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {{
-    long long run = 0;
-    for (long long b = 0; b < nb; ++b) {{ const long long v = part[b]; part[b] = run; run += v; }}
+    body = f"""  __shared__ long long run[{B}];
+  __shared__ long long sum;
+  const long long nb = blockDim.x;
+  for (long long b = blockIdx.x; b * chunk < m; b += gridDim.x) {{
+    const long long c0 = b * chunk, c1 = c0 + chunk < m ? c0 + chunk : m;
+    const long long per = (c1 - c0 + nb - 1) / nb;
+    const long long lo = c0 + threadIdx.x * per < c1 ? c0 + threadIdx.x * per : c1;
+    const long long hi = lo + per < c1 ? lo + per : c1;
+    long long s = 0;
+    for (long long i = lo; i < hi; ++i) s += counts[i];
+    run[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {{
+      long long r = based ? part[b] : 0;
+      for (long long t = 0; t < nb; ++t) {{ const long long v = run[t]; run[t] = r; r += v; }}
+      sum = r;
+    }}
+    __syncthreads();
+    if (total) {{
+      if (threadIdx.x == 0) part[b] = sum;
+    }} else {{
+      s = run[threadIdx.x];
+      for (long long i = lo; i < hi; ++i) {{ const long long v = counts[i]; counts[i] = s; s += v; }}
+    }}
+    __syncthreads();
   }}
-  __syncthreads();
-  s = part[threadIdx.x];
-  for (long long i = lo; i < hi; ++i) {{ const long long v = counts[i]; counts[i] = s; s += v; }}
 """
-    params = [("m", "long long"), ("counts", "long long *")]
+    params = [("m", "long long"), ("chunk", "long long"), ("total", "long long"),
+              ("based", "long long"), ("counts", "long long *"), ("part", "long long *")]
     return _assemble(_Emitter(), "sort scan", params, body)
 
 
+SORT_SCAN_CHUNK = 8192      # counts a block of the scan takes (32 a thread of 256)
 SORT_SCAN_BLOCK = 1024
 
 

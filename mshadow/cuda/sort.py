@@ -5,7 +5,8 @@ Design:
     order bits (lower.emit_sort_keys: NaN last, -0 as +0, complemented for a descending
     sort), read through the permutation so far; then a pass per SORT_DIGIT bits of the key
     (lower.sort_passes): the digit counts of each tile, their exclusive scan (digit-major, so
-    the tiles of a digit keep their order), and the stable move of every key and its
+    the tiles of a digit keep their order: a chunk's sums, their scan, each chunk's scan
+    from its offset, over the whole device), and the stable move of every key and its
     permutation entry (emit_sort_count, emit_sort_scan, emit_sort_scatter). Stable passes
     from the last key to the first give a lexicographic order (vectorized_sort: by segment,
     then by value). The tensors are then gathered through the permutation from copies of
@@ -33,12 +34,22 @@ def _permutation(keys, descending, stream):
     limits = _facts(_driver())[0]
     tiles = -(-n // lower.SORT_TILE)
     uk, uk2, perm, perm2 = (_int64(n, stream) for _ in range(4))
-    counts = _int64((1 << lower.SORT_DIGIT) * tiles, stream)
+    m = (1 << lower.SORT_DIGIT) * tiles
+    chunks = -(-m // lower.SORT_SCAN_CHUNK)
+    counts, part = _int64(m, stream), _int64(chunks, stream)
     count = _kernel(("sort_count",), lower.emit_sort_count)
     scan = _kernel(("sort_scan",), lower.emit_sort_scan)
     scatter = _kernel(("sort_scatter",), lower.emit_sort_scatter)
     flat, by_tile = launch.flat(n, limits), launch.tiles(tiles, lower.SORT_TILE, limits)
-    one_block = launch.Launch((1, 1, 1), (min(lower.SORT_SCAN_BLOCK, limits.max_block), 1, 1))
+    scan_block = min(256, lower.SORT_SCAN_BLOCK, limits.max_block)
+    by_chunk = launch.tiles(chunks, scan_block, limits)
+    one_block = launch.Launch((1, 1, 1), (scan_block, 1, 1))
+    # the counts' exclusive scan: each chunk's sum, the sums' scan (one chunk), each chunk's
+    # scan from its offset
+    over_counts, over_part = {"counts": counts, "part": part}, {"counts": part, "part": part}
+    scans = ((by_chunk, dict(m=m, chunk=lower.SORT_SCAN_CHUNK, total=1, based=0), over_counts),
+             (one_block, dict(m=chunks, chunk=chunks, total=0, based=0), over_part),
+             (by_chunk, dict(m=m, chunk=lower.SORT_SCAN_CHUNK, total=0, based=1), over_counts))
     for j, key in enumerate(reversed(keys)):
         code = CODE_BY_FLAG[key.type_flag]
         order = _kernel(("sort_keys", code, descending),
@@ -48,7 +59,8 @@ def _permutation(keys, descending, stream):
         for p in range(lower.sort_passes(code)):
             shift = {"n": n, "tiles": tiles, "shift": p * lower.SORT_DIGIT}
             _run(count, by_tile, shift, {"ukeys": uk, "counts": counts}, stream)
-            _run(scan, one_block, {"m": counts.shape[0]}, {"counts": counts}, stream)
+            for geo, named, tensors in scans:
+                _run(scan, geo, named, tensors, stream)
             _run(scatter, by_tile, shift, {"ukeys": uk, "perm": perm, "ukeys_out": uk2,
                                            "perm_out": perm2, "offsets": counts}, stream)
             uk, uk2, perm, perm2 = uk2, uk, perm2, perm

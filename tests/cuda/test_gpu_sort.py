@@ -112,3 +112,17 @@ def test_a_device_with_small_blocks_sorts_the_same(monkeypatch):
     kg, vg = gpu_from(k), gpu_from(v)
     ms.nn.sort_by_key(kg, vg, False)
     assert _bytes_equal(kg, kc) and _bytes_equal(vg, vc)
+
+
+def test_a_scan_of_many_chunks(monkeypatch):
+    """The counts' scan over several chunks (a small SORT_SCAN_CHUNK: the chunks' sums, their
+    scan, each chunk from its offset), a partial last chunk included."""
+    from mshadow.cuda import lower
+    monkeypatch.setattr(lower, "SORT_SCAN_CHUNK", 700)
+    k = _keys(np.random.default_rng(8), np.int32, 2100)     # 9 tiles: 2304 counts, 4 chunks
+    v = np.arange(2100, dtype=np.float32)
+    kc, vc = ms.from_numpy(k.copy()), ms.from_numpy(v.copy())
+    ms.nn.sort_by_key(kc, vc)
+    kg, vg = gpu_from(k), gpu_from(v)
+    ms.nn.sort_by_key(kg, vg)
+    assert _bytes_equal(kg, kc) and _bytes_equal(vg, vc)
