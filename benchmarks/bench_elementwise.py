@@ -350,7 +350,7 @@ MEM_CHILD = r"""
 import json, os, resource, sys
 import numpy as np
 sys.path.insert(0, {here!r})
-sys.path.insert(1, os.path.dirname({here!r}))
+sys.path.insert(1, {pkg_root!r})   # the mshadow the parent imported (installed or the checkout)
 import mshadow as ms
 from _common import aligned_empty
 which, dt, n, nt = {which!r}, np.dtype({dt!r}).type, {n}, {nt}
@@ -400,7 +400,8 @@ def memory_section(n, nt):
         for which in ("mshadow", "numpy", "numexpr"):
             if which == "numexpr" and ne is None:
                 continue
-            code = MEM_CHILD.format(here=HERE, which=which, dt=np.dtype(dt).name, n=n, nt=nt)
+            code = MEM_CHILD.format(here=HERE, which=which, dt=np.dtype(dt).name, n=n, nt=nt,
+                                    pkg_root=os.path.dirname(os.path.dirname(ms.__file__)))
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
             if out.returncode:
                 rows.append([SHORT[dt], which, "error", out.stderr.strip().splitlines()[-1], "", ""])
