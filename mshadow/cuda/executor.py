@@ -410,7 +410,8 @@ def assign_product(dst, exp, sign_beta):
                                stream=dst.stream)
         assign_product(tmp, exp, (sign_beta[0], 0))   # tmp = alpha * op(a) op(b)
         value = dst * sign_beta[1] + tmp if sign_beta[1] else tmp
-        node = value.key if isinstance(value, _core.Exp) else ir.LEAF[code]
+        node = value.key if isinstance(value, _core.Exp) else \
+            ir.LEAF[CODE_BY_FLAG[tmp.type_flag]]
         leaves = value.leaves if isinstance(value, _core.Exp) else (tmp,)
         scalars = value.scalars if isinstance(value, _core.Exp) else ()
         assign(dst, node, leaves, scalars, "saveto")      # dst = beta dst + tmp

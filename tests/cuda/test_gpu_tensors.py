@@ -312,6 +312,9 @@ def test_a_product_into_one_of_its_operands_goes_through_a_temporary():
     c -= ms.dot(c, c.T)
     g -= ms.dot(g, g.T)
     np.testing.assert_allclose(g.to_numpy(), c.numpy(), rtol=1e-5, atol=1e-5)
+    c[:] = ms.dot(c, c.T)               # saveto: the temporary is stored as it is
+    g[:] = ms.dot(g, g.T)
+    np.testing.assert_allclose(g.to_numpy(), c.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_batch_gemm_alpha_beta_on_the_gpu():
