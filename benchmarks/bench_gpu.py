@@ -130,7 +130,6 @@ extern "C" __global__ void e1_i32(int n, float *w, const float *g, float eta, fl
 
 def kernel_variants(n, number, rounds):
     """E1's kernels launched directly, timed by events over ``number`` launches."""
-    from mshadow import engine
     from mshadow.cuda import cache, executor, launch, lower
     drv = cuda.driver()
     limits, arch = executor._facts(drv)

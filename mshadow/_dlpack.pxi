@@ -67,6 +67,10 @@ cdef enum:
     _DLPACK_FLAG_READ_ONLY = 1
     _DLPACK_FLAG_IS_COPIED = 2
 
+# the DLPack devices whose memory a gpu tensor views: device memory and managed memory, a
+# device pointer either way
+_CUDA_MEMORY = (_kDLCUDA, _kDLCUDAManaged)
+
 # numpy kind -> DLPack type code (kDLInt, kDLUInt, kDLFloat)
 _DL_CODES = {"i": 0, "u": 1, "f": 2}
 _DL_KINDS = {code: kind for kind, code in _DL_CODES.items()}
@@ -275,9 +279,10 @@ cdef Tensor _from_cuda_dlpack(object x):
 
 cdef tuple _dl_layout(ms_DLTensor *d):
     """(shape, row pitch in elements, dtype) of a CUDA DLPack tensor an mshadow Tensor can
-    view: device 0 (its device memory, or managed memory, which a device pointer reaches), one lane of a dtype mshadow has, unit steps along the last axis and
-    rows ``pitch`` apart, the leading axes compact over the rows."""
-    if d.device.device_type not in (_kDLCUDA, _kDLCUDAManaged) or d.device.device_id != 0:
+    view: device 0 (device or managed memory, _CUDA_MEMORY), one lane of a dtype mshadow
+    has, unit steps along the last axis and rows ``pitch`` apart, the leading axes compact
+    over the rows."""
+    if d.device.device_type not in _CUDA_MEMORY or d.device.device_id != 0:
         raise BufferError(f"from_dlpack: a tensor on DLPack device ({d.device.device_type}, "
                           f"{d.device.device_id}); gpu tensors view kDLCUDA (2, 0) or "
                           f"kDLCUDAManaged (13, 0) memory of device 0")

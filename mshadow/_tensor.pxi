@@ -1032,7 +1032,7 @@ def from_dlpack(x):
     cpu tensor, CUDA device 0's or CUDA managed memory (torch, CuPy, a gpu tensor) as a gpu
     one."""
     device = getattr(x, "__dlpack_device__", None)
-    if device is not None and device()[0] in (2, 13):      # kDLCUDA, kDLCUDAManaged
+    if device is not None and device()[0] in _CUDA_MEMORY:    # _dlpack.pxi
         return _from_cuda_dlpack(x)
     return from_numpy(np.from_dlpack(x))
 

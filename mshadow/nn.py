@@ -49,6 +49,15 @@ def _tensor(x, where, what, ndims=None, gpu_ok=False):
     return x
 
 
+def _one_device(where, what, t, others):
+    """The call's tensors ``t`` and ``others`` on one device (DeviceError naming them), and
+    on the GPU, that a device is there (mshadow.cuda.require_device)."""
+    check_devices(where, t.device, tuple(o.device for o in others), gpu_ok=True)
+    if t.device is not cpu:
+        from .cuda import require_device
+        require_device(f"{where}: {what}")
+
+
 def _writable(t, where, what):
     t.dptr   # FreedTensorError for a freed tensor, before anything is written
     if t.readonly:
@@ -118,10 +127,7 @@ def softmax(dst, energy):
     where = "Softmax"
     d_t = _tensor(dst, where, "dst", (1, 2, 3), gpu_ok=True)
     e_t = _tensor(energy, where, "energy", (1, 2, 3), gpu_ok=True)
-    check_devices(where, d_t.device, (e_t.device,), gpu_ok=True)    # one device
-    if d_t.device is not cpu:
-        from .cuda import require_device
-        require_device(f"{where}: dst")
+    _one_device(where, "dst", d_t, (e_t,))
     _shape_eq(d_t, e_t, where, "dst", "energy", "shape mismatch")
     _same_dtype(d_t, e_t, where, "dst", "energy")
     _floating(d_t, where, "dst")
@@ -153,10 +159,7 @@ def _grad_args(where, dst, src, label, ignore_label):
     _floating(d_t, where, "dst")
     want = (d_t.shape[0],) if d_t.ndim == 2 else (d_t.shape[0], d_t.shape[2])
     l_t = _tensor(label, where, "label", (d_t.ndim - 1,), gpu_ok=True)
-    check_devices(where, d_t.device, (s_t.device, l_t.device), gpu_ok=True)   # one device
-    if d_t.device is not cpu:
-        from .cuda import require_device
-        require_device(f"{where}: dst")
+    _one_device(where, "dst", d_t, (s_t, l_t))
     if tuple(l_t.shape) != want:
         raise ShapeError(f"{where}: label shape {tuple(l_t.shape)} does not match dst "
                          f"{tuple(d_t.shape)} (expected {want})")
@@ -237,10 +240,7 @@ def _scatter_args(where, dst, index, src):
     d_t = _tensor(dst, where, "dst", (2,), gpu_ok=True)
     i_t = _tensor(index, where, "index", (1,), gpu_ok=True)
     s_t = _tensor(src, where, "src", (2,), gpu_ok=True)
-    check_devices(where, d_t.device, (i_t.device, s_t.device), gpu_ok=True)   # one device
-    if d_t.device is not cpu:
-        from .cuda import require_device
-        require_device(f"{where}: dst")
+    _one_device(where, "dst", d_t, (i_t, s_t))
     _same_dtype(d_t, s_t, where, "dst", "src")
     if d_t.shape[1] != s_t.shape[1]:
         raise ShapeError(f"{where}: dst {tuple(d_t.shape)} and src {tuple(s_t.shape)} must have "
@@ -281,7 +281,7 @@ def add_take_grad_large_batch(dst, sorted, index, src):   # noqa: A002  mshadow'
     where = "AddTakeGradLargeBatch"
     d_t, i_t, s_t = _scatter_args(where, dst, index, src)
     o_t = _tensor(sorted, where, "sorted", (1,), gpu_ok=True)
-    check_devices(where, d_t.device, (o_t.device,), gpu_ok=True)
+    _one_device(where, "dst", d_t, (o_t,))
     if o_t.shape[0] != i_t.shape[0]:
         raise ShapeError(f"{where}: sorted length {o_t.shape[0]} and index length "
                          f"{i_t.shape[0]} differ")
@@ -321,15 +321,13 @@ def _gpu_scatter(where, d_t, s_t, dst_rows, src_rows, mode):
 def _sort_args(where, keys, values, what=("keys", "values")):
     k_t = _tensor(keys, where, what[0], (1,), gpu_ok=True)
     v_t = _tensor(values, where, what[1], (1,), gpu_ok=True)
-    check_devices(where, k_t.device, (v_t.device,), gpu_ok=True)   # one device
+    _one_device(where, what[0], k_t, (v_t,))
     if k_t.shape[0] != v_t.shape[0]:
         raise ShapeError(f"The sizes of key/value are not equal! keys_size: {k_t.shape[0]} "
                          f"values_size: {v_t.shape[0]}")
     _writable(k_t, where, what[0])
     _writable(v_t, where, what[1])
     if k_t.device is not cpu:
-        from .cuda import require_device
-        require_device(f"{where}: {what[0]}")
         return k_t, v_t
     return k_t.numpy(), v_t.numpy()
 
@@ -489,7 +487,7 @@ def conv2d(out, data, weight, pad=0, stride=1, saver="saveto"):
     where = "conv2d"
     out = _tensor(out, where, "out", (4,), gpu_ok=True)
     weight = _tensor(weight, where, "weight", (4,), gpu_ok=True)
-    check_devices(where, out.device, (weight.device,), gpu_ok=True)
+    _one_device(where, "out", out, (weight,))
     _writable(out, where, "out")
     _same_dtype(out, weight, where, "out", "weight")
     cols, nimg, per_image, sign_beta = _conv_args(where, out, data, weight, pad, stride, saver)
@@ -531,7 +529,7 @@ def conv2d_grad_weight(dweight, data, grad, pad=0, stride=1, saver="saveto"):
     where = "conv2d_grad_weight"
     dweight = _tensor(dweight, where, "dweight", (4,), gpu_ok=True)
     grad = _tensor(grad, where, "grad", (4,), gpu_ok=True)
-    check_devices(where, dweight.device, (grad.device,), gpu_ok=True)
+    _one_device(where, "dweight", dweight, (grad,))
     _writable(dweight, where, "dweight")
     _same_dtype(dweight, grad, where, "dweight", "grad")
     cols, nimg, per_image, sign_beta = _conv_args(where, dweight, data, dweight, pad, stride,
@@ -571,7 +569,7 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
     dx = _tensor(dx, where, "dx", (4,), gpu_ok=True)
     grad = _tensor(grad, where, "grad", (4,), gpu_ok=True)
     weight = _tensor(weight, where, "weight", (4,), gpu_ok=True)
-    check_devices(where, dx.device, (grad.device, weight.device), gpu_ok=True)
+    _one_device(where, "dx", dx, (grad, weight))
     _writable(dx, where, "dx")
     _same_dtype(dx, grad, where, "dx", "grad")
     _same_dtype(dx, weight, where, "dx", "weight")
@@ -607,9 +605,8 @@ def conv2d_grad_data(dx, grad, weight, pad=0, stride=1, saver="saveto"):
 
 
 def _gpu_conv():
-    """mshadow/cuda/conv.py, once the device is known to be there (DeviceError if not)."""
-    from .cuda import conv, require_device
-    require_device("conv2d")
+    """mshadow/cuda/conv.py (imported on a gpu call only: _one_device found the device)."""
+    from .cuda import conv
     return conv
 
 

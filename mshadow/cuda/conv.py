@@ -21,31 +21,12 @@ Design:
     Never: reads device memory from the host; imports the CPU lowering.
 """
 from .. import _core
-from ..device import gpu
 from ..engine import assign
 from ..extension import crop, pack_col2patch, pad, unpack_patch2col
 from . import streams
-from .executor import check_blas_dtype
+from .executor import check_blas_dtype, readable, temporary
 
 COLUMN_BYTES = 64 << 20    # a chunk's column matrix at most (cxxnet's nstep, in bytes)
-
-
-def _gpu_tensor(shape, like):
-    return _core.new_tensor(shape, None, dtype=like.dtype, device=gpu, pad=True,
-                            stream=like.stream)
-
-
-def _readable(src, dst):
-    """``src`` as a gpu tensor that shares no byte with ``dst``: a tensor as it is, else (an
-    expression, or a tensor overlapping dst) evaluated into a new gpu tensor first."""
-    if isinstance(src, _core.Tensor) and not _core.reads_tensor((src,), dst):
-        return src
-    tmp = _gpu_tensor(tuple(src.shape), dst)
-    if isinstance(src, _core.Tensor):
-        _core.copy(tmp, src, dst.stream)
-    else:
-        tmp[:] = src
-    return tmp
 
 
 def _chunks(nimg, image_bytes):
@@ -59,7 +40,7 @@ def _columns(data, n0, nb, kh, kw, py, px, stride, like):
     """The column matrix (C*kh*kw, nb*oh*ow) of images [n0, n0 + nb) of ``data``."""
     x = data.slice(n0, n0 + nb)
     cols = unpack_patch2col(pad(x, py, px) if py or px else x, kh, kw, stride)
-    tmp = _gpu_tensor(tuple(cols.shape), like)
+    tmp = temporary(tuple(cols.shape), like.dtype, like.stream)
     tmp[:] = cols
     return tmp
 
@@ -83,7 +64,7 @@ def conv2d(out, data, weight, py, px, stride, ohw, sign_beta):
     """``out = sign conv(data, weight) + beta out`` (nn.conv2d checked every argument)."""
     where = "conv2d"
     check_blas_dtype(where, out)
-    data, weight = _readable(data, out), _readable(weight, out)
+    data, weight = readable(data, out), readable(weight, out)
     K, ckk, P = _geometry(weight, ohw)
     if _no_products(out, ckk, P, sign_beta[1]):
         return
@@ -106,7 +87,7 @@ def conv2d_grad_weight(dweight, data, grad, py, px, stride, ohw, sign_beta):
     """``dweight = sign sum_n grad[n] @ cols_n^T + beta dweight``."""
     where = "conv2d_grad_weight"
     check_blas_dtype(where, dweight)
-    data = _readable(data, dweight)
+    data = readable(data, dweight)
     K, ckk, P = _geometry(dweight, ohw)
     N = grad.shape[0]
     if _no_products(dweight, ckk * N, P, sign_beta[1]):     # an empty sum is 0
@@ -141,7 +122,7 @@ def conv2d_grad_data(dx, grad, weight, py, px, stride, ohw, saver):
         return
     h = streams.blas(dx.stream, where)
     for n0, nb in _chunks(N, ckk * P * dx.itemsize):
-        cols = _gpu_tensor((ckk, nb * P), dx)
+        cols = temporary((ckk, nb * P), dx.dtype, dx.stream)
         pinned = _core.pin_allocations((cols, grad, weight))
         try:
             h.gemm_strided_batched(dx.dtype, False, True, P, ckk, K, 1.0,

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import _core, ir
 from ..device import check_devices, gpu
-from ..dtypes import BY_CODE, CODE_BY_FLAG, FLOAT_CODES, compute_code
+from ..dtypes import BY_CODE, CODE_BY_FLAG
 from ..errors import DeviceError, DTypeError, UnsupportedNodeError
 from ..readers import READERS_BY_NAME
 from . import cache, launch, lower, require_device, streams
@@ -111,11 +111,37 @@ def _run(kernel, geo, named, tensors, stream):
         _core.unpin_allocations(pinned)
 
 
+def temporary(shape, dtype, stream, pad=True):
+    """A new gpu tensor for a run's intermediate values, on the run's ``stream``."""
+    return _core.new_tensor(shape, None, dtype=dtype, device=gpu, pad=pad, stream=stream)
+
+
+def upload(a, stream):
+    """The host array ``a`` (indices) as a new 1-D int64 gpu tensor, copied on ``stream``."""
+    t = temporary((a.size,), np.int64, stream, pad=False)
+    _core.copy(t, _core.from_numpy(np.ascontiguousarray(a.reshape(-1), np.int64)), stream)
+    return t
+
+
+def readable(src, dst):
+    """``src`` (a gpu tensor or expression) as a gpu tensor that shares no byte with
+    ``dst``: a tensor as it is, else (an expression, or a tensor overlapping dst) evaluated
+    into a new gpu tensor first, on dst's stream."""
+    if isinstance(src, _core.Tensor) and not _overlaps(dst, (src,)):
+        return src
+    tmp = temporary(tuple(src.shape), src.dtype, dst.stream)
+    if isinstance(src, _core.Tensor):
+        _core.copy(tmp, src, dst.stream)
+    else:
+        tmp[:] = src
+    return tmp
+
+
 def _float_rows(where, dst, ndims):
     """DeviceError unless dst is a float32 / float64 tensor of ``ndims`` dimensions (the
     kernels' forms)."""
     code = CODE_BY_FLAG[dst.type_flag]
-    if len(dst.shape) not in ndims or code not in FLOAT_CODES or compute_code(code) != code:
+    if len(dst.shape) not in ndims or code not in lower.FLOAT_COMPUTE:
         want = " or ".join(f"{n}-D" for n in ndims)
         raise DeviceError(f"{where}: on the GPU, float32 or float64 tensors ({want}), got "
                           f"a {len(dst.shape)}-D {dst.dtype} tensor; docs/gpu.md lists what "
@@ -130,8 +156,7 @@ def _elementwise_alias(dst, src):
 
 
 def _via_temporary(fn, dst, src, *args):
-    tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True,
-                           stream=dst.stream)
+    tmp = temporary(dst.shape, dst.dtype, dst.stream)
     fn(tmp, src, *args)
     _core.copy(dst, tmp, dst.stream)
 
@@ -176,10 +201,7 @@ def softmax_grad(dst, src, target, alpha=None, share=None):
     rows, cols = _rows_cols(dst.shape)
     if rows * cols == 0:
         return
-    tgt = _core.new_tensor((target.size,), None, dtype=np.int64, device=gpu,
-                           stream=dst.stream)
-    _core.copy(tgt, _core.from_numpy(np.ascontiguousarray(target.reshape(-1), np.int64)),
-               dst.stream)
+    tgt = upload(target, dst.stream)
     nd, smooth = len(dst.shape), alpha is not None
     k = _kernel(("softmax_grad", code, nd, smooth),
                 lambda: lower.emit_softmax_grad(code, nd, smooth))
@@ -198,23 +220,18 @@ def scatter_rows(where, dst, src, dst_rows, src_rows, mode):
     read from a gpu copy made first."""
     check_devices(where, dst.device, (src.device,), gpu_ok=True)
     code = CODE_BY_FLAG[dst.type_flag]
-    if mode == "add" and (code not in FLOAT_CODES or compute_code(code) != code):
+    if mode == "add" and code not in lower.FLOAT_COMPUTE:
         raise DeviceError(f"{where}: on the GPU, float32 or float64 tensors, got "
                           f"{dst.dtype}; docs/gpu.md lists what runs on the GPU (ms.copy to "
                           f"the cpu for this)")
     if len(dst_rows) == 0 or dst.shape[1] == 0:
         return
-    if _overlaps(dst, (src,)):
-        tmp = _core.new_tensor(src.shape, None, dtype=src.dtype, device=gpu, pad=True,
-                               stream=dst.stream)
-        _core.copy(tmp, src, dst.stream)
-        src = tmp
+    src = readable(src, dst)
     order = np.argsort(dst_rows, kind="stable")
     rows, starts = np.unique(dst_rows[order], return_index=True)
     meta = np.concatenate([rows, starts, [len(order)], np.asarray(src_rows)[order]])
     g = len(rows)
-    buf = _core.new_tensor((len(meta),), None, dtype=np.int64, device=gpu, stream=dst.stream)
-    _core.copy(buf, _core.from_numpy(meta.astype(np.int64)), dst.stream)
+    buf = upload(meta, dst.stream)
     k = _kernel(("scatter_rows", code, mode), lambda: lower.emit_scatter_rows(code, mode))
     named = {"groups": g, "cols": dst.shape[1], "dst_pitch": dst.stride,
              "src_pitch": src.stride}
@@ -333,8 +350,7 @@ class _Stager:
         li, si = self.li, self.si
         nl, ns = len(ir.leaves(n)), ir.scalar_count(n)
         self.li, self.si = li + nl, si + ns
-        tmp = _core.new_tensor(shape, None, dtype=BY_CODE[n.code].np, device=gpu, pad=False,
-                               stream=self.dst.stream)
+        tmp = temporary(shape, BY_CODE[n.code].np, self.dst.stream, pad=False)
         assign(tmp, n, self.leaves[li:li + nl], self.scalars[si:si + ns], "saveto")
         self.out_leaves.append(tmp)
         return ir.LEAF[n.code]
@@ -346,8 +362,7 @@ class _Stager:
         nl, ns = len(ir.leaves(src)), ir.scalar_count(src)
         self.li, self.si = li + 1 + nl, si + ns
         handle = view.src
-        tmp = _core.new_tensor(handle.shape, None, dtype=handle.dtype, device=gpu, pad=False,
-                               stream=self.dst.stream)
+        tmp = temporary(handle.shape, handle.dtype, self.dst.stream, pad=False)
         assert tmp.stride == handle.stride, (tmp.stride, handle.stride)   # both dense
         assign(tmp, src, self.leaves[li + 1:li + 1 + nl], self.scalars[si:si + ns], "saveto")
         self.out_leaves.append(_core.strided_view(tmp, view.shape, view.offset, view.strides))
@@ -358,8 +373,7 @@ def _through_temporary(dst, node, leaves, scalars, saver, extra=None):
     """``node`` into a new gpu tensor, then that into ``dst`` with the saver: for a value
     that reads dst's bytes elsewhere than it writes them."""
     code = CODE_BY_FLAG[dst.type_flag]
-    tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True,
-                           stream=dst.stream)
+    tmp = temporary(dst.shape, dst.dtype, dst.stream)
     _launch(plan(node, code, "saveto"), tmp, leaves, scalars, extra)
     _launch(plan(ir.LEAF[code], code, saver), dst, (tmp,), ())
 
@@ -406,8 +420,7 @@ def assign_product(dst, exp, sign_beta):
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
     if _overlaps(dst, (a, b)):
-        tmp = _core.new_tensor(dst.shape, None, dtype=dst.dtype, device=gpu, pad=True,
-                               stream=dst.stream)
+        tmp = temporary(dst.shape, dst.dtype, dst.stream)
         assign_product(tmp, exp, (sign_beta[0], 0))   # tmp = alpha * op(a) op(b)
         value = dst * sign_beta[1] + tmp if sign_beta[1] else tmp
         node = value.key if isinstance(value, _core.Exp) else \
@@ -441,10 +454,8 @@ def assign_product(dst, exp, sign_beta):
 
 def check_blas_dtype(where, t):
     """DTypeError unless ``t``'s dtype is one cuBLAS's S and D routines multiply."""
-    code = CODE_BY_FLAG[t.type_flag]
-    if code not in FLOAT_CODES or compute_code(code) != code:
-        kinds = " and ".join(sorted(BY_CODE[c].np.name for c in FLOAT_CODES
-                                    if compute_code(c) == c))   # a set: sorted, one message
+    if CODE_BY_FLAG[t.type_flag] not in lower.FLOAT_COMPUTE:
+        kinds = " and ".join(sorted(BY_CODE[c].np.name for c in lower.FLOAT_COMPUTE))
         raise DTypeError(f"{where}: cuBLAS multiplies {kinds}, got {t.dtype}")
 
 

@@ -813,7 +813,10 @@ def emit_reduce(key, dst_code, saver):
 _IMPLICIT_CODES = frozenset(c for c in BY_CODE if compute_code(c) == c)
 SOFTMAX_LANES = 16      # codegen_cpu.REDUCE_LANES: the CPU softmax kernel's sum order
 # the float types computed as themselves (float16 computes as its compute type)
-_FLOAT_COMPUTE = frozenset(c for c in FLOAT_CODES if compute_code(c) == c)
+FLOAT_COMPUTE = frozenset(c for c in FLOAT_CODES if compute_code(c) == c)
+# the grid-stride loop of the kernels that take a thread an element of n (launch.flat)
+_FLAT_LOOP = ("for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+              "       i += (long long)gridDim.x * blockDim.x)")
 
 
 def emit_softmax(code):
@@ -824,7 +827,7 @@ def emit_softmax(code):
     the CPU kernel's order (codegen_cpu._softmax) and vmath's exp, so the same bits as the
     CPU. ``dst`` may be ``src``. Parameters: rows, cols, dst, dst_pitch, src, src_pitch
     (pitches in elements); launch with blockDim.x = 32."""
-    if code not in _FLOAT_COMPUTE:
+    if code not in FLOAT_COMPUTE:
         raise ValueError(f"emit_softmax: the kernel is float32 or float64 rows, got {code!r}")
     T, L = _CTYPE[code], SOFTMAX_LANES
     e = _Emitter()
@@ -875,7 +878,7 @@ def emit_softmax_grad(code, nd, smooth):
     share elsewhere (alpha and share rounded as nn.py does, passed in T): nn.py's operations
     in its order, so the CPU's bits. ``dst`` may be ``src``. Parameters: rows, cols, classes,
     dst, dst_pitch, src, src_pitch (elements), tgt (long long a sample), alpha, share."""
-    if code not in _FLOAT_COMPUTE or nd not in (2, 3):
+    if code not in FLOAT_COMPUTE or nd not in (2, 3):
         raise ValueError(f"emit_softmax_grad: float32 or float64, 2-D or 3-D, got {code!r}, "
                          f"{nd!r}")
     T = _CTYPE[code]
@@ -884,8 +887,7 @@ def emit_softmax_grad(code, nd, smooth):
              "const long long c = y % classes, t = tgt[(y / classes) * cols + x];")
     hit, miss = ("(s - 1) + alpha", "s - share") if smooth else ("s - 1", "s")
     body = f"""  const long long n = rows * cols;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {{
+  {_FLAT_LOOP} {{
     const long long y = i / cols, x = i % cols;
     {where}
     const {T} s = src[y * src_pitch + x];
@@ -907,14 +909,13 @@ def emit_softmax_axis1(code):
     order, then each divided by the sum. vmath's exp; nn.py's 3-D path is numpy's, so the
     two agree to rounding. ``dst`` may be ``src``. Parameters: outer (Y), classes (C), cols
     (N), dst, dst_pitch, src, src_pitch (elements: row y*C + c, column n)."""
-    if code not in _FLOAT_COMPUTE:
+    if code not in FLOAT_COMPUTE:
         raise ValueError(f"emit_softmax_axis1: float32 or float64, got {code!r}")
     T = _CTYPE[code]
     e = _Emitter()
     e.vmath(code)
     body = f"""  const long long n = outer * cols;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {{
+  {_FLAT_LOOP} {{
     const long long y = i / cols, x = i % cols;
     const {T} *er = src + y * classes * src_pitch + x;
     {T} *dr = dst + y * classes * dst_pitch + x;
@@ -944,7 +945,7 @@ def emit_scatter_rows(code, mode):
     groups the rows (distinct dst rows: no two threads store one element). Parameters:
     groups, cols, dst, dst_pitch, src, src_pitch (elements), dst_rows, offsets, src_rows
     (long long)."""
-    if mode not in ("add", "set") or (mode == "add" and code not in _FLOAT_COMPUTE) or \
+    if mode not in ("add", "set") or (mode == "add" and code not in FLOAT_COMPUTE) or \
             code not in _CTYPE:
         raise ValueError(f"emit_scatter_rows: mode 'add' of float32 / float64 or 'set' of any "
                          f"dtype, got {mode!r}, {code!r}")
@@ -957,8 +958,7 @@ def emit_scatter_rows(code, mode):
     else:
         fold = "*d = src[src_rows[offsets[u + 1] - 1] * src_pitch + x];"
     body = f"""  const long long n = groups * cols;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {{
+  {_FLAT_LOOP} {{
     const long long u = i / cols, x = i % cols;
     {T} *d = dst + dst_rows[u] * dst_pitch + x;
     {fold}
@@ -1019,6 +1019,21 @@ static __device__ __forceinline__ unsigned long long ms_order16(uint16_t b) {
 }"""
 
 
+def _sort_tiles():
+    """The radix kernels' opening: a grid-stride loop over the tiles t, whose start loads
+    dig[e] = the digit (ukeys >> shift) & 255 of the tile's element e (-1 past n) into
+    shared memory, every thread its share, then a barrier. The kernel closes the loop."""
+    R = 1 << SORT_DIGIT
+    return f"""  __shared__ int dig[{SORT_TILE}];
+  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {{
+    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
+      const long long i = t * {SORT_TILE} + e;
+      dig[e] = i < n ? (int)((ukeys[i] >> shift) & {R - 1}) : -1;
+    }}
+    __syncthreads();
+"""
+
+
 def sort_passes(code):
     """The radix passes of a key of dtype ``code`` (its bits / SORT_DIGIT)."""
     return BY_CODE[code].np.itemsize * 8 // SORT_DIGIT
@@ -1036,8 +1051,7 @@ def emit_sort_keys(code, descending):
     e.need("SORT_ORDER", _SORT_ORDER_FUNCS)
     mask = "~0ull" if bits == 64 else f"((1ull << {bits}) - 1)"
     flip = f" ^ {mask}" if descending else ""
-    body = f"""  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {{
+    body = f"""  {_FLAT_LOOP} {{
     const long long p = first ? i : perm[i];
     if (first) perm[i] = i;
     const {T} k = keys[p];
@@ -1056,14 +1070,7 @@ def emit_sort_count():
     atomics). Parameters: n, tiles, shift, ukeys, counts. Any block size (SORT_TILE fits
     a thread an element)."""
     R = 1 << SORT_DIGIT
-    body = f"""  __shared__ int dig[{SORT_TILE}];
-  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {{
-    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
-      const long long i = t * {SORT_TILE} + e;
-      dig[e] = i < n ? (int)((ukeys[i] >> shift) & {R - 1}) : -1;
-    }}
-    __syncthreads();
-    for (int d = threadIdx.x; d < {R}; d += blockDim.x) {{
+    body = f"""{_sort_tiles()}    for (int d = threadIdx.x; d < {R}; d += blockDim.x) {{
       long long c = 0;
       for (int j = 0; j < {SORT_TILE}; ++j) c += dig[j] == d;
       counts[d * tiles + t] = c;
@@ -1126,15 +1133,7 @@ def emit_sort_scatter():
     scanned counts) plus the tile's elements before it with its digit d, its key and its
     perm entry with it. Parameters: n, tiles, shift, ukeys, perm, ukeys_out, perm_out,
     offsets. Any block size."""
-    R = 1 << SORT_DIGIT
-    body = f"""  __shared__ int dig[{SORT_TILE}];
-  for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {{
-    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
-      const long long i = t * {SORT_TILE} + e;
-      dig[e] = i < n ? (int)((ukeys[i] >> shift) & {R - 1}) : -1;
-    }}
-    __syncthreads();
-    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
+    body = f"""{_sort_tiles()}    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
       const long long i = t * {SORT_TILE} + e;
       if (i < n) {{
         const int d = dig[e];
@@ -1159,8 +1158,7 @@ def emit_gather_1d(code):
     """dst[i] = src[perm[i]] over n elements of 1-D tensors (a sort's last step; src a copy
     of the tensor dst is). Parameters: n, perm, src, dst."""
     T = _CTYPE[code]
-    body = f"""  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+    body = f"""  {_FLAT_LOOP}
     dst[i] = src[perm[i]];
 """
     params = [("n", "long long"), ("perm", "const long long *"), ("src", f"const {T} *"),
@@ -1220,8 +1218,7 @@ def emit_random(dist, code):
         value = (f"a + b * (sqrt(({T})-2 * log({unit1.format(j='j')})) * "
                  f"cos(({T})6.283185307179586 * ({unit.format(j=f'j + {half}')})))")
     body = f"""  const long long n = rows * cols;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {{
+  {_FLAT_LOOP} {{
     const unsigned long long ctr = (unsigned long long)offset + (unsigned long long)(i / {per});
     uint32_t w[4] = {{(uint32_t)ctr, (uint32_t)(ctr >> 32), 0u, 0u}};
     ms_philox4x32_10(w, (uint32_t)seed_lo, (uint32_t)seed_hi);

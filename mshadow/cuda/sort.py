@@ -17,14 +17,13 @@ Design:
 import numpy as np
 
 from .. import _core
-from ..device import gpu
 from ..dtypes import CODE_BY_FLAG
 from . import launch, lower
-from .executor import _driver, _facts, _kernel, _run
+from .executor import _driver, _facts, _kernel, _run, temporary
 
 
 def _int64(n, stream):
-    return _core.new_tensor((n,), None, dtype=np.int64, device=gpu, stream=stream)
+    return temporary((n,), np.int64, stream, pad=False)
 
 
 def _permutation(keys, descending, stream):
@@ -72,7 +71,7 @@ def _gather(tensors, perm, stream):
     another (nn.py's sk, sv = k[idx], v[idx]; then k, then v)."""
     copies = []
     for t in tensors:
-        src = _core.new_tensor(t.shape, None, dtype=t.dtype, device=gpu, stream=stream)
+        src = temporary(t.shape, t.dtype, stream, pad=False)
         _core.copy(src, t, stream)
         copies.append(src)
     for t, src in zip(tensors, copies):

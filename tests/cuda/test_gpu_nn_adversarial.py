@@ -1013,6 +1013,24 @@ def test_conv2d_on_a_stream():
         ms.delete_stream(s)
 
 
+def _conv_family_both_ways(which, x, w, g, saver):
+    """``which`` of the conv2d family (pad 0, stride 1; data x, weight w, output gradient g)
+    into a destination of 3s on the CPU and on the GPU: (cpu dst, gpu dst)."""
+    d0 = np.full({"conv2d": g.shape, "grad_weight": w.shape, "grad_data": x.shape}[which], 3,
+                 np.float32)
+    c, dg = cpu_of(d0), gpu_from(d0, pad=which == "grad_data")
+    if which == "conv2d":
+        ms.nn.conv2d(c, cpu_of(x), cpu_of(w), 0, 1, saver)
+        ms.nn.conv2d(dg, gpu_from(x), gpu_from(w, pad=False), 0, 1, saver)
+    elif which == "grad_weight":
+        ms.nn.conv2d_grad_weight(c, cpu_of(x), cpu_of(g), 0, 1, saver)
+        ms.nn.conv2d_grad_weight(dg, gpu_from(x), gpu_from(g, pad=False), 0, 1, saver)
+    else:
+        ms.nn.conv2d_grad_data(c, cpu_of(g), cpu_of(w), 0, 1, saver)
+        ms.nn.conv2d_grad_data(dg, gpu_from(g, pad=False), gpu_from(w, pad=False), 0, 1, saver)
+    return c, dg
+
+
 @pytest.mark.parametrize("which", ["conv2d", "grad_weight", "grad_data"])
 @pytest.mark.parametrize("empty", ["N", "K"])
 def test_conv2d_family_of_empty_batches_and_filters(which, empty):
@@ -1024,22 +1042,7 @@ def test_conv2d_family_of_empty_batches_and_filters(which, empty):
     w = rng.standard_normal((K, C, 3, 3)).astype(np.float32)
     g = rng.standard_normal((N, K, 2, 2)).astype(np.float32)
     for saver in ("saveto", "plusto", "minusto"):
-        if which == "conv2d":
-            d0 = np.full((N, K, 2, 2), 3, np.float32)
-            c, dg = cpu_of(d0), gpu_from(d0, pad=False)
-            ms.nn.conv2d(c, cpu_of(x), cpu_of(w), 0, 1, saver)
-            ms.nn.conv2d(dg, gpu_from(x), gpu_from(w, pad=False), 0, 1, saver)
-        elif which == "grad_weight":
-            d0 = np.full(w.shape, 3, np.float32)
-            c, dg = cpu_of(d0), gpu_from(d0, pad=False)
-            ms.nn.conv2d_grad_weight(c, cpu_of(x), cpu_of(g), 0, 1, saver)
-            ms.nn.conv2d_grad_weight(dg, gpu_from(x), gpu_from(g, pad=False), 0, 1, saver)
-        else:
-            d0 = np.full(x.shape, 3, np.float32)
-            c, dg = cpu_of(d0), gpu_from(d0)
-            ms.nn.conv2d_grad_data(c, cpu_of(g), cpu_of(w), 0, 1, saver)
-            ms.nn.conv2d_grad_data(dg, gpu_from(g, pad=False), gpu_from(w, pad=False), 0, 1,
-                                   saver)
+        c, dg = _conv_family_both_ways(which, x, w, g, saver)
         assert same_bytes(dg, c), saver
         if c.numpy().size:
             assert (c.numpy() == (0 if saver == "saveto" else 3)).all()
@@ -1052,22 +1055,7 @@ def test_conv2d_family_of_zero_channels(which):
     w = np.ones((3, 0, 3, 3), np.float32)
     g = np.ones((2, 3, 2, 2), np.float32)
     for saver in ("saveto", "plusto"):
-        if which == "conv2d":
-            d0 = np.full((2, 3, 2, 2), 3, np.float32)
-            c, dg = cpu_of(d0), gpu_from(d0, pad=False)
-            ms.nn.conv2d(c, cpu_of(x), cpu_of(w), 0, 1, saver)
-            ms.nn.conv2d(dg, gpu_from(x), gpu_from(w, pad=False), 0, 1, saver)
-        elif which == "grad_weight":
-            d0 = np.full(w.shape, 3, np.float32)       # empty itself: nothing to write
-            c, dg = cpu_of(d0), gpu_from(d0, pad=False)
-            ms.nn.conv2d_grad_weight(c, cpu_of(x), cpu_of(g), 0, 1, saver)
-            ms.nn.conv2d_grad_weight(dg, gpu_from(x), gpu_from(g, pad=False), 0, 1, saver)
-        else:
-            d0 = np.full(x.shape, 3, np.float32)
-            c, dg = cpu_of(d0), gpu_from(d0)
-            ms.nn.conv2d_grad_data(c, cpu_of(g), cpu_of(w), 0, 1, saver)
-            ms.nn.conv2d_grad_data(dg, gpu_from(g, pad=False), gpu_from(w, pad=False), 0, 1,
-                                   saver)
+        c, dg = _conv_family_both_ways(which, x, w, g, saver)
         assert same_bytes(dg, c), saver
 
 
