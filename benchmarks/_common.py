@@ -1,7 +1,9 @@
-"""Timing helpers shared by the benchmark scripts: best-of-N, aligned buffers, tables."""
+"""Timing helpers shared by the benchmark scripts: interleaved rounds (measure), best-of-N,
+aligned buffers, tables."""
 import gc
 import os
 import platform
+import statistics
 import subprocess
 import time
 
@@ -44,6 +46,67 @@ def best_of(fn, repeat=5, number=None, min_time=0.02, warmup=2, long_call=1e-3, 
         if was:
             gc.enable()
     return best
+
+
+def calibrate(fn, burst_time):
+    """Calls per burst so that one burst lasts about ``burst_time`` (after two warm-up calls)."""
+    fn()
+    fn()
+    k, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        k += 1
+        dt = time.perf_counter() - t0
+        if dt >= min(burst_time, 2e-3) or k >= 1000:
+            break
+    return max(1, min(100000, int(burst_time / (dt / k))))
+
+
+def measure(alts, rounds, min_time, row_time=0.0, bursts=5):
+    """({name: median over rounds of seconds per call}, {name: interquartile range over the
+    rounds / median}, rounds) of the callables in ``alts``.
+
+    Interleaved: every round takes one sample of each alternative, in an order rotated each
+    round; at least ``rounds`` rounds, more (up to 4x) while the row has taken less than
+    ``row_time`` seconds (cheap rows get more rounds). A sample is the best of up to
+    ``bursts`` bursts of calls (``min_time / bursts`` seconds each), stopping once it has
+    lasted ``min_time``: a call longer than that is one call. The best burst of a sample is
+    the one least slowed by other processes at that moment; the median over rounds then
+    discards the rounds that were slowed throughout.
+    """
+    names = list(alts)
+    number = {k: calibrate(alts[k], min_time / bursts) for k in names}
+    samples = {k: [] for k in names}
+    clock = time.perf_counter
+    was = gc.isenabled()
+    gc.disable()
+    t_row = clock()
+    try:
+        for r in range(4 * rounds):
+            if r >= rounds and clock() - t_row >= row_time:
+                break
+            s = r % len(names)
+            for k in names[s:] + names[:s]:
+                fn, m = alts[k], number[k]
+                best, start = float("inf"), clock()
+                for _ in range(bursts):
+                    t0 = clock()
+                    for _ in range(m):
+                        fn()
+                    t1 = clock()
+                    best = min(best, (t1 - t0) / m)
+                    if t1 - start >= min_time:
+                        break
+                samples[k].append(best)
+    finally:
+        if was:
+            gc.enable()
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    spread = {}
+    for k, v in samples.items():
+        q = statistics.quantiles(v, n=4) if len(v) >= 2 else [v[0]] * 3
+        spread[k] = (q[2] - q[0]) / med[k]
+    return med, spread, len(samples[names[0]]) if names else 0
 
 
 def aligned_empty(n, dtype, align=64):

@@ -1,7 +1,7 @@
 """Element-wise assignment: mshadow vs a hand-written C loop, numpy and numexpr.
 
     python benchmarks/bench_elementwise.py            # full run (< 3 min on 2 cores)
-    python benchmarks/bench_elementwise.py --quick    # smaller repeats, no n = 1e7 (< 20 s)
+    python benchmarks/bench_elementwise.py --quick    # fewer rounds, no n = 1e7 (< 1 min)
     python benchmarks/bench_elementwise.py --threads 1
 
 Expressions (float32 and float64):
@@ -23,8 +23,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (aligned_empty, best_of, busy_elsewhere, fmt_ratio,  # noqa: E402
-                     fmt_time, print_machine, print_table)
+from _common import (add_timing_args, aligned_empty, best_of, busy_elsewhere,  # noqa: E402
+                     fmt_ratio, fmt_time, measure, print_machine, print_table)
 
 try:
     import mshadow as ms
@@ -99,7 +99,7 @@ class Case:
 
     def _impls(self, lib, nt, thr):
         dt, n, s = self.dtype, self.n, SHORT[self.dtype]
-        A, T, t, t2 = self.arr, self.T, self.tmp, self.tmp2
+        A, T, t = self.arr, self.T, self.tmp
         out = {}
         if self.expr == "E1":
             w, g, W, G = A["w"], A["g"], T["w"], T["g"]
@@ -207,32 +207,31 @@ class Case:
 
 
 def run_table(expr, sizes, lib, nt, thr, args, rng):
-    """Validate, then time every implementation; with --runs K keep each figure's best of K
-    passes over the whole table (a pass meets other processes' load at different moments)."""
-    failures, wrong, best = [], set(), {}
-    for p in range(args.runs):
-        for n in sizes:
-            for dt in DTYPES:
-                if (n, dt) in wrong:
-                    continue
-                case = Case(expr, dt, n, lib, nt, thr, rng)
-                if p == 0:
-                    bad = case.validate()
-                    failures += [f"{expr} {SHORT[dt]} n={n:g}: {m}" for m in bad.values()]
-                    if "ms" in bad:
-                        wrong.add((n, dt))
-                        continue
-                rep = args.repeat_small if n < 1e6 else args.repeat
-                for k, fn in case.impl.items():
-                    t = best_of(fn, repeat=rep, min_time=args.min_time)
-                    best[n, dt, k] = min(t, best.get((n, dt, k), t))
-                del case
+    """Validate, then time every implementation of each (n, dtype) in interleaved rounds
+    (_common.measure): every figure is a median over rounds that each sampled all the
+    implementations, so load or memory bandwidth that comes and goes on a shared machine
+    spreads over all columns instead of spoiling one (timed one after another, E1 float64
+    at 1e7 read 1.19x the C loop; interleaved in one process, 0.90-0.96x)."""
+    failures, wrong, best, iqr = [], set(), {}, {}
+    for n in sizes:
+        for dt in DTYPES:
+            case = Case(expr, dt, n, lib, nt, thr, rng)
+            bad = case.validate()
+            failures += [f"{expr} {SHORT[dt]} n={n:g}: {m}" for m in bad.values()]
+            if "ms" in bad:
+                wrong.add((n, dt))
+                continue
+            med, spread, _ = measure(case.impl, args.rounds, args.min_time, args.row_time)
+            for k, t in med.items():
+                best[n, dt, k] = t
+            iqr[n, dt] = spread["ms"]
+            del case
     rows = []
     for n in sizes:
         for dt in DTYPES:
             label = [SHORT[dt], f"{n:.0e}" if n >= 1000 else str(n)]
             if (n, dt) in wrong:
-                rows.append(label + ["WRONG"] + [""] * 9)
+                rows.append(label + ["WRONG"] + [""] * 10)
                 continue
             tm = {k: best[n, dt, k] for (m, d, k) in best if (m, d) == (n, dt)}
             tms = tm["ms"]
@@ -243,7 +242,7 @@ def run_table(expr, sizes, lib, nt, thr, args, rng):
             rows.append(label + [fmt_time(tms), fmt_time(tm["c"]), fmt_time(tm["np"]),
                                  fmt_time(tm["npin"]), fmt_time(tm.get("ne", float("nan"))),
                                  fmt_ratio(r_c), fmt_ratio(r_np), fmt_ratio(r_in),
-                                 fmt_ratio(r_ne), goal])
+                                 fmt_ratio(r_ne), f"{iqr[n, dt] * 100:.0f}%", goal])
     return rows, failures
 
 
@@ -272,7 +271,7 @@ def goal_mark(expr, n, r_c, r_np, r_ne, tm):
 
 
 HEADER = ["dtype", "n", "mshadow", "C loop", "numpy", "np-inplace", "numexpr",
-          "ms/C", "numpy/ms", "np-inpl/ms", "numexpr/ms", "targets"]
+          "ms/C", "numpy/ms", "np-inpl/ms", "numexpr/ms", "ms IQR", "targets"]
 
 
 # ---------------------------------------------------------------------------- n = 16 overhead
@@ -287,7 +286,7 @@ def overhead_section(lib, nt, thr, args, rng):
         W, G = case.T["w"], case.T["g"]
         w, g, t = case.arr["w"], case.arr["g"], case.tmp
         eta, lam = ETA, LAM
-        lam_t, neta_t = dt(LAM), dt(-ETA)
+        lam_t = dt(LAM)
         e = -eta * (G + lam * W)
 
         def build():
@@ -330,7 +329,7 @@ def overhead_section(lib, nt, thr, args, rng):
         for label, fn in parts:
             if fn is None:
                 continue
-            tsec = best_of(fn, repeat=args.repeat_small, min_time=args.min_time)
+            tsec = best_of(fn, repeat=15, min_time=args.min_time)
             rows.append([s, label, f"{tsec * 1e6:.3f}"])
         tsec = best_of(c_rep, repeat=3, number=1) / reps
         rows.append([s, "C loop inside C (no call overhead)", f"{tsec * 1e6:.4f}"])
@@ -416,16 +415,12 @@ def memory_section(n, nt):
 # ---------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="smaller repeat counts and no n = 1e7 (< 20 s)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for mshadow, the C loop and numexpr (default: ms.get_num_threads())")
     ap.add_argument("--omp-threshold", type=int, default=None,
                     help="C loop runs threaded only if n > this (default: 32768 * threads - 1, "
                          "the point where mshadow starts its second thread)")
-    ap.add_argument("--runs", type=int, default=1,
-                    help="time every table K times and keep each figure's best (a busy "
-                         "machine: other processes' load comes and goes)")
+    add_timing_args(ap, "fewer rounds, shorter samples and no n = 1e7", 15, (3.0, 0.5))
     ap.add_argument("--skip", default="",
                     help="comma-separated sections to skip: e1,e2,tr,overhead,mem")
     args = ap.parse_args()
@@ -435,12 +430,11 @@ def main():
     thr = args.omp_threshold if args.omp_threshold is not None else MIN_PER_THREAD * nt - 1
     if ne is not None:
         ne.set_num_threads(nt)
-    if args.quick:
-        sizes = [16, 10**5, 10**6]
-        args.repeat, args.repeat_small, args.min_time = 3, 5, 0.005
-    else:
-        sizes = [16, 10**5, 10**6, 10**7]
-        args.repeat, args.repeat_small, args.min_time = 7, 15, 0.01
+    quick = args.quick
+    sizes = [16, 10**5, 10**6] if quick else [16, 10**5, 10**6, 10**7]
+    args.rounds = args.rounds or (3 if quick else 15)
+    args.row_time = args.row_time if args.row_time is not None else (0.5 if quick else 3.0)
+    args.min_time = args.min_time or (0.005 if quick else 0.02)
     skip = {s.strip().lower() for s in args.skip.split(",") if s.strip()}
     rng = np.random.default_rng(0)
 
@@ -458,8 +452,9 @@ def main():
               f"{ne.get_num_threads() if ne else '-'}; C loop threaded only if n > {thr}")
         print(f"numpy {np.__version__}, numexpr {ne.__version__ if ne else 'not installed'}; "
               f"C loop: {ccmd}")
-        print(f"times are best-of-N per assignment (time.perf_counter)"
-              f"{f', best of {args.runs} passes' if args.runs > 1 else ''}; ratios > 1 in "
+        print(f"times: medians over at least {args.rounds} interleaved rounds (each round one "
+              f"sample of every implementation, in a rotated order; a sample the best of up to "
+              f"5 bursts, {args.min_time * 1e3:g} ms or one call); ratios > 1 in "
               "numpy/ms, np-inpl/ms, numexpr/ms mean mshadow is faster; ms/C < 1 means mshadow "
               "beats the C loop")
         # memory first: the children inherit this process's peak RSS as their ru_maxrss
@@ -488,11 +483,7 @@ def main():
                          "exp(x,t); multiply(t,.5,t); tanh(x,y); add(t,y,y)",
                          "targets: met, or the figure that missed numpy/ms >= 1"])
         if "overhead" not in skip:
-            rows = None
-            for _ in range(args.runs):
-                r = overhead_section(lib, nt, thr, args, rng)
-                rows = r if rows is None else [
-                    a if float(a[2]) <= float(b[2]) else b for a, b in zip(rows, r)]
+            rows = overhead_section(lib, nt, thr, args, rng)
             print_table("n = 16 overhead: microseconds per call (E1)", ["dtype", "what", "us"], rows,
                         ["each line is timed on its own; the indented lines are the parts "
                          "of the mshadow call above them"])

@@ -24,7 +24,7 @@ it) and, where one is simple, a C loop (cloop_nn.c, gcc -O3 -march=native -fopen
 
 bench_ir.py's machinery does the work: every alternative is checked against a float64
 numpy reference before anything is timed (a mismatch prints WRONG and the script exits 1),
-and timings are medians over interleaved rounds (its measure()). Ratios are ms/X: above 1,
+and timings are medians over interleaved rounds (_common.measure). Ratios are ms/X: above 1,
 mshadow is slower. The goal column holds the issue's targets: mshadow at most 1.0x numpy's
 best and at most 1.0x PyTorch's time, on every row. See benchmarks/README.md.
 """
@@ -49,12 +49,12 @@ import numpy as np  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from _common import (aligned_empty, busy_elsewhere, fmt_time, git_rev,  # noqa: E402
-                     print_machine, add_timing_args)
+                     measure, print_machine, add_timing_args)
 
 # the interleaved timing, the checks and the table of the IR benchmark (which imports mshadow
 # from this checkout when it is not installed, and torch when there is one)
 import bench_ir as bi  # noqa: E402
-from bench_ir import NA, Table, Wrong, as_array, check, measure, shape_arg  # noqa: E402
+from bench_ir import NA, Table, Wrong, as_array, check, shape_arg  # noqa: E402
 
 ms, torch, TF = bi.ms, bi.torch, bi.TF
 
@@ -810,7 +810,7 @@ def main():
           f"while a row has taken < {args.row_time:g} s; conv {args.conv_rounds} rounds of one "
           f"call): column 'rounds'; a round's sample is the best of up to 5 bursts of "
           f"{args.min_time / 5 * 1e3:g} ms of calls, at most {args.min_time * 1e3:g} ms or one "
-          f"call (bench_ir.measure); 'ms IQR': interquartile range of mshadow's samples / "
+          f"call (_common.measure); 'ms IQR': interquartile range of mshadow's samples / "
           f"their median")
     print("ratios: ms/X = mshadow's time / X's (> 1: mshadow slower); numpy = the fastest of "
           "its formulations (named under each table); goal: ms/numpy <= 1 and ms/torch <= 1")
