@@ -1028,9 +1028,9 @@ def _tensor_from_array(a, pad=False):
 
 
 def from_dlpack(x):
-    """A Tensor over any DLPack producer, zero-copy: host memory (numpy, torch, jax) as a
-    cpu tensor, CUDA device 0's or CUDA managed memory (torch, CuPy, a gpu tensor) as a gpu
-    one."""
+    """A Tensor over any DLPack producer, zero-copy: host memory (numpy, torch, jax; CUDA's
+    page-locked host memory too) as a cpu tensor, CUDA device 0's or CUDA managed memory
+    (torch, CuPy, a gpu tensor) as a gpu one."""
     device = getattr(x, "__dlpack_device__", None)
     if device is not None and device()[0] in _CUDA_MEMORY:    # _dlpack.pxi
         return _from_cuda_dlpack(x)

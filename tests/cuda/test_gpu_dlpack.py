@@ -235,6 +235,28 @@ def test_managed_memory_is_viewed_as_a_gpu_tensor():
         ms.from_dlpack(_Producer(_crafted(t, device=(13, 1)), (13, 1)))
 
 
+def test_pinned_host_memory_is_viewed_as_a_cpu_tensor():
+    """kDLCUDAHost (3): page-locked host memory (torch's pin_memory(), CuPy's pinned
+    arrays) is host memory: a cpu tensor over the producer's bytes, zero-copy, whose
+    producer is released when the last view goes."""
+    import sys
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    before = sys.getrefcount(a)
+    cap = a.__dlpack__()                          # numpy's own capsule (it holds a)
+    dl, _ = _read(cap)
+    dl.device = DLDevice(3, 0)                    # as a pinned-memory producer says it
+    u = ms.from_dlpack(_Producer(cap, (3, 0)))
+    assert u.device is ms.cpu and u.dptr == a.ctypes.data
+    a[1, 2] = 7                                   # the same bytes
+    np.testing.assert_array_equal(u.numpy(), [[0, 1, 2], [3, 4, 7]])
+    out = ms.new_tensor((2, 3))
+    out[:] = u * 2                                # an operand like any cpu tensor
+    np.testing.assert_array_equal(out.numpy(), [[0, 2, 4], [6, 8, 14]])
+    del u, cap, dl
+    gc.collect()
+    assert sys.getrefcount(a) == before           # the producer's deleter ran
+
+
 @pytest.mark.parametrize("kw, error, match", [
     ({"shape": (4, 3), "strides": (1, 4)}, ValueError, "unit steps along its last axis"),
     ({"shape": (2, 2, 3), "strides": (3, 6, 1)}, ValueError, "compact"),
