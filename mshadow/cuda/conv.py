@@ -8,8 +8,9 @@ Design:
       kernel emitted from the IR), then out[chunk] = alpha weight @ cols[:, image] + beta out
       for every image of the chunk as one cuBLAS gemmStridedBatched, the weight read with a
       batch stride of 0;
-    * grad-weight: the same columns, then dweight += grad[n] @ cols[:, image]^T, one gemm an
-      image (beta only on the first image: the saver's);
+    * grad-weight: the same columns and the chunk's gradient with its first two axes
+      swapped, (K, nb * oh * ow), then dweight += that @ cols^T, one gemm a chunk (beta only
+      on the first chunk: the saver's);
     * grad-data: cols[:, image] = weight^T @ grad[n] for the chunk as one gemmStridedBatched,
       then dx[chunk] <saver> crop(pack_col2patch(cols)) by the expression path (col2im).
     Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: every gemm is called with
@@ -22,7 +23,7 @@ Design:
 """
 from .. import _core
 from ..engine import assign
-from ..extension import crop, pack_col2patch, pad, unpack_patch2col
+from ..extension import crop, pack_col2patch, pad, reshape, swapaxis, unpack_patch2col
 from . import streams
 from .executor import check_blas_dtype, readable, temporary
 
@@ -84,28 +85,29 @@ def conv2d(out, data, weight, py, px, stride, ohw, sign_beta):
 
 
 def conv2d_grad_weight(dweight, data, grad, py, px, stride, ohw, sign_beta):
-    """``dweight = sign sum_n grad[n] @ cols_n^T + beta dweight``."""
+    """``dweight = sign sum_n grad[n] @ cols_n^T + beta dweight``: a gemm a chunk, over
+    the chunk's gradient with its first two axes swapped (K, nb * P), as cxxnet's layer
+    does (``swapaxis<1,0>(grad.Slice(...))``): one product of depth nb * P, not nb of P."""
     where = "conv2d_grad_weight"
     check_blas_dtype(where, dweight)
-    data = readable(data, dweight)
+    data, grad = readable(data, dweight), readable(grad, dweight)
     K, ckk, P = _geometry(dweight, ohw)
     N = grad.shape[0]
     if _no_products(dweight, ckk * N, P, sign_beta[1]):     # an empty sum is 0
         return
     h = streams.blas(dweight.stream, where)
     beta = sign_beta[1]
-    for n0, nb in _chunks(N, ckk * P * dweight.itemsize):
+    for n0, nb in _chunks(N, (ckk + K) * P * dweight.itemsize):
         cols = _columns(data, n0, nb, dweight.shape[2], dweight.shape[3], py, px, stride,
                         dweight)
-        pinned = _core.pin_allocations((dweight, grad, cols))
+        g = temporary((K, nb * P), dweight.dtype, dweight.stream)
+        g[:] = reshape(swapaxis(grad.slice(n0, n0 + nb), 1, 0), (K, nb * P))
+        pinned = _core.pin_allocations((dweight, g, cols))
         try:
-            pc, pw = _core.data_address(cols), _core.data_address(dweight)
-            pg = _core.data_address(grad)
-            for j in range(nb):
-                h.gemm(dweight.dtype, True, False, ckk, K, P, sign_beta[0],
-                       pc + j * P * cols.itemsize, cols.stride,
-                       pg + (n0 + j) * K * P * grad.itemsize, P, beta, pw, ckk)
-                beta = 1
+            h.gemm(dweight.dtype, True, False, ckk, K, nb * P, sign_beta[0],
+                   _core.data_address(cols), cols.stride, _core.data_address(g), g.stride,
+                   beta, _core.data_address(dweight), ckk)
+            beta = 1
         finally:
             _core.unpin_allocations(pinned)
 
