@@ -990,6 +990,7 @@ _PHILOX = """static __device__ __forceinline__ void ms_philox4x32_10(uint32_t c[
 
 SORT_TILE = 256     # elements a block of the radix sort ranks at once (its threads)
 SORT_DIGIT = 8      # bits a pass of the radix sort takes
+SORT_SEGMENTS = 16  # runs of a tile walked in order by a thread each (16 KiB of counts)
 # a key's bits as an unsigned integer whose order is the key's (stable sorts of nn.py):
 # floats with every NaN last and -0 as +0 (they compare equal), signed ints with the sign
 # bit flipped; ``{k}`` is the key's value, the result is its key bits in 64
@@ -1063,16 +1064,46 @@ def emit_sort_keys(code, descending):
     return _assemble(e, f"sort keys<{code}>{' descending' if descending else ''}", params, body)
 
 
+def _sort_ranks():
+    """After _sort_tiles: the tile cut into S = min(blockDim, SORT_SEGMENTS) runs of
+    consecutive elements, each walked in order by one thread, so that loc[s][d] counts
+    run s's elements of digit d and rank[e] is the number of e's run's elements before it
+    with e's digit. O(1) work a key (a thread a digit counting the whole tile, and each
+    element counting the elements before it, took O(SORT_TILE) a key). No atomics: the
+    same counts and ranks whatever the block size."""
+    R, G = 1 << SORT_DIGIT, SORT_SEGMENTS
+    return f"""    for (int k = threadIdx.x; k < {G * R}; k += blockDim.x) loc[k / {R}][k % {R}] = 0;
+    __syncthreads();
+    if (threadIdx.x < segs) {{
+      const int s = threadIdx.x, e1 = (s + 1) * run < {SORT_TILE} ? (s + 1) * run : {SORT_TILE};
+      for (int e = s * run; e < e1; ++e) {{
+        const int d = dig[e];
+        if (d >= 0) rank[e] = loc[s][d]++;
+      }}
+    }}
+    __syncthreads();
+"""
+
+
+def _sort_shared():
+    """The shared arrays and run geometry of _sort_ranks (before _sort_tiles' loop)."""
+    R, G = 1 << SORT_DIGIT, SORT_SEGMENTS
+    return f"""  __shared__ int loc[{G}][{R}];
+  __shared__ int rank[{SORT_TILE}];
+  const int segs = blockDim.x < {G} ? (int)blockDim.x : {G};
+  const int run = ({SORT_TILE} + segs - 1) / segs;
+"""
+
+
 def emit_sort_count():
     """A radix pass's digit counts: tile t of SORT_TILE elements (a block, a grid-stride loop
     over tiles) stores counts[d * tiles + t], the tile's elements whose digit (ukeys >>
-    shift) & 255 is d, each thread counting digits over the tile in shared memory (no
-    atomics). Parameters: n, tiles, shift, ukeys, counts. Any block size (SORT_TILE fits
-    a thread an element)."""
+    shift) & 255 is d: the sum of its runs' counts (_sort_ranks; no atomics). Parameters:
+    n, tiles, shift, ukeys, counts. Any block size."""
     R = 1 << SORT_DIGIT
-    body = f"""{_sort_tiles()}    for (int d = threadIdx.x; d < {R}; d += blockDim.x) {{
+    body = f"""{_sort_shared()}{_sort_tiles()}{_sort_ranks()}    for (int d = threadIdx.x; d < {R}; d += blockDim.x) {{
       long long c = 0;
-      for (int j = 0; j < {SORT_TILE}; ++j) c += dig[j] == d;
+      for (int s = 0; s < segs; ++s) c += loc[s][d];
       counts[d * tiles + t] = c;
     }}
     __syncthreads();
@@ -1130,16 +1161,21 @@ SORT_SCAN_BLOCK = 1024
 
 def emit_sort_scatter():
     """A radix pass's stable move: element e of tile t goes to offsets[d * tiles + t] (the
-    scanned counts) plus the tile's elements before it with its digit d, its key and its
-    perm entry with it. Parameters: n, tiles, shift, ukeys, perm, ukeys_out, perm_out,
-    offsets. Any block size."""
-    body = f"""{_sort_tiles()}    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
+    scanned counts) plus the tile's elements before it with its digit d (those of the runs
+    before its own, an exclusive scan of loc over the runs, and its rank within its run:
+    _sort_ranks), its key and its perm entry with it. Parameters: n, tiles, shift, ukeys,
+    perm, ukeys_out, perm_out, offsets. Any block size."""
+    R = 1 << SORT_DIGIT
+    body = f"""{_sort_shared()}{_sort_tiles()}{_sort_ranks()}    for (int d = threadIdx.x; d < {R}; d += blockDim.x) {{
+      int c = 0;
+      for (int s = 0; s < segs; ++s) {{ const int v = loc[s][d]; loc[s][d] = c; c += v; }}
+    }}
+    __syncthreads();
+    for (int e = threadIdx.x; e < {SORT_TILE}; e += blockDim.x) {{
       const long long i = t * {SORT_TILE} + e;
       if (i < n) {{
         const int d = dig[e];
-        long long r = 0;
-        for (int j = 0; j < e; ++j) r += dig[j] == d;
-        const long long at = offsets[d * tiles + t] + r;
+        const long long at = offsets[d * tiles + t] + loc[e / run][d] + rank[e];
         ukeys_out[at] = ukeys[i];
         perm_out[at] = perm[i];
       }}

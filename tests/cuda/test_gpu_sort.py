@@ -98,16 +98,24 @@ def test_the_passes_and_what_the_emitter_refuses():
         lower.emit_sort_keys("c64", False)
 
 
-def test_a_device_with_small_blocks_sorts_the_same(monkeypatch):
+@pytest.mark.parametrize("block, dups", [(96, False), (7, True), (1, True)])
+def test_a_device_with_small_blocks_sorts_the_same(monkeypatch, block, dups):
     """Blocks smaller than a tile (a device's max_block under SORT_TILE and SORT_SCAN_BLOCK):
-    each thread takes several of the tile's elements, and the scan's runs are longer."""
+    each thread takes several of the tile's elements, and the scan's runs are longer; under
+    SORT_SEGMENTS threads, fewer and longer runs of a tile are walked. ``dups``: keys of 3
+    values, so every digit of a tile is shared by many elements across runs (the ranks'
+    stability)."""
     from mshadow.cuda import executor, launch, sort
-    k = _keys(np.random.default_rng(7), np.float32, 1500)
+    rng = np.random.default_rng(7)
+    k = (rng.integers(0, 3, 1500).astype(np.float32) if dups
+         else _keys(rng, np.float32, 1500))
     v = np.arange(1500, dtype=np.int32)
     kc, vc = ms.from_numpy(k.copy()), ms.from_numpy(v.copy())
     ms.nn.sort_by_key(kc, vc, False)
+    if dups:     # (the CPU against numpy: ties keep their order descending too)
+        np.testing.assert_array_equal(vc.numpy(), np.argsort(-k, kind="stable"))
     limits, arch = executor._facts(executor._driver())
-    small = launch.Limits(limits.max_grid_x, limits.max_grid_y, 96, limits.sm_count)
+    small = launch.Limits(limits.max_grid_x, limits.max_grid_y, block, limits.sm_count)
     monkeypatch.setattr(sort, "_facts", lambda drv: (small, arch))
     kg, vg = gpu_from(k), gpu_from(v)
     ms.nn.sort_by_key(kg, vg, False)
