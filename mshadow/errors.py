@@ -1,7 +1,12 @@
 """The one exception hierarchy of mshadow.
 
-Every error the library raises is an MShadowError; each subclass is also the built-in
-exception a Python user would expect (pyarrow's pattern), so ``except ValueError`` works.
+The library's own errors (shapes, dtypes, devices, freed tensors, lazy expressions, CUDA,
+parameters) are MShadowErrors, each subclass also the built-in exception a Python user would
+expect (pyarrow's pattern), so ``except ValueError`` works. Where Python or numpy has the
+exact error already, that is raised as it is: ValueError for a read-only destination or a
+numpy layout a tensor cannot view, IndexError for an index out of range, BufferError for
+memory that exports keep alive, OverflowError for an integer scalar its dtype cannot hold,
+TypeError for an operand of no tensor type.
 """
 
 
