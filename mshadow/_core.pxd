@@ -59,6 +59,10 @@ cdef class Exp:
     cdef public tuple scalars
     cdef public int exp_type
     cdef object site             # make_map's _Site of its key (None: not interned)
+    # MapExp's operator and operands (its op / args): held here so that a map node has
+    # Exp's size, which Exp's free list (_exp.pxi) serves; None in the other kinds
+    cdef object map_op
+    cdef tuple map_args
     cdef object __weakref__
 
 

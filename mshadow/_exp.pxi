@@ -15,6 +15,7 @@ from .ir import Map as _IRMap, Gather as _IRGather, View as _IRView, LEAF as _IR
 from .ops_table import OPS_BY_NAME as _OPS_BY_NAME
 from .errors import LazyExpressionError, MissingMethodError
 
+cimport cython
 from cpython.object cimport PyTypeObject
 from cpython.tuple cimport PyTuple_SET_ITEM, PyTuple_New, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.ref cimport Py_INCREF, PyObject
@@ -179,8 +180,11 @@ def _fold(name, args):
 cdef object _fold_fn = _fold
 
 
+@cython.freelist(32)
 cdef class Exp:
     """Base of every lazy expression: ``exp_type`` is kMapper, kChainer or kComplex."""
+    # (the free list: a statement such as -eta * (g + lam * w) makes and drops three map
+    # nodes, which then skip the allocator; it serves the kinds of Exp's own size)
     # (its fields: key, shape, code, leaves, scalars, exp_type, in _core.pxd)
     __array_ufunc__ = None   # numpy scalars and arrays defer to our operators: stay lazy
 
@@ -457,8 +461,16 @@ class _LazyText:
 
 cdef class MapExp(Exp):
     """An element-wise operator ``op`` applied to ``args`` (mshadow's ``MapExp``)."""
-    cdef public object op        # a built-in's name, or a defined operator (op.UserOp)
-    cdef public tuple args
+
+    @property
+    def op(self):
+        """A built-in operator's name, or a defined operator (op.UserOp)."""
+        return self.map_op
+
+    @property
+    def args(self):
+        """The operands: expressions, tensors and scalars."""
+        return self.map_args
 
 
 cdef class UnaryMapExp(MapExp):
@@ -769,8 +781,8 @@ cpdef object make_map(object name, tuple args):
     node.leaves = leaves
     node.scalars = scalars
     node.exp_type = exp_type
-    node.op = name
-    node.args = args
+    node.map_op = name
+    node.map_args = args
     return node
 
 
