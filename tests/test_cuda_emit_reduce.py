@@ -152,6 +152,10 @@ def test_nvrtc_compiles_every_reduction():
     kernels += [lower.emit_sort_keys(c, d) for c in BY_CODE for d in (False, True)]
     kernels += [lower.emit_sort_count(), lower.emit_sort_scan(), lower.emit_sort_scatter()]
     kernels += [lower.emit_gather_1d(c) for c in BY_CODE]
+    from mshadow import ir                      # a view target's store (dst_view)
+    from mshadow.dtypes import compute_code
+    kernels += [lower.emit(ir.LEAF[compute_code(c)], c, s, dst_view=True)
+                for c in BY_CODE for s in ("saveto", "divto")]
     for c in ("f32", "f64"):
         kernels += [emit_softmax(c), emit_softmax_axis1(c), emit_scatter_rows(c, "add")]
         kernels += [emit_softmax_grad(c, nd, sm) for nd in (2, 3) for sm in (False, True)]

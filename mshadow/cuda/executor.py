@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import _core, ir
 from ..device import check_devices, gpu
-from ..dtypes import BY_CODE, CODE_BY_FLAG
+from ..dtypes import BY_CODE, CODE_BY_FLAG, compute_code
 from ..errors import DeviceError, DTypeError, UnsupportedNodeError
 from ..readers import READERS_BY_NAME
 from . import cache, launch, lower, require_device, streams
@@ -56,17 +56,19 @@ def _facts(drv):
     return got
 
 
-def plan(node, dst_code, saver):
+def plan(node, dst_code, saver, dst_view=False):
     """The GpuPlan of a structure, from the engine's plan cache or made now (lower.emit, or
-    lower.emit_reduce for an ir.Reduce root)."""
-    ck = (node, dst_code, saver, gpu)
+    lower.emit_reduce for an ir.Reduce root); ``dst_view``: stored through a view."""
+    ck = (node, dst_code, saver, gpu, "view") if dst_view else (node, dst_code, saver, gpu)
     got = _core.cached_plan(ck)
     if got is None:
         require_device("Assignment")
         drv = _driver()
-        emit = lower.emit_reduce if type(node) is ir.Reduce else lower.emit
         try:
-            k = emit(node, dst_code, saver)
+            if type(node) is ir.Reduce:
+                k = lower.emit_reduce(node, dst_code, saver)
+            else:
+                k = lower.emit(node, dst_code, saver, dst_view)
         except UnsupportedNodeError as e:   # a form the GPU does not run yet: the device's
             raise DeviceError(f"Assignment: {e}; docs/gpu.md lists what runs on the GPU "
                               f"(ms.copy the operands to the cpu for this)") from e
@@ -152,6 +154,7 @@ def _float_rows(where, dst, ndims):
 def _elementwise_alias(dst, src):
     """Whether dst overlaps src other than element for element (then a temporary first)."""
     return _overlaps(dst, (src,)) and not (_span(dst) == _span(src) and
+                                           dst.itemsize == src.itemsize and
                                            dst.stride == src.stride)
 
 
@@ -272,6 +275,42 @@ def assign(dst, node, leaves, scalars, saver):
     if _reads_dst_elsewhere(p, dst, leaves):
         return _through_temporary(dst, node, leaves, scalars, saver)
     _launch(p, dst, leaves, scalars)
+
+
+def assign_view(view, value, node, leaves, scalars, saver):
+    """``view <saver> value`` for an assignment target's view of a gpu tensor
+    (extension/targets.assign_view checked both): the value evaluated into a gpu temporary
+    of the compute type first (a kComplex one, ``node`` None, of the tensor's dtype), so
+    it reads nothing a store changes, then stored through the view's row map with the
+    saver (lower.emit's dst_view kernel), on the tensor's stream."""
+    base = view.src
+    check_devices("Assignment", base.device, _core.leaf_devices(leaves or ()), gpu_ok=True)
+    rows, cols = _rows_cols(view.shape)
+    if rows * cols == 0:
+        return
+    code = CODE_BY_FLAG[base.type_flag]
+    if node is None:
+        tcode = code
+        tmp = temporary(view.shape, base.dtype, base.stream)
+        tmp[:] = value
+    else:
+        tcode = compute_code(code)
+        tmp = temporary(view.shape, BY_CODE[tcode].np, base.stream)
+        assign(tmp, node, leaves, scalars, "saveto")
+    p = plan(ir.LEAF[tcode], code, saver, dst_view=True)
+    isz = base.itemsize
+    cu_stream = streams.driver_stream(base.stream, "Assignment")
+    pinned = _core.pin_allocations((view, tmp))
+    try:
+        named = {"rows": rows, "cols": cols, "dst": _core.data_address(view),
+                 "dst_map": _view_struct(lower.view_map(view.shape,
+                                                        [st // isz for st in view.strides])),
+                 "L0": _core.data_address(tmp), "L0_pitch": tmp.stride}
+        geo = launch.elementwise(rows, cols, _facts(_driver())[0])
+        p.function.launch(geo.grid, geo.block, [conv(named[n]) for n, conv in p.convs],
+                          stream=cu_stream)
+    finally:
+        _core.unpin_allocations(pinned)
 
 
 def _index_position(node):
@@ -419,6 +458,14 @@ def assign_product(dst, exp, sign_beta):
     check_blas_dtype(where, dst)
     if dst.readonly:
         raise ValueError("assignment destination is read-only")
+    rows, cols = _rows_cols(dst.shape)
+    inner = a.shape[-2] if exp.ltrans and len(a.shape) > 1 else a.shape[-1]
+    if rows * cols == 0:
+        return
+    if inner == 0:      # an empty sum: dst = beta dst (cuBLAS refuses a leading dimension 0)
+        if sign_beta[1] != 1:
+            dst[:] = dst * sign_beta[1] if sign_beta[1] else 0
+        return
     if _overlaps(dst, (a, b)):
         tmp = temporary(dst.shape, dst.dtype, dst.stream)
         assign_product(tmp, exp, (sign_beta[0], 0))   # tmp = alpha * op(a) op(b)
@@ -494,19 +541,19 @@ def _span(t):
 
 
 def _reads_dst_elsewhere(p, dst, leaves):
-    """Whether a leaf reads ``dst``'s bytes at positions other than those it writes: a
-    tensor leaf overlapping dst unless it is dst's very elements read in place (same
-    address and pitch, not transposed, not a gather's source), or any overlapping view."""
+    """Whether a leaf reads ``dst``'s bytes at positions other than those it writes: any
+    leaf overlapping dst unless it is a tensor read at the very element written
+    (Binding.in_place: not transposed, not under a gather, not a product operand) at dst's
+    address, element size and row pitch in bytes; any overlapping view."""
     d0, d1 = _span(dst)
-    gathered = {start for starts in p.sources.values() for start, plain in starts if plain}
     for i, (obj, b) in enumerate(zip(leaves, p.binding.leaves)):
         if b.kind == "gather":
             continue
         t = obj.src if b.kind == "view" else obj
         a0, a1 = _span(t)
         if a0 < d1 and d0 < a1 and not (
-                b.kind == "tensor" and not b.detail and i not in gathered
-                and a0 == d0 and t.stride == dst.stride):
+                i in p.binding.in_place and _core.data_address(t) == _core.data_address(dst)
+                and t.itemsize == dst.itemsize and t.stride == dst.stride):
             return True
     return False
 

@@ -81,8 +81,12 @@ VIEW_MAXDIM = 7   # leading axes a view maps (MS_VIEW_MAXDIM of include/mshadow/
 # holds). ``checks``: the kernel takes a last parameter ``int *ms_err``, set to 1 when a
 # gather meets an index out of range (zero it before the launch; the launcher raises
 # IndexError when it reads 1). ``params`` is the whole list as (name, C type).
+# ``in_place``: the positions of the tensor leaves read at the very element the kernel
+# writes, (y, x), untransposed: not through a gather's source or as a product operand, whose
+# positions are remapped (so a launcher may run in place over a destination that such a
+# leaf is, and must not for any other leaf over it).
 Bound = namedtuple("Bound", "kind code detail")
-Binding = namedtuple("Binding", "leaves scalars params checks")
+Binding = namedtuple("Binding", "leaves scalars params checks in_place")
 Emitted = namedtuple("Emitted", "source name binding")
 
 _CTYPE = {d.code: d.ctype for d in BY_CODE.values()}
@@ -367,6 +371,8 @@ class _Emitter(ir.Visitor):
         self.needs = {}        # prelude block name -> text (ordered)
         self.nval = 0
         self.checks = False    # a gather reads an index: the kernel takes ms_err
+        self.remapped = 0      # > 0 while emitting what is read at other positions (a
+        self.in_place = set()  # gather's sources): Binding.in_place
 
     def need(self, name, text):
         self.needs.setdefault(name, text)
@@ -391,6 +397,8 @@ class _Emitter(ir.Visitor):
     def visit_Leaf(self, node, ctx):
         k = len(self.leaves)
         self.leaves.append(Bound("tensor", node.code, node.transposed))
+        if not self.remapped and not node.transposed:
+            self.in_place.add(k)
         ptr, pitch = f"L{k}", f"L{k}_pitch"
         self.params += [(ptr, f"const {_CTYPE[node.code]} *"), (pitch, "long long")]
         at = f"{ptr}[x * {pitch} + y]" if node.transposed else f"{ptr}[y * {pitch} + x]"
@@ -524,7 +532,11 @@ class _Emitter(ir.Visitor):
         gather's value type, or (an index, rtype npy_intp) truncated toward zero."""
         outer, self.lines = self.lines, []
         scode = _node_code(src)
-        v, rc = self.visit(src, (scode, compute_code(scode)))
+        self.remapped += 1
+        try:
+            v, rc = self.visit(src, (scode, compute_code(scode)))
+        finally:
+            self.remapped -= 1
         stored = self.convert(v, rc, scode)
         if scode == "f16":
             self.half()
@@ -679,13 +691,16 @@ def _node_code(node):
     return node.code
 
 
-def emit(key, dst_code, saver):
+def emit(key, dst_code, saver, dst_view=False):
     """The CUDA kernel of ``dst <saver> exp`` for an element-wise expression: ``key`` its IR
     node, ``dst_code`` the destination's storage code, ``saver`` a name of ir.SAVER_TABLE.
 
     Returns Emitted(source, name, binding): the source defines ``extern "C" __global__ void
     <name>(long long rows, long long cols, <dst type> *dst, long long dst_pitch, <params>)``,
-    every pitch in elements; ``binding`` (a Binding) says what each parameter takes."""
+    every pitch in elements; ``binding`` (a Binding) says what each parameter takes. With
+    ``dst_view`` the destination is a view (an assignment target: extension/targets.py):
+    ``ms_cu_view dst_map`` in place of dst_pitch, row y at ms_view_row(dst_map, y) and
+    column x dst_map.colstep elements apart from dst, its first element."""
     _check_saver(saver)
     if dst_code not in BY_CODE:
         raise ValueError(f"unknown dtype code {dst_code!r}")
@@ -695,15 +710,20 @@ def emit(key, dst_code, saver):
     if rc != cc:
         raise ValueError(f"expression {ir.describe(key)} computes {rc}, not the "
                          f"destination's {dst_code}")
-    e.store("dst[y * dst_pitch + x]", res, dst_code, saver)
-    params = [("rows", "long long"), ("cols", "long long"),
-              ("dst", f"{_CTYPE[dst_code]} *"), ("dst_pitch", "long long")]
+    if dst_view:
+        e.need("VIEW", _VIEW)
+        e.store("dst[ms_view_row(dst_map, y) + x * dst_map.colstep]", res, dst_code, saver)
+    else:
+        e.store("dst[y * dst_pitch + x]", res, dst_code, saver)
+    params = [("rows", "long long"), ("cols", "long long"), ("dst", f"{_CTYPE[dst_code]} *"),
+              ("dst_map", "ms_cu_view") if dst_view else ("dst_pitch", "long long")]
     body = "\n".join(line if line.startswith("#") else "      " + line for line in e.lines)
     loops = (f"  for (long long y = blockIdx.y; y < rows; y += gridDim.y) {{\n"
              f"    for (long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
              f"x < cols;\n         x += (long long)gridDim.x * blockDim.x) {{\n"
              f"{body}\n    }}\n  }}\n")
-    return _assemble(e, f"{ir.describe(key)} -> dst<{dst_code}> ({saver})", params, loops)
+    return _assemble(e, f"{ir.describe(key)} -> {'view ' if dst_view else ''}dst<{dst_code}> "
+                        f"({saver})", params, loops)
 
 
 REDUCE_BLOCK = 1024   # threads of a reduction block at most (32 warps: one warp folds them)
@@ -1288,4 +1308,5 @@ def _assemble(e, what, params, body):
     text = "\n".join(src) + "\n" + kernel
     name = KERNEL_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:16]
     return Emitted(text.replace("KERNEL", name), name,
-                   Binding(tuple(e.leaves), tuple(e.scalars), tuple(params), e.checks))
+                   Binding(tuple(e.leaves), tuple(e.scalars), tuple(params), e.checks,
+                           frozenset(e.in_place)))

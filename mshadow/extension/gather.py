@@ -260,7 +260,8 @@ class ConcatExp(GatherExp):
         # evaluated first
         if not _is_scalar(value) and (node is None or not composes(value) or any(
                 _core.reads_tensor(leaves, t) for t in bases)):
-            value = evaluate(value, tuple(n for _, _, n in box), bases[0].dtype)
+            value = evaluate(value, tuple(n for _, _, n in box), bases[0].dtype,
+                             bases[0].device)
         self._write(value, saver, box)
 
     def _write(self, value, saver, box):

@@ -103,9 +103,10 @@ def check_writable(t):
         raise ValueError("assignment destination is read-only")
 
 
-def evaluate(value, shape, dtype):
-    """``value`` evaluated into a new contiguous tensor (with a tensor destination's checks)."""
-    tmp = _core.TensorContainer(shape, init=None, pad=False, dtype=dtype)
+def evaluate(value, shape, dtype, device=_core.cpu):
+    """``value`` evaluated into a new contiguous tensor on ``device`` (with a tensor
+    destination's checks)."""
+    tmp = _core.TensorContainer(shape, init=None, pad=False, dtype=dtype, device=device)
     engine.assign(tmp, value, "saveto")
     return tmp
 
@@ -116,6 +117,9 @@ def assign_view(dst, value, saver):
     value, node, leaves, scalars = checked_value(value, base, dst.shape)
     check_writable(base)
     dst.check()     # the tensor was not resized or reshaped since the view was built
+    if base.device is not _core.cpu:   # the CUDA lowering's: the value, then a store kernel
+        from ..cuda import executor
+        return executor.assign_view(dst, value, node, leaves, scalars, saver)
     code, device = _CODE_BY_FLAG[base.type_flag], base.device
     strided = _core.view_needs_strided_plan(dst)
     plan = None if node is None else engine.get_plan(node, code, saver, device, strided)
