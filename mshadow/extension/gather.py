@@ -9,7 +9,6 @@ assignment target, as in mshadow (``concat(a, b, 1)[:] = value`` splits value in
 """
 import math
 import numbers
-import operator
 import struct
 
 import numpy as np
