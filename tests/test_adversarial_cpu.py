@@ -24,6 +24,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 import mshadow as ms
 
 SAVERS = ["=", "+=", "-=", "*=", "/="]
+OLD_NUMPY = np.lib.NumpyVersion(np.__version__) < "2.1.0"   # no read-only DLPack
 PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(ms.__file__)))
 
 
@@ -1019,9 +1020,10 @@ def _readonly_cases():
         ("batch_dot", [b3], lambda: ms.from_numpy(b3).__setitem__(slice(None), ms.batch_dot(ms.from_numpy(A2), ms.from_numpy(A2)))),
         ("conv2d", [img], lambda: ms.nn.conv2d(ms.from_numpy(img), ms.from_numpy(np.ones((1, 1, 6, 6), np.float32)),
                                                ms.from_numpy(np.ones((1, 1, 1, 1), np.float32)))),
-        ("from_dlpack of a read-only array", [a], lambda: ms.from_dlpack(a).__setitem__(slice(None), 1.0)),
         ("np.asarray of a read-only tensor", [a], lambda: ms.from_numpy(np.asarray(t)).__setitem__(slice(None), 1.0)),
-    ]
+    ] + ([] if OLD_NUMPY else [   # (numpy < 2.1 cannot export a read-only array by DLPack)
+        ("from_dlpack of a read-only array", [a], lambda: ms.from_dlpack(a).__setitem__(slice(None), 1.0)),
+    ])
 
 
 @pytest.mark.parametrize("k", range(len(_readonly_cases())), ids=[c[0] for c in _readonly_cases()])
@@ -1129,7 +1131,8 @@ def test_freed_and_exported_tensors():
     ro = ms.from_numpy(_readonly((2, 3)))
     with pytest.raises(BufferError, match="DLPack >= 1.0"):
         ro.__dlpack__()
-    assert not np.from_dlpack(ro).flags.writeable
+    if not OLD_NUMPY:                   # (numpy < 2.1 has no read-only DLPack import)
+        assert not np.from_dlpack(ro).flags.writeable
     assert memoryview(ro).readonly
     c = ms.TensorContainer((4, 4), init=2.0)
     view = np.asarray(c)

@@ -181,6 +181,8 @@ def test_the_device_check_is_made_in_one_place():
         "mshadow/dot.py": "a product into a gpu tensor goes to cuBLAS (its checks made first)",
         "mshadow/extension/reduce.py": "a reduction into a gpu tensor goes to the CUDA "
                                        "lowering (its checks made first)",
+        "mshadow/extension/targets.py": "an assignment target of a gpu tensor goes to the "
+                                        "CUDA executor, whose check_devices checks the value",
         "mshadow/nn.py": "softmax and conv2d of gpu tensors go to the CUDA executor and "
                          "mshadow/cuda/conv.py (check_devices first)",
         "mshadow/random.py": "a gpu Random samples with the CUDA kernels (check_devices in "
