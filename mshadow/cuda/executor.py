@@ -279,16 +279,21 @@ def assign(dst, node, leaves, scalars, saver):
 
 def assign_view(view, value, node, leaves, scalars, saver):
     """``view <saver> value`` for an assignment target's view of a gpu tensor
-    (extension/targets.assign_view checked both): the value evaluated into a gpu temporary
-    of the compute type first (a kComplex one, ``node`` None, of the tensor's dtype), so
-    it reads nothing a store changes, then stored through the view's row map with the
-    saver (lower.emit's dst_view kernel), on the tensor's stream."""
+    (extension/targets.assign_view checked both), on the tensor's stream, by lower.emit's
+    dst_view kernels (stores through the view's row map): one kernel where the value reads
+    no byte of the tensor under the view (nor stages), else the value into a gpu temporary
+    of the compute type first (a kComplex one, ``node`` None, of the tensor's dtype), so it
+    reads nothing a store changes, then a store kernel."""
     base = view.src
     check_devices("Assignment", base.device, _core.leaf_devices(leaves or ()), gpu_ok=True)
     rows, cols = _rows_cols(view.shape)
     if rows * cols == 0:
         return
     code = CODE_BY_FLAG[base.type_flag]
+    read = [o.src if isinstance(o, _core.ViewLeaf) else o for o in (leaves or ())
+            if isinstance(o, (_core.Tensor, _core.ViewLeaf))]
+    if node is not None and not _needs_stages(node) and not _overlaps(base, read):
+        return _launch_view(plan(node, code, saver, dst_view=True), view, leaves, scalars)
     if node is None:
         tcode = code
         tmp = temporary(view.shape, base.dtype, base.stream)
@@ -297,18 +302,18 @@ def assign_view(view, value, node, leaves, scalars, saver):
         tcode = compute_code(code)
         tmp = temporary(view.shape, BY_CODE[tcode].np, base.stream)
         assign(tmp, node, leaves, scalars, "saveto")
-    p = plan(ir.LEAF[tcode], code, saver, dst_view=True)
-    isz = base.itemsize
-    cu_stream = streams.driver_stream(base.stream, "Assignment")
-    pinned = _core.pin_allocations((view, tmp))
+    _launch_view(plan(ir.LEAF[tcode], code, saver, dst_view=True), view, (tmp,), ())
+
+
+def _launch_view(p, view, leaves, scalars):
+    """Bind and launch a dst_view plan ``p`` into the target ``view`` (a ViewLeaf)."""
+    drv = _driver()
+    cu_stream = streams.driver_stream(view.src.stream, "Assignment")
+    pinned = _core.pin_allocations((view,) + tuple(leaves))
     try:
-        named = {"rows": rows, "cols": cols, "dst": _core.data_address(view),
-                 "dst_map": _view_struct(lower.view_map(view.shape,
-                                                        [st // isz for st in view.strides])),
-                 "L0": _core.data_address(tmp), "L0_pitch": tmp.stride}
-        geo = launch.elementwise(rows, cols, _facts(_driver())[0])
-        p.function.launch(geo.grid, geo.block, [conv(named[n]) for n, conv in p.convs],
-                          stream=cu_stream)
+        args = _bind(drv, p, view, leaves, scalars)
+        geo = launch.elementwise(*_rows_cols(view.shape), _facts(drv)[0])
+        p.function.launch(geo.grid, geo.block, args, stream=cu_stream)
     finally:
         _core.unpin_allocations(pinned)
 
@@ -577,12 +582,17 @@ def _rows_cols(shape):
 
 def _bind(drv, p, dst, leaves, scalars, extra=None):
     """The launch's arguments, by the Binding's parameter names (lower.py's Binding says
-    what each takes): a tensor its address and row pitch, a view its first element and row
+    what each takes): dst a tensor (its row pitch) or a ViewLeaf (a dst_view kernel's: its
+    row map); a tensor its address and row pitch, a view its first element and row
     map, a gather its parameters and each source's 1-D flag; index sources are range-checked
     on the host first, so an out-of-range index stores nothing."""
     rows, cols = _rows_cols(dst.shape)
-    named = {"rows": rows, "cols": cols, "dst": _core.data_address(dst),
-             "dst_pitch": dst.stride}
+    named = {"rows": rows, "cols": cols, "dst": _core.data_address(dst)}
+    if isinstance(dst, _core.ViewLeaf):     # a dst_view kernel's target
+        named["dst_map"] = _view_struct(lower.view_map(
+            dst.shape, [st // dst.itemsize for st in dst.strides]))
+    else:
+        named["dst_pitch"] = dst.stride
     for i, (obj, b) in enumerate(zip(leaves, p.binding.leaves)):
         if b.kind == "tensor":
             named[f"L{i}"] = _core.data_address(obj)
