@@ -210,8 +210,7 @@ def run_table(expr, sizes, lib, nt, thr, args, rng):
     """Validate, then time every implementation of each (n, dtype) in interleaved rounds
     (_common.measure): every figure is a median over rounds that each sampled all the
     implementations, so load or memory bandwidth that comes and goes on a shared machine
-    spreads over all columns instead of spoiling one (timed one after another, E1 float64
-    at 1e7 read 1.19x the C loop; interleaved in one process, 0.90-0.96x)."""
+    spreads over all columns instead of spoiling one."""
     failures, wrong, best, iqr = [], set(), {}, {}
     for n in sizes:
         for dt in DTYPES:
