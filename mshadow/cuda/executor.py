@@ -290,10 +290,9 @@ def assign_view(view, value, node, leaves, scalars, saver):
     if rows * cols == 0:
         return
     code = CODE_BY_FLAG[base.type_flag]
-    read = [o.src if isinstance(o, _core.ViewLeaf) else o for o in (leaves or ())
-            if isinstance(o, (_core.Tensor, _core.ViewLeaf))]
-    if node is not None and not _needs_stages(node) and not _overlaps(base, read):
-        return _launch_view(plan(node, code, saver, dst_view=True), view, leaves, scalars)
+    if node is not None and not _needs_stages(node) and not _core.reads_tensor(
+            tuple(leaves), base):
+        return _launch(plan(node, code, saver, dst_view=True), view, leaves, scalars)
     if node is None:
         tcode = code
         tmp = temporary(view.shape, base.dtype, base.stream)
@@ -302,20 +301,7 @@ def assign_view(view, value, node, leaves, scalars, saver):
         tcode = compute_code(code)
         tmp = temporary(view.shape, BY_CODE[tcode].np, base.stream)
         assign(tmp, node, leaves, scalars, "saveto")
-    _launch_view(plan(ir.LEAF[tcode], code, saver, dst_view=True), view, (tmp,), ())
-
-
-def _launch_view(p, view, leaves, scalars):
-    """Bind and launch a dst_view plan ``p`` into the target ``view`` (a ViewLeaf)."""
-    drv = _driver()
-    cu_stream = streams.driver_stream(view.src.stream, "Assignment")
-    pinned = _core.pin_allocations((view,) + tuple(leaves))
-    try:
-        args = _bind(drv, p, view, leaves, scalars)
-        geo = launch.elementwise(*_rows_cols(view.shape), _facts(drv)[0])
-        p.function.launch(geo.grid, geo.block, args, stream=cu_stream)
-    finally:
-        _core.unpin_allocations(pinned)
+    _launch(plan(ir.LEAF[tcode], code, saver, dst_view=True), view, (tmp,), ())
 
 
 def _index_position(node):
@@ -520,10 +506,12 @@ def _matrix(t):
 
 
 def _launch(p, dst, leaves, scalars, extra=None):
-    """Bind and launch ``p`` into ``dst``; ``extra``: a reduction's extents (its launch is
+    """Bind and launch ``p`` into ``dst`` (a tensor, or for a dst_view plan a ViewLeaf: on
+    its tensor's stream); ``extra``: a reduction's extents (its launch is
     launch.reduction's, an element-wise one launch.elementwise's)."""
     drv = _driver()
-    cu_stream = streams.driver_stream(dst.stream, "Assignment")
+    tensor = dst.src if isinstance(dst, _core.ViewLeaf) else dst
+    cu_stream = streams.driver_stream(tensor.stream, "Assignment")
     # the operands' memory stays pinned from taking its addresses to the launch: a
     # free_space from another thread meanwhile frees after it (and waits for the kernel)
     pinned = _core.pin_allocations((dst,) + tuple(leaves))

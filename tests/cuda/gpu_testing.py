@@ -26,13 +26,33 @@ def gpu_from(a, pad=True):
     return t
 
 
+def cpu_from(a, pad=True):
+    """A cpu tensor holding ``a``'s values (the oracle's operand beside gpu_from's)."""
+    t = ms.new_tensor(a.shape, None, dtype=a.dtype, pad=pad)
+    t.numpy()[...] = a
+    return t
+
+
+MAKERS = {"cpu": cpu_from, "gpu": gpu_from}
+
+
+def host(t):
+    """A host copy of a cpu or gpu tensor's values."""
+    return t.to_numpy() if t.device is ms.gpu else t.numpy().copy()
+
+
 def store(dst, value, saver):
-    """The statement ``dst <saver> value`` as a user writes it."""
+    """The statement ``dst <saver> value`` as a user writes it (``=``, ``+=``, ``-=``,
+    ``*=``, ``/=``)."""
     if saver == "=":
         dst[:] = value
     elif saver == "+=":
         dst += value
-    else:
-        assert saver == "-="
+    elif saver == "-=":
         dst -= value
+    elif saver == "*=":
+        dst *= value
+    else:
+        assert saver == "/="
+        dst /= value
     return dst

@@ -15,26 +15,13 @@ import pytest
 
 import mshadow as ms
 
-from gpu_testing import gpu_device, gpu_from  # noqa: F401  (gpu_device: autouse)
+from gpu_testing import MAKERS, cpu_from, gpu_device, gpu_from, host  # noqa: F401
 
 # integer division by zero is defined (0) and warned about on the CPU: not what is tested here
 pytestmark = pytest.mark.filterwarnings("ignore:integer division by zero:RuntimeWarning")
 
 ALL = [np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8]
 _NAMES = lambda d: np.dtype(d).name   # noqa: E731
-
-
-def cpu_from(a, pad=True):
-    t = ms.new_tensor(a.shape, None, dtype=a.dtype, pad=pad)
-    t.numpy()[...] = a
-    return t
-
-
-MAKERS = {"cpu": cpu_from, "gpu": gpu_from}
-
-
-def host(t):
-    return t.to_numpy() if t.device is ms.gpu else t.numpy().copy()
 
 
 def assert_same_bytes(got, want, msg=""):

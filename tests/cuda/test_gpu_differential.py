@@ -14,20 +14,7 @@ import pytest
 
 import mshadow as ms
 
-from gpu_testing import gpu_device, gpu_from, store  # noqa: F401  (gpu_device: autouse)
-
-
-def cpu_from(a, pad=True):
-    t = ms.new_tensor(a.shape, None, dtype=a.dtype, pad=pad)
-    t.numpy()[...] = a
-    return t
-
-
-MAKERS = {"cpu": cpu_from, "gpu": gpu_from}
-
-
-def host(t):
-    return t.to_numpy() if t.device is ms.gpu else t.numpy().copy()
+from gpu_testing import MAKERS, cpu_from, gpu_device, gpu_from, host, store  # noqa: F401
 
 
 def assert_same_bits(got, want, msg=""):

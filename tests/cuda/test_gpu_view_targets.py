@@ -8,10 +8,10 @@ import pytest
 
 import mshadow as ms
 
-from gpu_testing import gpu_device, gpu_from  # noqa: F401  (gpu_device: autouse)
+from gpu_testing import gpu_device, gpu_from, host, store  # noqa: F401  (gpu_device: autouse)
 
 SHAPE = (3, 4, 6)
-SAVERS = ("saveto", "plusto", "minusto", "multo", "divto")
+SAVERS = ("=", "+=", "-=", "*=", "/=")
 TARGETS = {
     "slice_axis0": lambda t: ms.slice_axis(t, 0, 1, 3),
     "slice_axis1": lambda t: ms.slice_axis(t, 1, 1, 4),
@@ -23,19 +23,6 @@ TARGETS = {
     "slice_of_mirror": lambda t: ms.slice_axis(ms.mirror(t), 1, 0, 2),
     "flip_of_flip": lambda t: ms.flip(ms.flip(t, 2), 0),
 }
-
-
-def _save(target, value, saver):
-    if saver == "saveto":
-        target[:] = value
-    elif saver == "plusto":
-        target[:] += value
-    elif saver == "minusto":
-        target[:] -= value
-    elif saver == "multo":
-        target[:] *= value
-    else:
-        target[:] /= value
 
 
 def _pair(x, layout):
@@ -64,10 +51,6 @@ def _values(kind, target, t, vshape, dtype, on):
             "itself flipped": lambda: ms.flip(target(t), 0) + 1}[kind]()
 
 
-def _host(t):
-    return t.to_numpy() if t.device is ms.gpu else t.numpy().copy()
-
-
 @pytest.mark.parametrize("layout", ["contiguous", "pitched", "subtensor"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8],
                          ids=lambda d: np.dtype(d).name)
@@ -79,9 +62,9 @@ def test_every_target_saver_and_value_as_on_the_cpu(name, dtype, layout):
         for kind in ("scalar", "tensor", "expression", "gather", "itself", "itself flipped"):
             c, g = _pair(x, layout)
             vshape = tuple(target(c).shape)
-            _save(target(c), _values(kind, target, c, vshape, dtype, "cpu"), saver)
-            _save(target(g), _values(kind, target, g, vshape, dtype, "gpu"), saver)
-            assert _host(g).tobytes() == _host(c).tobytes(), f"{name} {saver} {kind}"
+            store(target(c), _values(kind, target, c, vshape, dtype, "cpu"), saver)
+            store(target(g), _values(kind, target, g, vshape, dtype, "gpu"), saver)
+            assert host(g).tobytes() == host(c).tobytes(), f"{name} {saver} {kind}"
 
 
 @pytest.mark.parametrize("saver", SAVERS)
@@ -94,8 +77,8 @@ def test_concat_target(dim, saver):
     (ca, ga), (cb, gb) = _pair(xa, "pitched"), _pair(xb, "contiguous")
     full = np.concatenate([xa, xb], dim).shape
     v = (np.arange(int(np.prod(full))) % 4 + 1).astype(np.float32).reshape(full)
-    _save(ms.concat(ca, cb, dim), ms.from_numpy(v) * 3 - ms.concat(ca, cb, dim), saver)
-    _save(ms.concat(ga, gb, dim), gpu_from(v) * 3 - ms.concat(ga, gb, dim), saver)
+    store(ms.concat(ca, cb, dim), ms.from_numpy(v) * 3 - ms.concat(ca, cb, dim), saver)
+    store(ms.concat(ga, gb, dim), gpu_from(v) * 3 - ms.concat(ga, gb, dim), saver)
     for c, g in ((ca, ga), (cb, gb)):
         assert g.to_numpy().tobytes() == c.numpy().tobytes()
 
