@@ -624,6 +624,9 @@ cdef bint _overlaps(Tensor a, Tensor b) except -1:
         return False
     if _dense(a) and _dense(b):
         return True
+    if (a.mem is not None and a.mem.device_mem is not None) or (
+            b.mem is not None and b.mem.device_mem is not None):
+        return True     # device memory has no host view to ask: by range, as cuda/executor's
     return bool(np.shares_memory(a._export(), b._export()))
 
 

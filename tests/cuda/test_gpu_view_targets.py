@@ -83,6 +83,19 @@ def test_concat_target(dim, saver):
         assert g.to_numpy().tobytes() == c.numpy().tobytes()
 
 
+def test_concat_of_pitched_slices_read_by_the_value():
+    """concat of two pitched row slices of one gpu tensor, the value an expression of that
+    tensor: whether the value reads a part is asked of device memory (it raised DeviceError:
+    the overlap test asked numpy for host views of the pitched gpu tensors)."""
+    x = (np.arange(1200) % 7 + 1).astype(np.float32).reshape(4, 3, 100)
+    c, g = _pair(x, "pitched")
+    assert g.stride != 100                              # pitched rows on the device too
+    for t in (c, g):
+        ms.concat(t.slice(0, 2), t.slice(2, 4), 0)[:] = ms.flip(t, 0) * 2
+    assert g.to_numpy().tobytes() == c.numpy().tobytes()
+    np.testing.assert_array_equal(c.numpy(), x[::-1] * 2)
+
+
 def test_products_and_reductions_into_views():
     """kComplex values (dot, sum_rows) evaluated by their own engines, then stored through
     the view: cuBLAS's products equal the CPU's to rounding."""
